@@ -1,0 +1,29 @@
+"""autotune_guard: reproducible, checkable Triton autotuning for unmodified programs.
+
+This package is imported at every interpreter start where an ``AUTOTUNE_*`` variable is set, so
+its top level imports nothing; the API below loads on first use.
+"""
+
+__version__ = "0.1.0"
+
+_API = {
+    "install": "api",
+    "active_policy": "api",
+    "choice_log": "api",
+    "choice_digest": "api",
+    "verify_choices": "distributed",
+    "maybe_verify_choices": "distributed",
+    "AutotunePolicy": "policy",
+    "PolicyError": "policy",
+    "SelectionError": "selection",
+}
+__all__ = list(_API)
+
+
+def __getattr__(name):
+    module = _API.get(name)
+    if module is None:
+        raise AttributeError(f"module 'autotune_guard' has no attribute {name!r}")
+    from importlib import import_module
+
+    return getattr(import_module(f"autotune_guard.{module}"), name)

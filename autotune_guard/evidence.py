@@ -1,0 +1,220 @@
+"""What this process chose: the choice log, its digest, per-rank record and choices files.
+
+Plain data.  Entries are added on the first choice of each (arch, kernel, key) only, never on
+the steady-state launch path.  Files are rewritten atomically by a background thread shortly
+after each new choice, so a rank killed with SIGKILL leaves on disk what it had chosen, and
+once more at exit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import logging
+import os
+import sys
+import threading
+import time
+
+from . import files
+
+logger = logging.getLogger("autotune_guard")
+
+# "arch|module.function|key" -> "signature;pinned|timed|consensus"
+_choice_log: dict[str, str] = {}
+# entries made since the last cross-rank check (consumed by verification)
+_unverified: dict[str, str] = {}
+# record mode: kernel -> key -> {"config", "signature", "timings", "candidates", "how"}
+_records: dict[str, dict[str, dict]] = {}
+_record_arch: str | None = None
+_packages: dict[str, str | None] = {}
+_lock = threading.Lock()
+
+_digest_path: str | None = None
+_record_path: str | None = None
+_record_mode: str | None = None
+_flusher: "_Flusher | None" = None
+_exit_registered = False
+
+
+def choice_entry(arch: str, qualified: str, key: str) -> str:
+    return f"{arch}|{qualified}|{key}"
+
+
+def note_choice(arch: str, qualified: str, key: str, signature: str, how: str) -> None:
+    entry = choice_entry(arch, qualified, key)
+    with _lock:
+        if entry in _choice_log:
+            return
+        _choice_log[entry] = f"{signature};{how}"
+        _unverified[entry] = _choice_log[entry]
+    logger.debug("choice %s -> %s;%s", entry, signature, how)
+    _changed()
+
+
+def note_record(arch: str, qualified: str, key: str, config: dict, signature: str, how: str,
+                timings: dict | None, candidates: list[str]) -> None:
+    """A winner for the record file (record mode, and consensus with a record path)."""
+    global _record_arch
+    with _lock:
+        _record_arch = _record_arch or arch
+        _records.setdefault(qualified, {})[key] = {
+            "config": config,
+            "signature": signature,
+            "how": how,
+            "timings": timings,
+            "candidates": candidates,
+        }
+        top = qualified.split(".", 1)[0]
+        if top not in _packages:
+            _packages[top] = _package_version(top)
+    _changed()
+
+
+def choice_log() -> dict[str, str]:
+    """The per-(kernel, key) choices this process has made so far."""
+    with _lock:
+        return dict(_choice_log)
+
+
+def choice_digest() -> str:
+    """A hash of every choice this process has made so far (equal logs, equal digests)."""
+    return digest_of(choice_log())
+
+
+def digest_of(log: dict[str, str]) -> str:
+    text = "\n".join(f"{k} -> {v}" for k, v in sorted(log.items()))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def take_unverified() -> dict[str, str]:
+    with _lock:
+        taken = dict(_unverified)
+        _unverified.clear()
+        return taken
+
+
+def configure(digest_path: str | None, record_path: str | None, mode: str) -> None:
+    """Where this process's files go (from the installed policy)."""
+    global _digest_path, _record_path, _record_mode, _exit_registered
+    _digest_path, _record_path, _record_mode = digest_path, record_path, mode
+    if not _exit_registered:
+        atexit.register(_at_exit)
+        _exit_registered = True
+    if _choice_log or _records:
+        _changed()
+
+
+def reset() -> None:
+    """Forget everything chosen so far (a new policy starts a new log)."""
+    global _record_arch
+    with _lock:
+        _choice_log.clear()
+        _unverified.clear()
+        _records.clear()
+        _record_arch = None
+
+
+def check_writable(prefix: str, variable: str) -> None:
+    """Refuse a file prefix whose directory cannot be created or written, before any kernel runs."""
+    directory = os.path.dirname(os.path.abspath(prefix))
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as exc:
+        raise PermissionError(f"{variable}={prefix!r}: directory {directory} cannot be created ({exc.strerror})") from None
+    if not os.access(directory, os.W_OK | os.X_OK) or os.path.isdir(prefix):
+        raise PermissionError(f"{variable}={prefix!r}: {directory} is not a writable directory for its files")
+
+
+def rank_file(prefix: str, rank: int) -> str:
+    return f"{prefix}.rank{rank}.json"
+
+
+def versions() -> dict[str, str | None]:
+    def version_of(name):
+        module = sys.modules.get(name)
+        return getattr(module, "__version__", None) if module else None
+
+    return {"triton": version_of("triton"), "torch": version_of("torch"), "python": sys.version.split()[0]}
+
+
+def _package_version(top: str) -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return version(top)
+    except Exception:
+        return None
+
+
+def write_files(complete: bool = False) -> None:
+    """Write this rank's choices and record files now (atomically)."""
+    from .distributed import rank_and_world
+
+    rank, world = rank_and_world()
+    with _lock:
+        log = dict(_choice_log)
+        records = {k: dict(v) for k, v in _records.items()}
+        arch = _record_arch
+        packages = dict(_packages)
+    if _digest_path:
+        files.atomic_write_json(rank_file(_digest_path, rank), {
+            "format": files.CHOICES_FORMAT, "rank": rank, "world_size": world,
+            "digest": digest_of(log), "count": len(log), "log": log, "complete": complete,
+        })
+    if _record_path and (records or complete):
+        files.atomic_write_json(rank_file(_record_path, rank), {
+            "format": files.RECORD_FORMAT, "arch": arch or _current_arch_name(log), "rank": rank,
+            "world_size": world, "mode": _record_mode, "versions": versions(), "packages": packages,
+            "kernels": records, "complete": complete, "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        })
+
+
+def _current_arch_name(log) -> str:
+    for entry in log:
+        return entry.split("|", 1)[0]
+    return "unknown"
+
+
+class _Flusher:
+    """Rewrites the files shortly after a change, off the launch path."""
+
+    INTERVAL_S = 0.2
+
+    def __init__(self):
+        self.dirty = threading.Event()
+        self.thread = threading.Thread(target=self._loop, name="autotune_guard-writer", daemon=True)
+        self.thread.start()
+
+    def _loop(self):
+        while True:
+            self.dirty.wait()
+            self.dirty.clear()
+            try:
+                write_files()
+            except Exception as exc:
+                logger.warning("could not write the choices/record files: %s", exc)
+            time.sleep(self.INTERVAL_S)
+
+
+def _changed() -> None:
+    global _flusher
+    if not (_digest_path or _record_path):
+        return
+    if _flusher is None or not _flusher.thread.is_alive():  # a forked child has no thread
+        _flusher = _Flusher()
+    _flusher.dirty.set()
+
+
+def _at_exit() -> None:
+    log = choice_log()
+    if _record_mode is None:
+        return
+    from .distributed import rank_and_world
+
+    logger.info("rank %d made %d autotune choices, digest %s", rank_and_world()[0], len(log), digest_of(log))
+    if _digest_path or _record_path:
+        try:
+            write_files(complete=True)
+        except Exception as exc:
+            logger.error("could not write the choices/record files at exit: %s", exc)

@@ -1,0 +1,180 @@
+"""The JSON files autotune_guard reads and writes: tables, records and choices.
+
+Every file carries a ``format`` field; nothing is pickled.  Writes go to a temporary file in the
+same directory and are renamed over the target, so a reader (or a rank killed mid-write) never
+sees half a file.  Every read error names the file.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from typing import Mapping
+
+from .selection import OPTION_FIELDS
+
+TABLE_FORMAT = "autotune_guard.table/1"
+RECORD_FORMAT = "autotune_guard.record/1"
+CHOICES_FORMAT = "autotune_guard.choices/1"
+FORMATS = (TABLE_FORMAT, RECORD_FORMAT, CHOICES_FORMAT)
+
+logger = logging.getLogger("autotune_guard")
+
+
+class FileFormatError(ValueError):
+    """A file that cannot be used; the message starts with its path."""
+
+
+def atomic_write_json(path: str, document: Mapping) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-" + os.path.basename(path) + ".", dir=directory)
+    try:
+        with os.fdopen(fd, "w") as out:
+            json.dump(document, out, indent=1, sort_keys=True)
+            out.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def read_document(path: str, formats=FORMATS) -> dict:
+    """Parse and check one file; raises FileFormatError naming it."""
+    if os.path.isdir(path):
+        raise FileFormatError(f"{path}: is a directory, not a file")
+    try:
+        with open(path, encoding="utf-8") as src:
+            text = src.read()
+    except OSError as exc:
+        raise FileFormatError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise FileFormatError(f"{path}: is not UTF-8 text") from None
+    if not text.strip():
+        raise FileFormatError(f"{path}: is empty")
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise FileFormatError(f"{path}: is not valid JSON, truncated or corrupt ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(document, dict) or "format" not in document:
+        raise FileFormatError(f"{path}: has no 'format' field; not an autotune_guard file")
+    fmt = document["format"]
+    if fmt not in formats:
+        family = str(fmt).rpartition("/")[0]
+        if any(family == known.rpartition("/")[0] for known in FORMATS):
+            raise FileFormatError(f"{path}: format {fmt!r} is not supported by this autotune_guard (reads {', '.join(formats)})")
+        raise FileFormatError(f"{path}: format {fmt!r} is not one of {', '.join(formats)}")
+    _CHECKS[fmt](path, document)
+    return document
+
+
+def _require(path, condition, what):
+    if not condition:
+        raise FileFormatError(f"{path}: {what}")
+
+
+def check_descriptor(path: str, where: str, desc) -> None:
+    _require(path, isinstance(desc, dict), f"{where}: a config must be an object")
+    _require(path, isinstance(desc.get("kwargs", {}), dict), f"{where}: 'kwargs' must be an object")
+    for name in OPTION_FIELDS:
+        if name in desc and desc[name] is not None:
+            _require(path, isinstance(desc[name], int) and not isinstance(desc[name], bool), f"{where}: {name!r} must be an integer")
+    unknown = set(desc) - {"kwargs", *OPTION_FIELDS}
+    _require(path, not unknown, f"{where}: unknown config fields {sorted(unknown)}")
+
+
+def _check_kernels(path, document, entry_check):
+    kernels = document.get("kernels")
+    _require(path, isinstance(kernels, dict), "'kernels' must be an object of kernel name -> entries")
+    for kernel, entries in kernels.items():
+        _require(path, isinstance(entries, dict), f"kernel {kernel!r}: entries must be an object of key -> config")
+        for key, entry in entries.items():
+            entry_check(path, f"kernel {kernel!r} key {key!r}", entry)
+
+
+def _check_table(path, document):
+    _require(path, isinstance(document.get("arch"), str) and document["arch"], "a table needs an 'arch' string")
+    _check_kernels(path, document, check_descriptor)
+
+
+def _check_record(path, document):
+    _require(path, isinstance(document.get("arch"), str), "a record needs an 'arch' string")
+    _require(path, isinstance(document.get("rank"), int), "a record needs an integer 'rank'")
+
+    def entry_check(path, where, entry):
+        _require(path, isinstance(entry, dict) and "config" in entry, f"{where}: a record entry needs a 'config'")
+        check_descriptor(path, where, entry["config"])
+        timings = entry.get("timings")
+        _require(path, timings is None or isinstance(timings, dict), f"{where}: 'timings' must be an object or null")
+
+    _check_kernels(path, document, entry_check)
+
+
+def _check_choices(path, document):
+    _require(path, isinstance(document.get("rank"), int), "a choices file needs an integer 'rank'")
+    _require(path, isinstance(document.get("log"), dict), "a choices file needs a 'log' object")
+    _require(path, isinstance(document.get("digest"), str), "a choices file needs a 'digest' string")
+
+
+_CHECKS = {TABLE_FORMAT: _check_table, RECORD_FORMAT: _check_record, CHOICES_FORMAT: _check_choices}
+
+
+# --- tables -------------------------------------------------------------------------------------
+
+PACKAGED_TABLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tables")
+
+
+def table_candidates(table_path, arch: str) -> list[str]:
+    """Files to read for ``arch``, highest priority first: each AUTOTUNE_TABLE_PATH entry (a
+    directory holding ``<arch>.json``, or a table file), then the tables packaged here."""
+    found = []
+    for entry in (*table_path, PACKAGED_TABLES):
+        if os.path.isdir(entry):
+            candidate = os.path.join(entry, f"{arch}.json")
+            if os.path.exists(candidate):
+                found.append(candidate)
+        elif os.path.exists(entry) or entry is not PACKAGED_TABLES:
+            found.append(entry)
+    return found
+
+
+def load_tables(table_path, arch: str, versions: Mapping[str, str]) -> dict:
+    """``{kernel: {key: descriptor}}`` for ``arch``; earlier files win.  A file that cannot be
+    used is skipped with a warning naming it; a version mismatch warns (tables go stale)."""
+    merged: dict = {}
+    for path in table_candidates(table_path, arch):
+        try:
+            document = read_document(path, formats=(TABLE_FORMAT,))
+        except FileFormatError as exc:
+            logger.warning("skipping table %s", exc)
+            continue
+        if document["arch"] != arch:
+            logger.warning("skipping table %s: it is for arch %s, this process runs %s", path, document["arch"], arch)
+            continue
+        for package in ("triton", "torch"):
+            made_with, running = document.get(package), versions.get(package)
+            if made_with and running and made_with != running:
+                logger.warning("table %s was made with %s %s, this process runs %s %s: its choices may be stale",
+                               path, package, made_with, package, running)
+        for kernel, entries in document["kernels"].items():
+            slot = merged.setdefault(kernel, {})
+            for key, entry in entries.items():
+                slot.setdefault(key, entry)
+    return merged
+
+
+def table_entry(tables: Mapping, qualified: str, key: str):
+    """The entry for a kernel and tuning key: its own key, else ``*``; by qualified name, else
+    by bare function name."""
+    for name in (qualified, qualified.rpartition(".")[2]):
+        entries = tables.get(name)
+        if entries:
+            entry = entries.get(key) or entries.get("*")
+            if entry is not None:
+                return entry
+    return None

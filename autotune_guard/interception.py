@@ -1,0 +1,321 @@
+"""Carrying out the installed policy against Triton's ``Autotuner``.
+
+The only module that touches Triton internals.  It replaces ``Autotuner.run`` in place (seen
+through every alias: ``triton.autotune``, ``triton.runtime.Autotuner``) with ``_guarded_run``:
+
+* pinned: the tuning key is computed exactly as Triton 3.2+ computes it; the first launch of a
+  key selects a candidate (``selection.select``) after the kernel's own pruning, later launches
+  find it in a dict.  The launch runs through Triton's single-config branch (``configs`` is
+  swapped to ``[chosen]`` for the call and restored after it), which in every supported release
+  neither times nor touches ``cache``, so pinning can never fall back to timing.
+* auto and record: Triton runs untouched; a new ``cache`` entry after the call is its timed
+  winner, which is logged (and recorded with the timings Triton measured in this process).
+* consensus: see ``_consensus_choice``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+import threading
+from functools import cached_property
+
+from . import evidence, files, selection
+from .policy import AutotunePolicy
+
+logger = logging.getLogger("autotune_guard")
+
+MIN_TRITON = (3, 3)
+_STATE_ATTR = "_autotune_guard_state"
+_MISSING = object()
+
+_policy: AutotunePolicy | None = None
+_generation = 0  # bumped by every install(); per-autotuner state of an older one is rebuilt
+_original_run = None
+_original_init = None
+_arch_name: str | None = None
+_tables: dict[str, dict] = {}  # arch -> {kernel: {key: entry}}
+_config_defaults: dict | None = None
+_warned: set[str] = set()
+
+
+# --- installing ---------------------------------------------------------------------------------
+
+def apply(policy: AutotunePolicy, autotuner_module) -> None:
+    """Patch ``autotuner_module.Autotuner`` (once) and make ``policy`` the one carried out."""
+    global _policy, _generation, _tables
+    patch(autotuner_module)
+    _policy = policy
+    _tables = {}
+    _warned.clear()
+    _generation += 1
+
+
+def set_pending(policy: AutotunePolicy) -> None:
+    """The policy to carry out once Triton is imported."""
+    global _policy, _generation
+    _policy = policy
+    _generation += 1
+
+
+def patch(autotuner_module) -> None:
+    global _original_run, _original_init
+    cls = getattr(autotuner_module, "Autotuner", None)
+    check_supported(autotuner_module)
+    if getattr(cls.run, "_autotune_guard", False):
+        return
+    _original_run = cls.run
+    cls.run = _guarded_run
+    # Triton 3.3 resolves its default timer in __init__, which under TRITON_INTERPRET=1 on a
+    # CPU-only machine fails at decoration ("0 active drivers") even for kernels we pin.
+    if not isinstance(inspect.getattr_static(cls, "do_bench", None), cached_property):
+        _original_init = cls.__init__
+        cls.__init__ = _guarded_init
+
+
+def check_supported(autotuner_module) -> None:
+    import triton
+
+    version = getattr(triton, "__version__", "0")
+    numbers = tuple(int(p) for p in version.split("+")[0].split(".")[:2] if p.isdigit())
+    cls = getattr(autotuner_module, "Autotuner", None)
+    if numbers < MIN_TRITON or cls is None or not all(hasattr(cls, n) for n in ("run", "prune_configs")):
+        raise RuntimeError(
+            f"autotune_guard supports Triton {MIN_TRITON[0]}.{MIN_TRITON[1]} and newer; this is Triton {version}. "
+            "Set AUTOTUNE_DISABLE=1 to run unguarded."
+        )
+
+
+def _guarded_init(self, *args, **kwargs):
+    if kwargs.get("do_bench") is None and _interpreting():
+        kwargs["do_bench"] = _no_timer_under_interpreter
+    _original_init(self, *args, **kwargs)
+
+
+def _no_timer_under_interpreter(kernel_call, quantiles):
+    raise RuntimeError("Triton's default timer needs a GPU driver; under TRITON_INTERPRET=1 give the kernel "
+                       "do_bench=..., or pin it with AUTOTUNE_MODE=pinned")
+
+
+_guarded_init._autotune_guard = True
+
+
+# --- the launch path ----------------------------------------------------------------------------
+
+class _State:
+    """What one autotuner needs on its launch path under the current policy."""
+
+    __slots__ = ("generation", "qualified", "mode", "arg_names", "arg_set", "keys", "selected", "seen", "lock")
+
+    def __init__(self, autotuner, policy: AutotunePolicy):
+        fn = getattr(autotuner, "base_fn", None) or autotuner.fn
+        self.generation = _generation
+        self.qualified = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__name__', '?')}"
+        self.mode = policy.mode if policy.in_scope(self.qualified) else "off"
+        self.arg_names = list(autotuner.arg_names)
+        self.arg_set = frozenset(self.arg_names)
+        self.keys = list(autotuner.keys)
+        self.selected: dict = {}  # tuning key -> live Config
+        self.seen: set = set()  # tuning keys whose timed winner was observed
+        self.lock = threading.RLock()
+        if policy.enumerate and len(autotuner.configs) > 1:
+            how = {"off": "left to Triton (out of scope)", "pinned": "pinned", "consensus": "consensus"}.get(self.mode, "timed")
+            logger.info("autotuner %s: %d candidates, %s", self.qualified, len(autotuner.configs), how)
+
+
+def _guarded_run(self, *args, **kwargs):
+    state = self.__dict__.get(_STATE_ATTR)
+    if state is None or state.generation != _generation:
+        if _policy is None:
+            return _original_run(self, *args, **kwargs)
+        state = _State(self, _policy)
+        setattr(self, _STATE_ATTR, state)
+    mode = state.mode
+    if mode == "off" or len(self.configs) < 2:
+        return _original_run(self, *args, **kwargs)
+    if mode == "pinned" or mode == "consensus":
+        key = _tuning_key(state, args, kwargs)
+        config = state.selected.get(key)
+        if config is None:
+            if mode == "consensus":
+                return _consensus_launch(self, state, key, args, kwargs)
+            config = _pinned_choice(self, state, key, args, kwargs)
+        return _run_pinned(self, state, config, args, kwargs)
+    # auto / record: Triton times; a new cache entry is its winner.
+    cache = self.cache
+    before = len(cache)
+    timings = self.__dict__.get("configs_timings")
+    result = _original_run(self, *args, **kwargs)
+    if len(cache) != before:
+        _observe(self, state, timings)
+    return result
+
+
+_guarded_run._autotune_guard = True
+
+
+def _run_pinned(autotuner, state, config, args, kwargs):
+    with state.lock:  # configs is shared by every thread launching this autotuner
+        saved = autotuner.configs
+        best = autotuner.__dict__.get("best_config", _MISSING)
+        autotuner.configs = [config]
+        try:
+            return _original_run(autotuner, *args, **kwargs)
+        except BaseException:
+            if best is _MISSING:
+                autotuner.__dict__.pop("best_config", None)
+            else:
+                autotuner.best_config = best
+            raise
+        finally:
+            autotuner.configs = saved
+
+
+def _tuning_key(state, args, kwargs) -> tuple:
+    """Triton's own tuning key (3.2+ formula): key arguments by name, then every dtype."""
+    nargs = dict(zip(state.arg_names, args))
+    if kwargs:
+        arg_set = state.arg_set
+        for name, value in kwargs.items():
+            if name in arg_set:
+                nargs[name] = value
+    key = [nargs[name] for name in state.keys if name in nargs]
+    key += [str(value.dtype) for value in nargs.values() if hasattr(value, "dtype")]
+    return tuple(key)
+
+
+def key_text(key: tuple) -> str:
+    """The tuning key as tables and logs spell it: ``1024,torch.float16``."""
+    return ",".join(str(part) for part in key)
+
+
+def _candidates(autotuner, args, kwargs) -> list:
+    """The live candidates after the kernel's own pruning (early_config_prune, perf_model/top_k)."""
+    if not (autotuner.early_config_prune or autotuner.perf_model):
+        return list(autotuner.configs)
+    saved = autotuner.__dict__.get("nargs")
+    autotuner.nargs = dict(zip(autotuner.arg_names, args))
+    try:
+        return list(autotuner.prune_configs(kwargs))
+    finally:
+        autotuner.nargs = saved
+
+
+def _pinned_choice(autotuner, state, key, args, kwargs):
+    policy = _policy
+    arch = current_arch()
+    text = key_text(key)
+    candidates = _candidates(autotuner, args, kwargs)
+    descriptors = [descriptor(c) for c in candidates]
+    entry = files.table_entry(_tables_for(arch), state.qualified, text)
+    index, why, warning = selection.select(
+        descriptors, table_entry=entry, block_sizes=policy.block_sizes, on_miss=policy.on_miss,
+        defaults=config_defaults(), what=f"kernel {state.qualified} key ({text}) arch {arch}",
+    )
+    if warning and warning not in _warned:
+        _warned.add(warning)
+        logger.warning("%s; using %s", warning, why)
+    if policy.chaos:
+        from .distributed import rank_and_world
+
+        index = selection.chaos_shift(index, len(candidates), rank_and_world()[0])
+        why = "chaos"
+    config = candidates[index]
+    state.selected[key] = config
+    signature = selection.signature(descriptors[index])
+    evidence.note_choice(arch, state.qualified, text, signature, "pinned")
+    logger.debug("pinned %s key (%s) -> %s (%s)", state.qualified, text, signature, why)
+    return config
+
+
+def _consensus_launch(autotuner, state, key, args, kwargs):
+    """First launch of a key in consensus mode: tune it for the job, or pin the job's winner."""
+    raise NotImplementedError("consensus mode is not built yet")
+
+
+def _observe(autotuner, state, timings_before) -> None:
+    """Log (and in record mode record) the winners Triton just chose."""
+    arch = current_arch()
+    timings = autotuner.__dict__.get("configs_timings")
+    timed_here = timings is not None and timings is not timings_before
+    for key, config in list(autotuner.cache.items()):
+        if key in state.seen:
+            continue
+        state.seen.add(key)
+        text = key_text(key)
+        desc = descriptor(config)
+        signature = selection.signature(desc)
+        evidence.note_choice(arch, state.qualified, text, signature, "timed")
+        if state.mode == "record":
+            measured = None
+            if timed_here:
+                measured = {selection.signature(descriptor(c)): [float(t) for t in _as_list(v)] for c, v in timings.items()}
+            evidence.note_record(arch, state.qualified, text, compact(desc), signature, "timed", measured,
+                                 [selection.signature(descriptor(c)) for c in autotuner.configs])
+
+
+def _as_list(value):
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+# --- configs, arch, tables ----------------------------------------------------------------------
+
+def descriptor(config) -> dict:
+    """A live ``triton.Config`` as plain data (see ``selection``)."""
+    return {
+        "kwargs": dict(config.kwargs),
+        "num_warps": config.num_warps,
+        "num_stages": config.num_stages,
+        "num_ctas": getattr(config, "num_ctas", 1),
+        "maxnreg": getattr(config, "maxnreg", None),
+    }
+
+
+def compact(desc: dict) -> dict:
+    """A descriptor as files store it (unset maxnreg left out)."""
+    return {k: v for k, v in desc.items() if v is not None}
+
+
+def config_defaults() -> dict:
+    """Triton's own defaults for the launch options a table entry may omit."""
+    global _config_defaults
+    if _config_defaults is None:
+        import triton
+
+        params = inspect.signature(triton.Config.__init__).parameters
+        _config_defaults = {n: params[n].default for n in selection.OPTION_FIELDS if n in params}
+    return _config_defaults
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "on", "yes")
+
+
+def current_arch() -> str:
+    """``sm90``, ``gfx942`` or ``interpret``; read at the first launch that needs it, so that
+    installing never initializes CUDA."""
+    global _arch_name
+    if _arch_name is None:
+        if _interpreting():
+            _arch_name = "interpret"
+        else:
+            from triton.runtime.driver import driver
+
+            target = driver.active.get_current_target()
+            if target.backend == "cuda":
+                _arch_name = f"sm{target.arch}"
+            else:
+                _arch_name = str(target.arch).split(":")[0]
+    return _arch_name
+
+
+def _tables_for(arch: str) -> dict:
+    tables = _tables.get(arch)
+    if tables is None:
+        tables = _tables[arch] = files.load_tables(_policy.table_path, arch, evidence.versions())
+    return tables
+
+
+def active_policy() -> AutotunePolicy | None:
+    return _policy

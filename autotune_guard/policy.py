@@ -1,0 +1,260 @@
+"""What autotune_guard is asked to do: an immutable policy built from ``AUTOTUNE_*`` settings.
+
+Plain data and plain parsing; nothing here imports Triton or torch.  Every bad value raises
+:class:`PolicyError` naming the variable, the value and what is allowed, because a guard that
+silently ignores a typo leaves the program unguarded.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field, fields, replace
+from typing import Mapping
+
+MODES = ("auto", "pinned", "record", "consensus")
+ON_MISS = ("min_cost", "first", "error")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+DEFAULT_CONSENSUS_TIMEOUT_S = 600.0
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+class PolicyError(ValueError):
+    """A setting that cannot be carried out."""
+
+
+def _bool(var: str, value) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise PolicyError(f"{var}={value!r} is not a boolean; allowed: 1/0, true/false, yes/no, on/off")
+
+
+def _choice(var: str, value, allowed) -> str:
+    text = str(value).strip().lower()
+    if text not in allowed:
+        raise PolicyError(f"{var}={value!r} is not allowed; allowed: {', '.join(allowed)}")
+    return text
+
+
+def _names(var: str, value) -> tuple[str, ...]:
+    """A comma-separated list (or an iterable) of dotted names."""
+    items = value.split(",") if isinstance(value, str) else list(value)
+    names = tuple(str(item).strip() for item in items if str(item).strip())
+    for name in names:
+        if not all(part.isidentifier() for part in name.split(".")):
+            raise PolicyError(f"{var}={value!r}: {name!r} is not a dotted Python name (like pkg.module or pkg.module.kernel)")
+    return names
+
+
+def _paths(var: str, value) -> tuple[str, ...]:
+    items = value.split(os.pathsep) if isinstance(value, str) else list(value)
+    return tuple(str(item) for item in items if str(item))
+
+
+def _block_sizes(var: str, value) -> tuple[tuple[str, int], ...]:
+    """``NAME=VALUE,NAME=VALUE`` (or a mapping) of integer meta-parameters."""
+    if isinstance(value, Mapping):
+        pairs = [(str(k), v) for k, v in value.items()]
+    elif isinstance(value, str):
+        pairs = []
+        for item in value.split(","):
+            if not item.strip():
+                continue
+            name, sep, number = item.partition("=")
+            if not sep:
+                raise PolicyError(f"{var}={value!r}: {item.strip()!r} is not NAME=VALUE; expected e.g. BLOCK_M=64,BLOCK_N=128")
+            pairs.append((name.strip(), number.strip()))
+    else:
+        pairs = [(str(k), v) for k, v in value]
+    result = {}
+    for name, number in pairs:
+        if not name.isidentifier():
+            raise PolicyError(f"{var}={value!r}: {name!r} is not a meta-parameter name")
+        try:
+            parsed = int(number)
+        except (TypeError, ValueError):
+            parsed = None
+        if parsed is None or isinstance(number, bool) or parsed <= 0:
+            raise PolicyError(f"{var}={value!r}: {name}={number!r} is not a positive integer")
+        result[name] = parsed
+    return tuple(sorted(result.items()))
+
+
+def _int_at_least(var: str, value, low: int) -> int:
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        number = None
+    if number is None or number < low:
+        raise PolicyError(f"{var}={value!r} is not allowed; allowed: an integer >= {low}")
+    return number
+
+
+def _seconds(var: str, value) -> float:
+    try:
+        number = float(str(value).strip())
+    except ValueError:
+        number = None
+    if number is None or not number > 0 or number == float("inf"):
+        raise PolicyError(f"{var}={value!r} is not allowed; allowed: a positive number of seconds")
+    return number
+
+
+def _file_path(var: str, value) -> str | None:
+    text = str(value).strip()
+    return text or None
+
+
+@dataclass(frozen=True)
+class AutotunePolicy:
+    """Everything autotune_guard does in this process; see the README for each setting."""
+
+    mode: str = "auto"
+    modules: tuple[str, ...] = ()  # module prefixes in scope; empty = every autotuner
+    config_invariant: tuple[str, ...] = ()  # module.function names left to Triton's timing
+    table_path: tuple[str, ...] = ()
+    on_miss: str = "min_cost"
+    block_sizes: tuple[tuple[str, int], ...] = ()
+    deterministic: bool = False
+    enumerate: bool = False
+    chaos: bool = False
+    digest_path: str | None = None
+    record_path: str | None = None
+    verify_every: int = 0
+    verify_strict: bool = False
+    consensus_timeout: float = DEFAULT_CONSENSUS_TIMEOUT_S
+    log_level: str = "INFO"
+    env_file: str | None = field(default=None, compare=False)
+
+    def __post_init__(self):
+        problems = []
+        if self.chaos and self.mode != "pinned":
+            problems.append(f"AUTOTUNE_CHAOS=1 needs AUTOTUNE_MODE=pinned (mode is {self.mode})")
+        if self.record_path and self.mode not in ("record", "consensus"):
+            problems.append(
+                f"AUTOTUNE_RECORD_PATH={self.record_path!r} is used by record and consensus modes only (mode is {self.mode})"
+            )
+        if self.record_path and self.record_path.endswith(("/", os.sep)):
+            problems.append(f"AUTOTUNE_RECORD_PATH={self.record_path!r} ends in a separator; it is a file prefix, like runs/rec")
+        if self.digest_path and self.digest_path.endswith(("/", os.sep)):
+            problems.append(f"AUTOTUNE_DIGEST_PATH={self.digest_path!r} ends in a separator; it is a file prefix, like runs/choices")
+        if problems:
+            raise PolicyError("; ".join(problems))
+
+    def in_scope(self, qualified: str) -> bool:
+        """Whether the autotuner of ``module.function`` is guarded at all."""
+        if qualified in self.config_invariant or qualified.rpartition(".")[2] in self.config_invariant:
+            return False
+        if not self.modules:
+            return True
+        return any(qualified == p or qualified.startswith(p + ".") for p in self.modules)
+
+
+# AUTOTUNE_* variable -> (policy field, parser).  The single place where names are defined.
+_VARIABLES = {
+    "AUTOTUNE_MODE": ("mode", lambda var, v: _choice(var, v, MODES)),
+    "AUTOTUNE_MODULES": ("modules", _names),
+    "AUTOTUNE_CONFIG_INVARIANT": ("config_invariant", _names),
+    "AUTOTUNE_TABLE_PATH": ("table_path", _paths),
+    "AUTOTUNE_ON_MISS": ("on_miss", lambda var, v: _choice(var, v, ON_MISS)),
+    "AUTOTUNE_BLOCK_SIZES": ("block_sizes", _block_sizes),
+    "AUTOTUNE_DETERMINISTIC": ("deterministic", _bool),
+    "AUTOTUNE_ENUMERATE": ("enumerate", _bool),
+    "AUTOTUNE_CHAOS": ("chaos", _bool),
+    "AUTOTUNE_DIGEST_PATH": ("digest_path", _file_path),
+    "AUTOTUNE_RECORD_PATH": ("record_path", _file_path),
+    "AUTOTUNE_VERIFY_EVERY": ("verify_every", lambda var, v: _int_at_least(var, v, 0)),
+    "AUTOTUNE_VERIFY_STRICT": ("verify_strict", _bool),
+    "AUTOTUNE_CONSENSUS_TIMEOUT": ("consensus_timeout", _seconds),
+    "AUTOTUNE_LOG_LEVEL": ("log_level", lambda var, v: _choice(var, v, [l.lower() for l in LOG_LEVELS]).upper()),
+}
+# Read by the bootstrap or by this module, not policy fields.
+_CONTROL_VARIABLES = ("AUTOTUNE_DISABLE", "AUTOTUNE_ENV_FILE")
+_FIELD_TO_VAR = {name: var for var, (name, _) in _VARIABLES.items()}
+KNOWN_VARIABLES = tuple(_VARIABLES) + _CONTROL_VARIABLES
+
+
+def read_env_file(path: str) -> dict[str, str]:
+    """The ``AUTOTUNE_*`` keys of a dotenv file (python-dotenv is imported only here)."""
+    if not os.path.isfile(path):
+        raise PolicyError(f"AUTOTUNE_ENV_FILE={path!r}: no such file")
+    try:
+        from dotenv import dotenv_values
+
+        values = dotenv_values(path)
+    except Exception as exc:  # unreadable file, bad encoding: name the file
+        raise PolicyError(f"AUTOTUNE_ENV_FILE={path!r} cannot be read: {exc}") from exc
+    return {k: v for k, v in values.items() if k.startswith("AUTOTUNE_") and v is not None}
+
+
+def settings_from_environment(environ: Mapping[str, str] | None = None) -> tuple[dict[str, str], str | None]:
+    """The effective ``AUTOTUNE_*`` settings: the environment over the optional dotenv file.
+
+    A ``.env`` in the working directory is *not* read on its own: name it with
+    ``AUTOTUNE_ENV_FILE=.env``, so that what a process does never depends on where it starts.
+    """
+    environ = os.environ if environ is None else environ
+    env_file = (environ.get("AUTOTUNE_ENV_FILE") or "").strip() or None
+    settings = read_env_file(env_file) if env_file else {}
+    settings.update({k: v for k, v in environ.items() if k.startswith("AUTOTUNE_")})
+    return settings, env_file
+
+
+def policy_from_settings(settings: Mapping, *, deterministic: bool = False, env_file: str | None = None) -> AutotunePolicy:
+    """Build a policy from ``AUTOTUNE_*`` names or policy field names (values: text or typed).
+
+    An omitted mode is derived: a record path selects record; a determinism request
+    (``deterministic``, ``AUTOTUNE_DETERMINISTIC`` or torch's deterministic flag) selects pinned.
+    """
+    values = {}
+    for name, raw in settings.items():
+        var = name if name.startswith("AUTOTUNE_") else _FIELD_TO_VAR.get(name)
+        if var in _CONTROL_VARIABLES:
+            continue
+        if var not in _VARIABLES:
+            known = ", ".join(KNOWN_VARIABLES) if name.startswith("AUTOTUNE_") else ", ".join(_FIELD_TO_VAR)
+            raise PolicyError(f"{name}={raw!r} is not a setting autotune_guard knows; known: {known}")
+        if raw is None or (isinstance(raw, str) and not raw.strip()):
+            continue  # an empty variable counts as unset
+        field_name, parse = _VARIABLES[var]
+        values[field_name] = parse(var, raw)
+    if "mode" not in values:
+        if values.get("record_path"):
+            values["mode"] = "record"
+        elif deterministic or values.get("deterministic") or _torch_deterministic():
+            values["mode"] = "pinned"
+    return AutotunePolicy(**values, env_file=env_file)
+
+
+def policy_from_environment(environ: Mapping[str, str] | None = None, *, deterministic: bool = False) -> AutotunePolicy:
+    settings, env_file = settings_from_environment(environ)
+    return policy_from_settings(settings, deterministic=deterministic, env_file=env_file)
+
+
+def _torch_deterministic() -> bool:
+    # Only asked when the program already imported torch: importing it here would cost a second.
+    torch = sys.modules.get("torch")
+    try:
+        return bool(torch and torch.are_deterministic_algorithms_enabled())
+    except Exception:
+        return False
+
+
+def describe(policy: AutotunePolicy) -> str:
+    """One line naming every setting that differs from the default."""
+    default = AutotunePolicy()
+    parts = [f"mode={policy.mode}"]
+    for f in fields(policy):
+        if f.name != "mode" and f.compare and getattr(policy, f.name) != getattr(default, f.name):
+            parts.append(f"{f.name}={getattr(policy, f.name)}")
+    return " ".join(parts)
+
+
+__all__ = ["AutotunePolicy", "PolicyError", "policy_from_environment", "policy_from_settings", "replace", "KNOWN_VARIABLES"]
