@@ -13,6 +13,7 @@ import hashlib
 import logging
 import os
 import sys
+import tempfile
 import threading
 import time
 
@@ -29,6 +30,10 @@ _records: dict[str, dict[str, dict]] = {}
 _record_arch: str | None = None
 _packages: dict[str, str | None] = {}
 _lock = threading.Lock()
+# Serializes whole writes (snapshot + rename): without it the background writer could rename an
+# older snapshot over the final one written at exit.
+_write_lock = threading.Lock()
+_final_written = False
 
 _digest_path: str | None = None
 _record_path: str | None = None
@@ -53,8 +58,12 @@ def note_choice(arch: str, qualified: str, key: str, signature: str, how: str) -
 
 
 def note_record(arch: str, qualified: str, key: str, config: dict, signature: str, how: str,
-                timings: dict | None, candidates: list[str]) -> None:
-    """A winner for the record file (record mode, and consensus with a record path)."""
+                timings: dict | None, candidates: list[dict]) -> None:
+    """A winner for the record file (record mode, and consensus with a record path).
+
+    ``timings``: candidate signature -> Triton's measurements (median first), or None when the
+    winner was not timed in this process; ``candidates``: the declared configs, as descriptors.
+    """
     global _record_arch
     with _lock:
         _record_arch = _record_arch or arch
@@ -107,23 +116,33 @@ def configure(digest_path: str | None, record_path: str | None, mode: str) -> No
 
 def reset() -> None:
     """Forget everything chosen so far (a new policy starts a new log)."""
-    global _record_arch
+    global _record_arch, _final_written
     with _lock:
         _choice_log.clear()
         _unverified.clear()
         _records.clear()
         _record_arch = None
+    _final_written = False
 
 
 def check_writable(prefix: str, variable: str) -> None:
     """Refuse a file prefix whose directory cannot be created or written, before any kernel runs."""
     directory = os.path.dirname(os.path.abspath(prefix))
+    if os.path.isdir(prefix):
+        raise PermissionError(f"{variable}={prefix!r} is a directory; it is a file prefix, like {os.path.join(prefix, 'rec')}")
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise PermissionError(f"{variable}={prefix!r}: {directory} is not a directory")
     try:
         os.makedirs(directory, exist_ok=True)
     except OSError as exc:
         raise PermissionError(f"{variable}={prefix!r}: directory {directory} cannot be created ({exc.strerror})") from None
-    if not os.access(directory, os.W_OK | os.X_OK) or os.path.isdir(prefix):
-        raise PermissionError(f"{variable}={prefix!r}: {directory} is not a writable directory for its files")
+    # Try it: os.access() says yes to root even where the filesystem refuses (read-only, /proc).
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".autotune_guard-probe-", dir=directory)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise PermissionError(f"{variable}={prefix!r}: cannot write files in {directory} ({exc.strerror})") from None
 
 
 def rank_file(prefix: str, rank: int) -> str:
@@ -149,14 +168,23 @@ def _package_version(top: str) -> str | None:
 
 def write_files(complete: bool = False) -> None:
     """Write this rank's choices and record files now (atomically)."""
+    global _final_written
     from .distributed import rank_and_world
 
-    rank, world = rank_and_world()
-    with _lock:
-        log = dict(_choice_log)
-        records = {k: dict(v) for k, v in _records.items()}
-        arch = _record_arch
-        packages = dict(_packages)
+    with _write_lock:
+        if _final_written and not complete:
+            return  # the final state is on disk; a late background write must not replace it
+        _final_written = _final_written or complete
+        rank, world = rank_and_world()
+        with _lock:
+            log = dict(_choice_log)
+            records = {k: dict(v) for k, v in _records.items()}
+            arch = _record_arch
+            packages = dict(_packages)
+        _write(rank, world, log, records, arch, packages, complete)
+
+
+def _write(rank, world, log, records, arch, packages, complete) -> None:
     if _digest_path:
         files.atomic_write_json(rank_file(_digest_path, rank), {
             "format": files.CHOICES_FORMAT, "rank": rank, "world_size": world,
@@ -204,6 +232,16 @@ def _changed() -> None:
     if _flusher is None or not _flusher.thread.is_alive():  # a forked child has no thread
         _flusher = _Flusher()
     _flusher.dirty.set()
+
+
+def _after_fork_in_child() -> None:
+    # A lock held by the parent's writer thread at fork() would stay held forever in the child.
+    global _lock, _write_lock, _flusher
+    _lock, _write_lock, _flusher = threading.Lock(), threading.Lock(), None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _at_exit() -> None:

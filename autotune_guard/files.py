@@ -27,11 +27,35 @@ class FileFormatError(ValueError):
     """A file that cannot be used; the message starts with its path."""
 
 
+_file_mode: int | None = None
+
+
+def _new_file_mode() -> int:
+    """What ``open(path, "w")`` would give (0o666 less the umask): mkstemp makes files 0o600,
+    which would hide a record or table from the colleague who merges or pins with it."""
+    global _file_mode
+    if _file_mode is None:
+        umask = None
+        try:  # Linux reports it without the set-and-restore race of os.umask()
+            with open("/proc/self/status") as status:
+                for line in status:
+                    if line.startswith("Umask:"):
+                        umask = int(line.split()[1], 8)
+        except (OSError, ValueError):
+            pass
+        if umask is None:
+            umask = os.umask(0o022)
+            os.umask(umask)
+        _file_mode = 0o666 & ~umask
+    return _file_mode
+
+
 def atomic_write_json(path: str, document: Mapping) -> None:
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-" + os.path.basename(path) + ".", dir=directory)
     try:
+        os.chmod(tmp, _new_file_mode())
         with os.fdopen(fd, "w") as out:
             json.dump(document, out, indent=1, sort_keys=True)
             out.write("\n")
@@ -66,8 +90,10 @@ def read_document(path: str, formats=FORMATS) -> dict:
     fmt = document["format"]
     if fmt not in formats:
         family = str(fmt).rpartition("/")[0]
-        if any(family == known.rpartition("/")[0] for known in FORMATS):
+        if any(family == known.rpartition("/")[0] for known in formats):
             raise FileFormatError(f"{path}: format {fmt!r} is not supported by this autotune_guard (reads {', '.join(formats)})")
+        if fmt in FORMATS:  # ours, but not what this reader takes (a record given as a table)
+            raise FileFormatError(f"{path}: is a {fmt} file; expected {' or '.join(formats)}")
         raise FileFormatError(f"{path}: format {fmt!r} is not one of {', '.join(formats)}")
     _CHECKS[fmt](path, document)
     return document
@@ -99,6 +125,7 @@ def _check_kernels(path, document, entry_check):
 
 def _check_table(path, document):
     _require(path, isinstance(document.get("arch"), str) and document["arch"], "a table needs an 'arch' string")
+    _require(path, isinstance(document.get("packages", {}), dict), "'packages' must be an object of package -> version")
     _check_kernels(path, document, check_descriptor)
 
 
@@ -111,6 +138,14 @@ def _check_record(path, document):
         check_descriptor(path, where, entry["config"])
         timings = entry.get("timings")
         _require(path, timings is None or isinstance(timings, dict), f"{where}: 'timings' must be an object or null")
+        for measured in (timings or {}).values():
+            values = measured if isinstance(measured, list) else [measured]
+            _require(path, values and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values),
+                     f"{where}: a timing must be a number or a list of numbers (median first)")
+        candidates = entry.get("candidates", [])
+        _require(path, isinstance(candidates, list), f"{where}: 'candidates' must be a list of configs")
+        for candidate in candidates:
+            check_descriptor(path, f"{where} candidate", candidate)
 
     _check_kernels(path, document, entry_check)
 
@@ -119,6 +154,9 @@ def _check_choices(path, document):
     _require(path, isinstance(document.get("rank"), int), "a choices file needs an integer 'rank'")
     _require(path, isinstance(document.get("log"), dict), "a choices file needs a 'log' object")
     _require(path, isinstance(document.get("digest"), str), "a choices file needs a 'digest' string")
+    for entry, choice in document["log"].items():
+        _require(path, entry.count("|") >= 2 and isinstance(choice, str) and ";" in choice,
+                 f"log entry {entry!r}: expected 'arch|module.function|key' -> 'config;how'")
 
 
 _CHECKS = {TABLE_FORMAT: _check_table, RECORD_FORMAT: _check_record, CHOICES_FORMAT: _check_choices}
@@ -143,10 +181,25 @@ def table_candidates(table_path, arch: str) -> list[str]:
     return found
 
 
+_stale_warned: set = set()  # table files whose version mismatch was already reported
+
+
+def installed_version(package: str) -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return version(package)
+    except Exception:
+        return None
+
+
 def load_tables(table_path, arch: str, versions: Mapping[str, str]) -> dict:
-    """``{kernel: {key: descriptor}}`` for ``arch``; earlier files win.  A file that cannot be
-    used is skipped with a warning naming it; a version mismatch warns (tables go stale)."""
+    """``{kernel: {key: descriptor}}`` for ``arch``; earlier files win, entry by entry, except
+    that a ``*`` entry stands for every key, so it hides what later files have for that kernel.
+    A file that cannot be used is skipped with a warning naming it; a version mismatch (Triton,
+    torch, or a kernel package the table names) warns once per file, since tables go stale."""
     merged: dict = {}
+    wildcarded: set = set()
     for path in table_candidates(table_path, arch):
         try:
             document = read_document(path, formats=(TABLE_FORMAT,))
@@ -156,16 +209,29 @@ def load_tables(table_path, arch: str, versions: Mapping[str, str]) -> dict:
         if document["arch"] != arch:
             logger.warning("skipping table %s: it is for arch %s, this process runs %s", path, document["arch"], arch)
             continue
-        for package in ("triton", "torch"):
-            made_with, running = document.get(package), versions.get(package)
-            if made_with and running and made_with != running:
-                logger.warning("table %s was made with %s %s, this process runs %s %s: its choices may be stale",
-                               path, package, made_with, package, running)
+        _warn_if_stale(path, document, versions)
+        logger.debug("using table %s (source: %s)", path, json.dumps(document.get("source"), sort_keys=True))
         for kernel, entries in document["kernels"].items():
+            if kernel in wildcarded:
+                continue
             slot = merged.setdefault(kernel, {})
             for key, entry in entries.items():
                 slot.setdefault(key, entry)
+            if "*" in entries:
+                wildcarded.add(kernel)
     return merged
+
+
+def _warn_if_stale(path: str, document: Mapping, versions: Mapping[str, str]) -> None:
+    made_for = [(name, document.get(name), versions.get(name)) for name in ("triton", "torch")]
+    made_for += [(name, made, installed_version(name)) for name, made in sorted(document.get("packages", {}).items())]
+    stale = [f"{name} {made} (running {running})" for name, made, running in made_for
+             if made and running and made != running]
+    key = (os.path.abspath(path), tuple(stale))
+    if stale and key not in _stale_warned:
+        _stale_warned.add(key)
+        logger.warning("table %s was made with %s: its choices may be stale; record and merge it again",
+                       path, ", ".join(stale))
 
 
 def table_entry(tables: Mapping, qualified: str, key: str):
@@ -174,7 +240,7 @@ def table_entry(tables: Mapping, qualified: str, key: str):
     for name in (qualified, qualified.rpartition(".")[2]):
         entries = tables.get(name)
         if entries:
-            entry = entries.get(key) or entries.get("*")
+            entry = entries[key] if key in entries else entries.get("*")
             if entry is not None:
                 return entry
     return None

@@ -106,7 +106,8 @@ _guarded_init._autotune_guard = True
 class _State:
     """What one autotuner needs on its launch path under the current policy."""
 
-    __slots__ = ("generation", "qualified", "mode", "arg_names", "arg_set", "keys", "selected", "seen", "lock")
+    __slots__ = ("generation", "qualified", "mode", "arg_names", "arg_set", "keys", "key_index", "selected", "seen",
+                 "lock")
 
     def __init__(self, autotuner, policy: AutotunePolicy):
         fn = getattr(autotuner, "base_fn", None) or autotuner.fn
@@ -116,6 +117,8 @@ class _State:
         self.arg_names = list(autotuner.arg_names)
         self.arg_set = frozenset(self.arg_names)
         self.keys = list(autotuner.keys)
+        # Positions of the key arguments, for the tuning key of an all-positional call.
+        self.key_index = tuple(self.arg_names.index(name) for name in self.keys if name in self.arg_set)
         self.selected: dict = {}  # tuning key -> live Config
         self.seen: set = set()  # tuning keys whose timed winner was observed
         self.lock = threading.RLock()
@@ -124,25 +127,55 @@ class _State:
             logger.info("autotuner %s: %d candidates, %s", self.qualified, len(autotuner.configs), how)
 
 
+_state_lock = threading.Lock()
+
+
+def _new_state(autotuner) -> _State:
+    """The autotuner's state under the current policy, built once: two threads meeting its first
+    launch must share one state, hence one lock around the ``configs`` swap."""
+    with _state_lock:
+        state = autotuner.__dict__.get(_STATE_ATTR)
+        if state is None or state.generation != _generation:
+            state = _State(autotuner, _policy)
+            setattr(autotuner, _STATE_ATTR, state)
+        return state
+
+
 def _guarded_run(self, *args, **kwargs):
     state = self.__dict__.get(_STATE_ATTR)
     if state is None or state.generation != _generation:
         if _policy is None:
             return _original_run(self, *args, **kwargs)
-        state = _State(self, _policy)
-        setattr(self, _STATE_ATTR, state)
+        state = _new_state(self)
     mode = state.mode
-    if mode == "off" or len(self.configs) < 2:
-        return _original_run(self, *args, **kwargs)
     if mode == "pinned" or mode == "consensus":
-        key = _tuning_key(state, args, kwargs)
-        config = state.selected.get(key)
-        if config is None:
-            if mode == "consensus":
-                return _consensus_launch(self, state, key, args, kwargs)
-            config = _pinned_choice(self, state, key, args, kwargs)
-        return _run_pinned(self, state, config, args, kwargs)
-    # auto / record: Triton times; a new cache entry is its winner.
+        # The steady state, inlined (it is every launch): under the lock, because another
+        # thread's pinned launch swaps ``configs`` to one element for the length of its call.
+        with state.lock:
+            saved = self.configs
+            if len(saved) < 2:
+                return _original_run(self, *args, **kwargs)
+            key = _tuning_key(state, args, kwargs)
+            config = state.selected.get(key)
+            if config is None and mode == "pinned":
+                config = _pinned_choice(self, state, key, args, kwargs)
+            if config is not None:
+                attrs = self.__dict__
+                best, nargs = attrs.get("best_config", _MISSING), attrs.get("nargs", _MISSING)
+                self.configs = [config]
+                try:
+                    return _original_run(self, *args, **kwargs)
+                except BaseException:
+                    _restore(attrs, best, nargs)
+                    raise
+                finally:
+                    self.configs = saved
+        # A key consensus has not decided yet: outside this lock, which the decision takes after its own.
+        return _consensus_launch(self, state, key, args, kwargs)
+    if mode == "off":
+        return _original_run(self, *args, **kwargs)
+    # auto / record: Triton times; a new cache entry is its winner (a single-config autotuner
+    # never adds one, so it needs no test of its own here).
     cache = self.cache
     before = len(cache)
     timings = self.__dict__.get("configs_timings")
@@ -156,24 +189,39 @@ _guarded_run._autotune_guard = True
 
 
 def _run_pinned(autotuner, state, config, args, kwargs):
+    """Launch ``config`` through Triton's single-config branch (``_guarded_run`` inlines this)."""
     with state.lock:  # configs is shared by every thread launching this autotuner
         saved = autotuner.configs
-        best = autotuner.__dict__.get("best_config", _MISSING)
+        attrs = autotuner.__dict__
+        best, nargs = attrs.get("best_config", _MISSING), attrs.get("nargs", _MISSING)
         autotuner.configs = [config]
         try:
             return _original_run(autotuner, *args, **kwargs)
         except BaseException:
-            if best is _MISSING:
-                autotuner.__dict__.pop("best_config", None)
-            else:
-                autotuner.best_config = best
+            _restore(attrs, best, nargs)
             raise
         finally:
             autotuner.configs = saved
 
 
+def _restore(attrs, best, nargs) -> None:
+    """After a failed launch: ``best_config`` and ``nargs`` as they were (Triton's run sets
+    both and clears ``nargs`` only when it completes)."""
+    for name, value in (("best_config", best), ("nargs", nargs)):
+        if value is _MISSING:
+            attrs.pop(name, None)
+        else:
+            attrs[name] = value
+
+
 def _tuning_key(state, args, kwargs) -> tuple:
     """Triton's own tuning key (3.2+ formula): key arguments by name, then every dtype."""
+    if len(args) <= len(state.arg_names) and state.arg_set.isdisjoint(kwargs):
+        # Every kernel argument positional (the usual ``kernel[grid](...)``): no name mapping.
+        count = len(args)
+        key = [args[i] for i in state.key_index if i < count]
+        key += [str(value.dtype) for value in args if hasattr(value, "dtype")]
+        return tuple(key)
     nargs = dict(zip(state.arg_names, args))
     if kwargs:
         arg_set = state.arg_set
@@ -230,16 +278,191 @@ def _pinned_choice(autotuner, state, key, args, kwargs):
 
 
 def _consensus_launch(autotuner, state, key, args, kwargs):
-    """First launch of a key in consensus mode: tune it for the job, or pin the job's winner."""
-    raise NotImplementedError("consensus mode is not built yet")
+    """First launch of a key in consensus mode: tune it for the job, or pin the job's winner.
+
+    The first thread of any rank to claim the decision in the job's Store times the candidates
+    through Triton's own path (that launch is the tuning launch) and publishes the winner; every
+    other rank, and every other thread, pins that winner.  Nothing here is a collective, so ranks
+    may meet kernels in any order, or never.
+    """
+    with _consensus_gate(autotuner, key):  # one decision per key per process; later threads pin
+        config = state.selected.get(key)
+        if config is None:
+            config = _consensus_decide(autotuner, state, key, args, kwargs)
+            if isinstance(config, _Launched):
+                return config.result
+    return _run_pinned(autotuner, state, config, args, kwargs)
+
+
+class _Launched:
+    """The decision was made by tuning, and that tuning launch already ran the kernel."""
+
+    __slots__ = ("result",)
+
+    def __init__(self, result):
+        self.result = result
+
+
+# (id(autotuner), key) -> Lock, a few bytes per key ever decided.  Per autotuner rather than per
+# state: two threads that both build a state at an autotuner's first launch still share the gate.
+_consensus_gates: dict = {}
+_consensus_gates_lock = threading.Lock()
+
+
+def _consensus_gate(autotuner, key):
+    with _consensus_gates_lock:
+        gate = _consensus_gates.get((id(autotuner), key))
+        if gate is None:
+            gate = _consensus_gates[(id(autotuner), key)] = threading.Lock()
+        return gate
+
+
+def _consensus_decide(autotuner, state, key, args, kwargs):
+    """The config to pin for ``key``, or _Launched when this thread tuned it."""
+    from . import consensus, distributed
+
+    policy = _policy
+    arch = current_arch()
+    text = key_text(key)
+    what = f"kernel {state.qualified} key ({text}) arch {arch}"
+    try:
+        store = distributed.job_store()
+    except distributed.StoreError as exc:
+        raise consensus.ConsensusError(f"autotune_guard consensus: {what}: {exc}") from exc
+    if store is None:
+        return _consensus_alone(autotuner, state, key, text, arch, args, kwargs)
+    with state.lock:  # pruning sets autotuner.nargs for the call, like Triton's own run does
+        candidates = _candidates(autotuner, args, kwargs)
+    signatures = [selection.signature(descriptor(c)) for c in candidates]
+    name = consensus.decision_name(arch, state.qualified, text)
+    rank = distributed.rank_and_world()[0]
+    try:
+        if distributed.store_claim(store, name, rank):
+            return _consensus_tune(autotuner, state, key, text, arch, args, kwargs, candidates, signatures,
+                                   store, name, rank)
+        published = distributed.store_wait(store, name + "/result", policy.consensus_timeout)
+        if published is None:
+            claimer = distributed.store_owner(store, name)
+            raise consensus.ConsensusError(consensus.timeout_message(what, claimer, policy.consensus_timeout))
+    except distributed.StoreError as exc:
+        raise consensus.ConsensusError(consensus.store_lost_message(what, exc)) from exc
+    payload = consensus.decode(published, what)
+    index = consensus.follow(payload, signatures, what)
+    config = candidates[index]
+    state.selected[key] = config
+    _consensus_evidence(autotuner, state, arch, text, config, signatures[index], None, "consensus")
+    logger.debug("consensus %s key (%s) -> %s (tuned by rank %s)", state.qualified, text, signatures[index],
+                 payload.get("rank"))
+    return config
+
+
+def _consensus_tune(autotuner, state, key, text, arch, args, kwargs, candidates, signatures, store, name, rank):
+    """This thread claimed the decision: Triton times the candidates, the winner is published."""
+    from . import consensus, distributed
+
+    # The lock keeps pinned launches of this autotuner's other keys (which swap ``configs``)
+    # away from Triton's tuning, which reads ``configs``.
+    with state.lock:
+        cache = autotuner.cache
+        timings_before = autotuner.__dict__.get("configs_timings")
+        try:
+            if len(candidates) == 1:  # pruning left one: nothing to time (Triton < 3.8 would time it)
+                result = _run_pinned(autotuner, state, candidates[0], args, kwargs)
+                winner = candidates[0]
+            else:
+                result = _original_run(autotuner, *args, **kwargs)
+                winner = cache.get(key, autotuner.__dict__.get("best_config"))
+        except BaseException as exc:
+            # Waiters fail now with the reason rather than at the timeout.
+            try:
+                distributed.store_set(store, name + "/result", consensus.encode_failure(rank, repr(exc)[:500]))
+            except Exception as publish_error:
+                logger.error("consensus: could not tell the other ranks that tuning %s failed: %s", state.qualified,
+                             publish_error)
+            raise
+        timings = autotuner.__dict__.get("configs_timings")
+    desc = descriptor(winner)
+    signature = selection.signature(desc)
+    if signature in signatures:  # the live object, so that its hooks survive (not a disk-cache copy)
+        winner = candidates[signatures.index(signature)]
+    else:
+        logger.warning("consensus: Triton's winner %s for %s key (%s) is not among the candidates after pruning",
+                       signature, state.qualified, text)
+    measured = _measured(autotuner, timings, timings_before)
+    try:
+        distributed.store_set(store, name + "/result",
+                              consensus.encode_winner(rank, signature, compact(desc), signatures, measured is not None))
+    except distributed.StoreError as exc:
+        raise consensus.ConsensusError(f"autotune_guard consensus: kernel {state.qualified} key ({text}) arch "
+                                       f"{arch}: tuned here but could not publish the winner: {exc}") from exc
+    state.selected[key] = winner
+    _consensus_evidence(autotuner, state, arch, text, winner, signature, measured, "consensus")
+    logger.debug("consensus %s key (%s) -> %s (tuned here for the job)", state.qualified, text, signature)
+    return _Launched(result)
+
+
+def _consensus_alone(autotuner, state, key, text, arch, args, kwargs):
+    """No process group at the moment of choice: Triton tunes for this process alone, as in auto."""
+    from .distributed import rank_and_world
+
+    note = "consensus: no process group"
+    if note not in _warned:
+        _warned.add(note)
+        world = rank_and_world()[1]
+        if world > 1:  # a distributed job that has not initialized its group yet: choices may differ
+            logger.warning("AUTOTUNE_MODE=consensus but torch.distributed is not initialized yet (world size %d "
+                           "from the environment): choices made before init_process_group are this rank's own, "
+                           "timed as in auto mode", world)
+        else:
+            logger.info("AUTOTUNE_MODE=consensus without a torch.distributed process group: choices are timed "
+                        "by this process alone, as in auto mode")
+    with state.lock:
+        cache = autotuner.cache
+        timings_before = autotuner.__dict__.get("configs_timings")
+        result = _original_run(autotuner, *args, **kwargs)
+        winner = cache.get(key, autotuner.__dict__.get("best_config"))
+        timings = autotuner.__dict__.get("configs_timings")
+    signature = selection.signature(descriptor(winner))
+    state.selected[key] = winner
+    _consensus_evidence(autotuner, state, arch, text, winner, signature,
+                        _measured(autotuner, timings, timings_before), "timed")
+    return _Launched(result)
+
+
+def _measured(autotuner, timings, timings_before) -> dict | None:
+    """Triton's timings of the launch just made, by signature, if it timed in this process: it
+    replaced ``configs_timings`` with one keyed by the live candidates (a disk-cache hit replaces
+    it too, with Configs rebuilt from JSON)."""
+    if timings is None or timings is timings_before:
+        return None
+    live = {id(c) for c in autotuner.configs}
+    if not all(id(c) in live for c in timings):
+        return None
+    return {selection.signature(descriptor(c)): [float(t) for t in _as_list(v)] for c, v in timings.items()}
+
+
+def _consensus_evidence(autotuner, state, arch, text, config, signature, measured, how) -> None:
+    """The choice log on every rank; the record file too when AUTOTUNE_RECORD_PATH is set."""
+    evidence.note_choice(arch, state.qualified, text, signature, how)
+    if _policy.record_path:
+        evidence.note_record(arch, state.qualified, text, compact(descriptor(config)), signature, how, measured,
+                             [compact(descriptor(c)) for c in autotuner.configs])
 
 
 def _observe(autotuner, state, timings_before) -> None:
     """Log (and in record mode record) the winners Triton just chose."""
     arch = current_arch()
+    cache = autotuner.cache
     timings = autotuner.__dict__.get("configs_timings")
-    timed_here = timings is not None and timings is not timings_before
-    for key, config in list(autotuner.cache.items()):
+    # Timed in this process: Triton replaced configs_timings, and its keys are the live
+    # candidates.  A disk-cache hit (3.4+) also replaces it, with Configs rebuilt from JSON.
+    live = {id(c) for c in autotuner.configs}
+    timed_here = (timings is not None and timings is not timings_before
+                  and all(id(c) in live for c in timings))
+    # The timings belong to the key this launch added, the last one inserted; any other unseen
+    # key was chosen before this policy was installed.
+    newest = next(reversed(cache), None) if cache else None
+    for key, config in list(cache.items()):
         if key in state.seen:
             continue
         state.seen.add(key)
@@ -249,10 +472,11 @@ def _observe(autotuner, state, timings_before) -> None:
         evidence.note_choice(arch, state.qualified, text, signature, "timed")
         if state.mode == "record":
             measured = None
-            if timed_here:
+            if timed_here and key == newest:
                 measured = {selection.signature(descriptor(c)): [float(t) for t in _as_list(v)] for c, v in timings.items()}
-            evidence.note_record(arch, state.qualified, text, compact(desc), signature, "timed", measured,
-                                 [selection.signature(descriptor(c)) for c in autotuner.configs])
+            evidence.note_record(arch, state.qualified, text, compact(desc), signature,
+                                 "timed" if measured is not None else "reused", measured,
+                                 [compact(descriptor(c)) for c in autotuner.configs])
 
 
 def _as_list(value):

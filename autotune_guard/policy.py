@@ -55,7 +55,13 @@ def _names(var: str, value) -> tuple[str, ...]:
 
 def _paths(var: str, value) -> tuple[str, ...]:
     items = value.split(os.pathsep) if isinstance(value, str) else list(value)
-    return tuple(str(item) for item in items if str(item))
+    paths = tuple(str(item) for item in items if str(item))
+    # A mistyped table path would otherwise pin every kernel by AUTOTUNE_ON_MISS, silently.
+    for path in paths:
+        if not os.path.exists(path):
+            raise PolicyError(f"{var}={value!r}: {path!r} does not exist; allowed: directories holding "
+                              f"<arch>.json tables, or table files, separated by {os.pathsep!r}")
+    return paths
 
 
 def _block_sizes(var: str, value) -> tuple[tuple[str, int], ...]:
@@ -217,6 +223,8 @@ def policy_from_settings(settings: Mapping, *, deterministic: bool = False, env_
     for name, raw in settings.items():
         var = name if name.startswith("AUTOTUNE_") else _FIELD_TO_VAR.get(name)
         if var in _CONTROL_VARIABLES:
+            if var == "AUTOTUNE_DISABLE" and raw is not None and str(raw).strip():
+                _bool(var, raw)  # a typo here must not pass silently either
             continue
         if var not in _VARIABLES:
             known = ", ".join(KNOWN_VARIABLES) if name.startswith("AUTOTUNE_") else ", ".join(_FIELD_TO_VAR)

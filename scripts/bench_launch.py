@@ -1,0 +1,135 @@
+"""Steady-state launch path: a pinned (and an observing auto-mode) autotuner vs Triton's own
+cached path, with the launch itself stubbed out so that only the Python dispatch is measured.
+
+One kernel with 8 candidates, one autotuner object, the same arguments for every variant:
+
+* ``triton``  Triton's own ``Autotuner.run`` (the guard's patch taken off the class for the block),
+              after Triton has tuned the key once: a tuning-cache hit;
+* ``pinned``  the guard's ``run`` under ``AUTOTUNE_MODE=pinned``, the key already selected;
+* ``auto``    the guard's ``run`` under ``AUTOTUNE_MODE=auto`` (Triton times; the guard observes).
+
+The autotuner's ``.fn`` (a ``JITFunction``, or an ``InterpretedFunction`` under
+``TRITON_INTERPRET=1``) gets a no-op ``run``, so nothing compiles or launches and no GPU is needed;
+the tuning timer is a stub too.  Repetitions interleave the variants (the order rotates), each
+times ``--launches`` calls of ``kernel[grid](...)``; the figures are medians over repetitions.
+
+Usage:  python scripts/bench_launch.py [--reps 60] [--launches 10000] [--no-interpret]
+Goal:   pinned - triton <= +0.5 us per launch (issue 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import platform
+import statistics
+import sys
+import time
+
+GOAL_US = 0.5
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--reps", type=int, default=60)
+    ap.add_argument("--launches", type=int, default=10000)
+    ap.add_argument("--no-interpret", action="store_true",
+                    help="leave TRITON_INTERPRET alone (on a GPU machine: measure the JITFunction path)")
+    opts = ap.parse_args()
+    for name in [k for k in os.environ if k.startswith("AUTOTUNE_")]:
+        del os.environ[name]  # this script installs its policies itself
+    if not opts.no_interpret:
+        os.environ["TRITON_INTERPRET"] = "1"
+
+    import torch
+    import triton
+    import triton.language as tl
+    from triton.runtime import autotuner as triton_autotuner
+
+    import autotune_guard
+    from autotune_guard import interception
+
+    def stub_timer(kernel_call, quantiles):
+        kernel_call()
+        return [1.0, 1.0, 1.0]
+
+    @triton.autotune(
+        configs=[triton.Config({"BLOCK": b}, num_warps=w) for b in (128, 256, 512, 1024) for w in (4, 8)],
+        key=["n"], do_bench=stub_timer,
+    )
+    @triton.jit
+    def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
+
+    autotune_guard.install({"AUTOTUNE_MODE": "auto"})  # patches Autotuner.run
+    cls = triton_autotuner.Autotuner
+    guarded, original = cls.run, interception._original_run
+    assert getattr(guarded, "_autotune_guard", False) and original is not None
+
+    launched = []
+    add_kernel.fn.run = lambda *args, **kwargs: launched.append(1)  # the launch, stubbed
+    fn_kind = type(add_kernel.fn).__name__
+    n = 4096
+    x, y, out = torch.ones(n), torch.ones(n), torch.empty(n)
+    grid = (1,)
+    args = (x, y, out, n)
+
+    def variant(name):
+        """Put the process in the variant's state and make sure its key needs no more work."""
+        if name == "triton":
+            cls.run = original
+        else:
+            cls.run = guarded
+            autotune_guard.install({"AUTOTUNE_MODE": name})
+        add_kernel[grid](*args)  # first launch of a new policy builds its state / selection
+
+    for name in ("triton", "pinned", "auto"):
+        variant(name)
+        if name == "pinned":
+            pinned_log = autotune_guard.choice_log()
+    assert len(add_kernel.cache) == 1  # Triton tuned the key once; later 'triton' blocks are cache hits
+    assert len(pinned_log) == 1 and list(pinned_log.values())[0].endswith(";pinned"), pinned_log
+
+    names = ["triton", "pinned", "auto"]
+    per_launch = {name: [] for name in names}
+    loops = range(opts.launches)
+    for rep in range(opts.reps):
+        for name in names[rep % 3:] + names[:rep % 3]:
+            variant(name)
+            launch = add_kernel[grid]
+            gc.collect()
+            gc.disable()
+            t0 = time.thread_time()
+            for _ in loops:
+                launch(*args)
+            elapsed = time.thread_time() - t0
+            gc.enable()
+            per_launch[name].append(elapsed / opts.launches * 1e6)
+    cls.run = guarded
+    assert launched, "the stub never ran"
+
+    med = {n: statistics.median(v) for n, v in per_launch.items()}
+    print(f"autotune_guard launch-path benchmark  ({time.strftime('%Y-%m-%d')}, Python {platform.python_version()}, "
+          f"Triton {triton.__version__}, torch {torch.__version__}, {platform.machine()})")
+    print(f"command: python scripts/bench_launch.py --reps {opts.reps} --launches {opts.launches}"
+          f"{' --no-interpret' if opts.no_interpret else ''}   (.fn is a {fn_kind}, its run stubbed)")
+    print(f"pinned choice: {pinned_log}")
+    print("figures: CPU time of the launching thread (time.thread_time), so that time the thread spends "
+          "descheduled on a busy machine is left out")
+    print()
+    print(f"  {'variant':<8} {'median us/launch':>17} {'min':>8} {'max':>8} {'vs triton':>10}")
+    for name in names:
+        vals = per_launch[name]
+        diff = "" if name == "triton" else f"{med[name] - med['triton']:+.3f}"
+        print(f"  {name:<8} {med[name]:>17.3f} {min(vals):>8.3f} {max(vals):>8.3f} {diff:>10}")
+    verdict = "ok" if med["pinned"] - med["triton"] <= GOAL_US else "MISSED"
+    print(f"\npinned vs Triton's cached path: {med['pinned'] - med['triton']:+.3f} us per launch "
+          f"(goal <= +{GOAL_US} us): {verdict}")
+    return 0 if verdict == "ok" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Every GPU benchmark and the GPU test tier, in one go, on a machine with a CUDA GPU.
+#
+#   bash scripts/run_gpu_bench.sh [bench_gpu.py options]     # results in $OUT (default: a new temp dir)
+#
+# autotune_guard and python-dotenv come as wheels in .whl/ (no network needed):
+#   pip download --no-deps -d .whl python-dotenv==1.2.4
+#   pip wheel --no-deps --no-build-isolation -w .whl .
+# They are installed into a fresh venv that also sees the interpreter's own packages (torch,
+# triton, wrapt), so that autotune_guard's .pth really runs at every interpreter start there.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+REPO=$(pwd)
+OUT="${OUT:-$(mktemp -d)}"
+mkdir -p "$OUT"
+BASE="${PYTHON:-python3}"
+VENV="${VENV:-/tmp/ag-gpu-venv}"
+
+main() {
+echo "=== setup ($(date -u '+%Y-%m-%d %H:%M:%S UTC'))"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv || true
+rm -rf "$VENV"
+"$BASE" -m venv --system-site-packages "$VENV" 2>/dev/null || "$BASE" -m venv --without-pip --system-site-packages "$VENV" || return 1
+PY="$VENV/bin/python"
+SITE=$("$PY" -c "import sysconfig; print(sysconfig.get_path('purelib'))")
+if ! "$PY" -c "import torch" 2>/dev/null; then
+  # The interpreter is itself a venv: --system-site-packages shows its base, not its packages.
+  IMAGE_SITE=$("$BASE" -c "import sysconfig; print(sysconfig.get_path('purelib'))")
+  echo "import site; site.addsitedir('$IMAGE_SITE')" > "$SITE/zz_image_site.pth"
+  echo "venv sees $IMAGE_SITE through zz_image_site.pth"
+fi
+"$BASE" -m pip install -q --no-index --no-deps --target "$SITE" .whl/*.whl || return 1
+(cd / && "$PY" - <<'PYEOF') || return 1
+import importlib, os, subprocess, sys
+for name in ("torch", "triton", "wrapt", "dotenv", "autotune_guard"):
+    module = importlib.import_module(name)
+    print(f"{name:15} {getattr(module, '__version__', '?'):12} {os.path.dirname(module.__file__)}")
+probe = "import sys; print('autotune_guard._boot' in sys.modules)"
+env = dict(os.environ, AUTOTUNE_MODE="pinned")
+armed = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True).stdout.strip()
+assert armed == "True", f"the .pth did not run: {armed!r}"
+print("the .pth runs in", sys.executable)
+PYEOF
+
+echo; echo "=== GPU test tier"
+(cd tests && timeout 240 "$PY" -m pytest -p no:cacheprovider -q -rs test_gpu.py) 2>&1 | tee "$OUT/pytest.txt"
+
+echo; echo "=== GPU benchmarks"
+timeout 330 "$PY" scripts/gpu/bench_gpu.py all --out "$OUT" "$@"
+
+echo; echo "=== launch path, stubbed launch (Triton's JITFunction, no interpreter)"
+timeout 60 "$PY" scripts/bench_launch.py --no-interpret 2>&1 | tee "$OUT/launch.txt"
+
+echo; echo "=== interpreter start-up"
+timeout 100 "$PY" scripts/bench_startup.py --rounds 200 --site-rounds 100 --wheel .whl/autotune_guard-*.whl 2>&1 \
+  | tee "$OUT/startup.txt"
+
+echo; echo "=== summary ($OUT)"; cat "$OUT/table.md" 2>/dev/null; tail -3 "$OUT/pytest.txt"
+}
+
+main "$@" 2>&1 | tee "$OUT/run.log"

@@ -1,0 +1,57 @@
+"""One process, a 1-rank gloo world, the policy installed through the API after the program took
+an alias of the barrier.  Counts checks by replacing the module's ``_check`` (a 1-rank check has
+nobody to compare with, so what is observed here is when checks fire, not what they find).
+Prints one JSON line."""
+
+import json
+import sys
+import tempfile
+
+import torch  # noqa: F401  (no AUTOTUNE_* at start-up: nothing is armed until install())
+import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
+from torch.distributed import barrier  # an alias taken before autotune_guard was ever installed
+
+out = {"armed_at_start": hasattr(dist.barrier, "_self_wrapper")}
+
+import triton  # noqa: E402,F401
+
+import autotune_guard  # noqa: E402
+from autotune_guard import distributed  # noqa: E402
+
+fired = []
+real_check = distributed._check
+distributed._check = lambda d, group, device_ids, where: fired.append((group is dist.group.WORLD, where)) or True
+
+dist.init_process_group("gloo", init_method="file://" + tempfile.mktemp(), rank=0, world_size=1)
+autotune_guard.install({"AUTOTUNE_MODE": "pinned"})  # no cadence: barriers only count nothing
+for _ in range(3):
+    dist.barrier()
+out["checks_without_cadence"] = len(fired)
+
+autotune_guard.install({"AUTOTUNE_MODE": "pinned", "AUTOTUNE_VERIFY_EVERY": 2})
+autotune_guard.install({"AUTOTUNE_MODE": "pinned", "AUTOTUNE_VERIFY_EVERY": 2})  # idempotent wrapping
+out["wrapped"] = {name: getattr(f, "_self_wrapper", None) is not None for name, f in
+                  (("dist.barrier", dist.barrier), ("c10d.barrier", c10d.barrier), ("alias", barrier),
+                   ("monitored", dist.monitored_barrier))}
+out["one_layer"] = not hasattr(c10d.barrier.__wrapped__, "_self_wrapper")
+out["same_object"] = dist.barrier is c10d.barrier is barrier
+
+sub = dist.new_group([0])
+barrier()                          # world 1
+c10d.barrier(sub)                  # sub 1
+dist.barrier(group=dist.group.WORLD)  # world 2 -> check
+dist.barrier(async_op=True).wait()    # not counted: the caller asked not to block
+dist.monitored_barrier()           # world 3
+c10d.barrier(group=sub)            # sub 2 -> check
+dist.barrier()                     # world 4 -> check
+out["fired"] = fired
+
+distributed._check = real_check
+out["verify_choices"] = autotune_guard.verify_choices()
+out["maybe_due"] = autotune_guard.maybe_verify_choices(4)
+out["maybe_not_due"] = autotune_guard.maybe_verify_choices(5)
+del sub
+dist.destroy_process_group()
+print(json.dumps(out))
+sys.stdout.flush()

@@ -1,0 +1,335 @@
+"""AUTOTUNE_MODE=consensus: one timing pass per (kernel, key) for the whole job, the same choice on
+every rank, by construction.
+
+Real ranks over gloo (torchrun, or ranks started by hand where torchrun would tear the interesting
+ranks down), real Triton kernels under TRITON_INTERPRET=1 whose timers return random times, so
+that ranks left to themselves disagree (each job carries a control kernel that shows it).  The
+naming and payload rules are plain functions, tested as such; the Store helpers run against a real
+TCPStore in a cold process.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from support import TESTS, clean_env, last_json, run_python, torchrun
+
+from autotune_guard import consensus, files
+from autotune_guard.consensus import ConsensusError
+
+PROGS = os.path.join(TESTS, "progs")
+F32 = "torch.float32"
+ADD = "kernels.demo.add_kernel"
+SCALE = "kernels.demo.scale_kernel"
+_RANK_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID",
+              "SLURM_NTASKS", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE")
+
+
+def env_for(**settings):
+    """A consensus-mode environment with no rank of its own (the launcher, or ``settings``, sets it)."""
+    env = clean_env(AUTOTUNE_MODE="consensus")
+    for name in _RANK_VARS:
+        env.pop(name, None)
+    env.update({k: str(v) for k, v in settings.items()})
+    return env
+
+
+def key_of(kernel, n):
+    return f"{n},{F32},{F32},{F32}" if kernel == "add" else f"{n},{F32},{F32}"
+
+
+# --- plain rules: names, payloads, refusals ---------------------------------------------------
+
+WHAT = "kernel pkg.mod.k key (1024,torch.float16) arch sm90"
+SIGS = ["BLOCK=32,num_warps=4", "BLOCK=64,num_warps=4", "BLOCK=128,num_warps=8"]
+
+
+def test_a_decision_is_named_by_arch_kernel_and_key_only():
+    name = consensus.decision_name("sm90", "pkg.mod.k", "1024,torch.float16")
+    assert name.startswith(consensus.NAMESPACE) and name == consensus.decision_name("sm90", "pkg.mod.k", "1024,torch.float16")
+    others = {consensus.decision_name(*parts) for parts in [("sm80", "pkg.mod.k", "1024,torch.float16"),
+                                                            ("sm90", "pkg.mod.j", "1024,torch.float16"),
+                                                            ("sm90", "pkg.mod.k", "2048,torch.float16")]}
+    assert name not in others and len(others) == 3
+    # The candidate list is not part of the name (it travels in the value, so differing lists
+    # meet and are refused); its hash ignores order and duplicates.
+    assert consensus.candidates_hash(SIGS) == consensus.candidates_hash(SIGS[::-1] + SIGS[:1])
+    assert consensus.candidates_hash(SIGS) != consensus.candidates_hash(SIGS[1:])
+
+
+def test_a_published_winner_is_followed_by_signature():
+    payload = consensus.decode(consensus.encode_winner(3, SIGS[2], {"kwargs": {"BLOCK": 128}}, SIGS, True), WHAT)
+    assert payload["rank"] == 3 and payload["timed"] is True
+    assert consensus.follow(payload, SIGS, WHAT) == 2
+    assert consensus.follow(payload, SIGS[::-1], WHAT) == 0  # another order of the same candidates
+
+
+def test_differing_candidates_claimer_failure_and_garbage_are_refused_with_names():
+    payload = consensus.decode(consensus.encode_winner(1, SIGS[0], {}, SIGS, True), WHAT)
+    with pytest.raises(ConsensusError) as info:
+        consensus.follow(payload, SIGS[1:] + ["BLOCK=256,num_warps=8"], WHAT)
+    message = str(info.value)
+    assert WHAT in message and "rank 1" in message and "differ" in message
+    assert "only here: BLOCK=256,num_warps=8" in message and "only on rank 1: BLOCK=32,num_warps=4" in message
+    # A claimer whose tuning raised tells the waiters so, instead of leaving them to time out.
+    failed = consensus.decode(consensus.encode_failure(2, "RuntimeError('out of memory')"), WHAT)
+    with pytest.raises(ConsensusError, match=r"rank 2, which claimed this tuning, failed while timing \(RuntimeError"):
+        consensus.follow(failed, SIGS, WHAT)
+    for garbage in ("", "not json", json.dumps({"format": "other/1"}), "[1, 2]"):
+        with pytest.raises(ConsensusError, match="cannot read"):
+            consensus.decode(garbage, WHAT)
+    message = consensus.timeout_message(WHAT, 4, 2.5)
+    assert WHAT in message and "rank 4" in message and "2.5 s" in message and "AUTOTUNE_CONSENSUS_TIMEOUT" in message
+    assert "died before naming itself" in consensus.timeout_message(WHAT, None, 600)
+
+
+# --- the Store helpers against a real TCPStore ---------------------------------------------------
+
+STORE_RUN = """
+import json, threading, time
+from datetime import timedelta
+import torch.distributed as dist
+from autotune_guard import distributed as d
+out = {"job_store": repr(d.job_store())}  # not distributed: no Store, and no error
+server = dist.TCPStore("127.0.0.1", 0, 1, True, timedelta(seconds=30), wait_for_workers=False)
+store = dist.PrefixStore("default_pg", dist.TCPStore("127.0.0.1", server.port, 1, False, timedelta(seconds=30)))
+won, go = [], threading.Barrier(8)
+def claim(rank):
+    go.wait()
+    if d.store_claim(store, "consensus/x", rank):
+        won.append(rank)
+threads = [threading.Thread(target=claim, args=(r,)) for r in range(8)]
+[t.start() for t in threads]; [t.join() for t in threads]
+out["winners"] = won
+out["owner"] = d.store_owner(store, "consensus/x")
+out["owner_unclaimed"] = d.store_owner(store, "consensus/y")
+out["get_missing"] = d.store_get(store, "consensus/x/result")
+start = time.monotonic()
+out["wait_missing"] = d.store_wait(store, "consensus/x/result", 0.3)
+out["wait_missing_s"] = time.monotonic() - start
+def publish():
+    time.sleep(0.3)
+    d.store_set(store, "consensus/x/result", "the winner")
+threading.Thread(target=publish).start()
+start = time.monotonic()
+out["wait_published"] = d.store_wait(store, "consensus/x/result", 10)
+out["wait_published_s"] = time.monotonic() - start
+# While one thread waits, the same client serves others at once (a blocking Store.wait would not).
+def long_wait():
+    d.store_wait(store, "consensus/never", 1.5)
+waiter = threading.Thread(target=long_wait); waiter.start(); time.sleep(0.1)
+start = time.monotonic()
+d.store_set(store, "consensus/other", "1")
+out["set_during_wait_s"] = time.monotonic() - start
+waiter.join()
+del server  # the Store's host goes away
+try:
+    d.store_wait(store, "consensus/z", 5)
+    out["dead"] = None
+except d.StoreError as exc:
+    out["dead"] = str(exc)
+print(json.dumps(out))
+"""
+
+
+def test_store_claim_owner_wait_and_a_dead_store():
+    out = last_json(run_python(STORE_RUN, env=env_for()).stdout)
+    assert out["job_store"] == "None"
+    assert len(out["winners"]) == 1 and out["owner"] == out["winners"][0]  # exactly one claimer, named
+    assert out["owner_unclaimed"] is None and out["get_missing"] is None
+    assert out["wait_missing"] is None and 0.3 <= out["wait_missing_s"] < 1.5  # an explicit deadline
+    assert out["wait_published"] == "the winner" and 0.25 <= out["wait_published_s"] < 0.6  # polled promptly
+    assert out["set_during_wait_s"] < 0.5
+    assert out["dead"] and "consensus/z" in out["dead"]
+
+
+# --- a real job: agreement, one timing pass per key, uneven coverage, records ------------------
+
+def test_ranks_agree_and_the_job_times_each_key_once(tmp_path):
+    """3 gloo ranks; random timers; keys met in rotated orders by two threads per rank, a key per
+    rank alone, a key on even ranks only; a control kernel left to Triton shows the ranks would
+    otherwise disagree.  Also: differing candidate lists are refused, a claimer whose tuning fails
+    fails its waiters at once, and the record files merge into a table for later pinned runs."""
+    out = tmp_path / "out"
+    out.mkdir()
+    rec, digest = tmp_path / "rec", tmp_path / "choices"
+    torchrun(os.path.join(PROGS, "consensus_worker.py"), 3, args=[str(out)],
+             env=env_for(AUTOTUNE_CONFIG_INVARIANT="control_body", AUTOTUNE_RECORD_PATH=rec,
+                         AUTOTUNE_DIGEST_PATH=digest, AUTOTUNE_CONSENSUS_TIMEOUT=120))
+    ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(3)]
+    candidates = ranks[0]["candidates"]
+
+    # Every rank that ran a (kernel, key) chose the same config; a key a rank never ran is no conflict.
+    chosen = {}
+    for r in ranks:
+        ran = {(ADD if k == "add" else SCALE, key_of(k, n)) for k, n in r["ran"]}
+        logged = {tuple(entry.split("|")[1:]): value for entry, value in r["choices"].items()
+                  if entry.split("|")[1] in (ADD, SCALE)}
+        assert set(logged) == ran
+        for where, value in logged.items():
+            signature, _, how = value.rpartition(";")
+            assert how == "consensus"
+            assert chosen.setdefault(where, signature) == signature, (where, [x["choices"] for x in ranks])
+    assert len(chosen) == 3 + 1 + 3 + 1  # 3 common add keys, scale 1000, one add key per rank, scale 500
+    assert sum(1 for r in ranks if (SCALE, key_of("scale", 500)) in
+               {tuple(e.split("|")[1:]) for e in r["choices"]}) == 2  # even ranks only
+
+    # One timing pass per (kernel, key), counted across the whole job.
+    expected = sum(candidates["add" if kernel == ADD else "scale"] for kernel, _ in chosen)
+    assert sum(r["timer_calls"] for r in ranks) == expected, [r["timer_calls"] for r in ranks]
+
+    # The control: left to Triton, each rank timed every candidate itself and the ranks disagree.
+    assert all(r["control_calls"] == 2 * 8 for r in ranks)
+    controls = [r["control"] for r in ranks]
+    assert len({json.dumps(c, sort_keys=True) for c in controls}) > 1, controls
+
+    # rank 1 prunes a candidate the others keep: it refuses, naming it; rank 2 follows rank 0.
+    assert ranks[1]["mismatch"].startswith("ConsensusError")
+    assert "__main__.pruned_body key (512" in ranks[1]["mismatch"] and "rank 0" in ranks[1]["mismatch"]
+    assert "differ" in ranks[1]["mismatch"] and "only on rank 0: BLOCK=32,num_warps=1" in ranks[1]["mismatch"]
+    assert ranks[2]["mismatch"] == "ok" and ranks[0]["other_calls"] == 4 and ranks[2]["other_calls"] == 0
+    # rank 0's timer raised while it tuned failing_body: it saw its own error, the others at once.
+    assert ranks[0]["failed"]["error"] == "timer broke on purpose"
+    for r in ranks[1:]:
+        assert r["failed"]["error"].startswith("ConsensusError") and "__main__.failing_body key (512" in r["failed"]["error"]
+        assert "rank 0, which claimed this tuning, failed" in r["failed"]["error"] and "timer broke" in r["failed"]["error"]
+        assert r["failed"]["seconds"] < 5  # not the 120 s timeout
+
+    # Choices files: the digest covers consensus choices; records carry timings on the claimer only.
+    for r in ranks:
+        doc = files.read_document(str(digest) + f".rank{r['rank']}.json")
+        assert doc["log"] == r["choices"] and doc["complete"] is True
+    timed_on = {}
+    for r in range(3):
+        doc = files.read_document(str(rec) + f".rank{r}.json")
+        for kernel in (ADD, SCALE):
+            for key, entry in doc["kernels"].get(kernel, {}).items():
+                assert entry["how"] == "consensus" and entry["signature"] == chosen[(kernel, key)]
+                if entry["timings"]:
+                    assert set(entry["timings"]) >= {entry["signature"]}
+                    timed_on.setdefault((kernel, key), []).append(r)
+    assert set(timed_on) == set(chosen) and all(len(v) == 1 for v in timed_on.values()), timed_on
+    # The job's tuning is a table for later pinned runs.
+    table = tmp_path / "interpret.json"
+    merged = subprocess.run([sys.executable, "-m", "autotune_guard.report", "merge",
+                             *[str(rec) + f".rank{r}.json" for r in range(3)], "-o", str(table)],
+                            env=env_for(), capture_output=True, text=True, timeout=120)
+    assert merged.returncode == 0, merged.stderr
+    kernels = files.read_document(str(table))["kernels"]
+    assert {(k, key) for k in (ADD, SCALE) for key in kernels.get(k, {})} == set(chosen)
+
+
+# --- a claimer that never publishes --------------------------------------------------------------
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _ranks_by_hand(tmp_path, world, args, timeout_s):
+    """Start ``world`` ranks of consensus_claimer_lost.py with env:// (rank 0 hosts the Store), as
+    torchrun would minus its habit of killing every rank when one dies."""
+    port = _free_port()
+    procs = []
+    for rank in range(world):
+        env = env_for(AUTOTUNE_CONSENSUS_TIMEOUT=timeout_s, MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=rank,
+                      WORLD_SIZE=world, LOCAL_RANK=rank)
+        procs.append(subprocess.Popen([sys.executable, os.path.join(PROGS, "consensus_claimer_lost.py"),
+                                       str(tmp_path), *args], env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    try:
+        outputs = [p.communicate(timeout=240) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return [p.returncode for p in procs], outputs
+
+
+def _waiter(tmp_path, rank):
+    return json.loads((tmp_path / f"rank{rank}.json").read_text())
+
+
+def test_a_killed_claimer_fails_the_waiters_with_its_name_within_the_timeout(tmp_path):
+    codes, outputs = _ranks_by_hand(tmp_path, 3, ["kill"], 4)
+    assert codes[1] == -9, outputs[1][1][-3000:]
+    for rank in (0, 2):
+        assert codes[rank] == 0, outputs[rank][1][-3000:]
+        result = _waiter(tmp_path, rank)
+        assert result["type"] == "ConsensusError" and not result["ran"]
+        message = result["error"]
+        assert "kernel __main__.victim_kernel key (1000,torch.float32,torch.float32) arch interpret" in message
+        assert "rank 1 claimed this tuning but published no winner within 4 s" in message
+        assert 4 <= result["seconds"] < 4 + 3
+
+
+def test_a_dead_store_host_fails_the_waiters_at_once(tmp_path):
+    """The claimer is rank 0, which hosts the Store: the waiters lose the Store itself and say so
+    immediately rather than polling a dead Store until the timeout."""
+    codes, outputs = _ranks_by_hand(tmp_path, 3, ["kill", "0"], 60)
+    assert codes[0] == -9
+    for rank in (1, 2):
+        result = _waiter(tmp_path, rank)
+        assert result["type"] == "ConsensusError" and not result["ran"], outputs[rank][1][-3000:]
+        assert "__main__.victim_kernel key (1000" in result["error"] and "the job's Store failed" in result["error"]
+        assert result["seconds"] < 10
+
+
+def test_a_hung_claimer_under_torchrun_fails_the_waiters_within_the_timeout(tmp_path):
+    """torchrun's agent hosts the Store here, as in production; rank 1 hangs in its timer."""
+    proc = torchrun(os.path.join(PROGS, "consensus_claimer_lost.py"), 3, args=[str(tmp_path), "hang"],
+                    env=env_for(AUTOTUNE_CONSENSUS_TIMEOUT=3), check=False)
+    assert proc.returncode != 0  # the waiters exit 3, and torchrun then stops the hung rank
+    for rank in (0, 2):
+        result = _waiter(tmp_path, rank)
+        assert result["type"] == "ConsensusError" and not result["ran"], proc.stderr[-3000:]
+        assert "rank 1 claimed this tuning but published no winner within 3 s" in result["error"]
+        assert "__main__.victim_kernel key (1000,torch.float32,torch.float32)" in result["error"]
+        assert 3 <= result["seconds"] < 3 + 3
+
+
+# --- no process group: auto for that choice, said once -------------------------------------------
+
+ALONE_RUN = """
+import json, threading, torch
+import torch.distributed  # imported, never initialized
+import autotune_guard
+from kernels import demo
+x, y = torch.rand(1000), torch.rand(1000)
+ok = [bool(torch.equal(demo.add(torch.ones(64), torch.ones(64)), torch.full((64,), 2.0)))]
+go = threading.Barrier(2)
+def worker():
+    go.wait()
+    ok.append(bool(torch.allclose(demo.add(x, y), x + y)))
+threads = [threading.Thread(target=worker) for _ in range(2)]
+[t.start() for t in threads]; [t.join() for t in threads]
+ok.append(bool(torch.allclose(demo.scale(x, 2.0), x * 2.0)))
+print(json.dumps({"ok": ok, "timer_calls": len(demo.TIMER_CALLS), "log": autotune_guard.choice_log()}))
+"""
+
+
+def test_without_a_process_group_consensus_times_like_auto_and_says_so_once(tmp_path):
+    proc = run_python(ALONE_RUN, env=env_for(AUTOTUNE_RECORD_PATH=tmp_path / "rec"))
+    out = last_json(proc.stdout)
+    assert all(out["ok"])
+    assert out["timer_calls"] == 8 + 8 + 3  # add 64, add 1000 (two threads, once), scale 1000
+    assert len(out["log"]) == 3 and all(v.endswith(";timed") for v in out["log"].values())
+    said = [line for line in proc.stderr.splitlines() if "without a torch.distributed process group" in line]
+    assert len(said) == 1 and "INFO" in said[0], proc.stderr
+    doc = files.read_document(str(tmp_path / "rec.rank0.json"))
+    entries = [e for es in doc["kernels"].values() for e in es.values()]
+    assert len(entries) == 3 and all(e["how"] == "timed" and e["timings"] for e in entries)
+
+
+def test_a_distributed_job_before_init_process_group_is_warned_about(tmp_path):
+    code = "import torch\nfrom kernels import demo\ndemo.add(torch.ones(64), torch.ones(64))\n"
+    proc = run_python(code, env=env_for(RANK=1, WORLD_SIZE=4))
+    said = [line for line in proc.stderr.splitlines() if "not initialized yet" in line]
+    assert len(said) == 1 and "WARNING" in said[0] and "world size 4" in said[0], proc.stderr

@@ -1,0 +1,198 @@
+"""The pinned-selection rules and the table lookup, as plain functions over plain data.
+
+No Triton here: candidates are descriptors (``selection``'s plain-data form of a Config) and
+tables are real JSON files in a temporary directory.
+"""
+
+import json
+import logging
+import random
+
+import pytest
+
+from autotune_guard import files, selection
+from autotune_guard.selection import SelectionError
+
+DEFAULTS = {"num_warps": 4, "num_stages": 3, "num_ctas": 1, "maxnreg": None}
+WHAT = "kernel pkg.mod.k key (1024,torch.float16) arch sm90"
+
+
+def desc(num_warps=4, num_stages=3, **kwargs):
+    return {"kwargs": kwargs, "num_warps": num_warps, "num_stages": num_stages, "num_ctas": 1, "maxnreg": None}
+
+
+def select(candidates, *, entry=None, block_sizes=(), on_miss="min_cost"):
+    return selection.select(candidates, table_entry=entry, block_sizes=block_sizes, on_miss=on_miss,
+                            defaults=DEFAULTS, what=WHAT)
+
+
+# --- descriptors ------------------------------------------------------------------------------
+
+def test_signature_is_canonical():
+    a = {"kwargs": {"BLOCK_N": 32, "BLOCK_M": 64}, "num_warps": 2, "num_stages": 3, "num_ctas": 1, "maxnreg": None}
+    b = {"maxnreg": None, "num_ctas": 1, "num_stages": 3, "num_warps": 2, "kwargs": {"BLOCK_M": 64, "BLOCK_N": 32}}
+    assert selection.signature(a) == selection.signature(b) == "BLOCK_M=64,BLOCK_N=32,num_warps=2,num_stages=3,num_ctas=1"
+    assert selection.signature(dict(a, maxnreg=128)).endswith(",maxnreg=128")
+
+
+def test_static_cost_prefers_the_smallest_tile_then_fewer_warps_and_stages():
+    small, wide, big = desc(BLOCK_M=32, BLOCK_N=32), desc(BLOCK_M=16, BLOCK_N=128), desc(BLOCK_M=64, BLOCK_N=64)
+    assert sorted([big, wide, small], key=selection.static_cost) == [small, wide, big]
+    assert selection.static_cost(desc(num_warps=2, B=64)) < selection.static_cost(desc(num_warps=4, B=64))
+    assert selection.static_cost(desc(num_stages=2, B=64)) < selection.static_cost(desc(num_stages=4, B=64))
+
+
+def test_min_cost_does_not_depend_on_declaration_order():
+    # Same tile (32*64 == 64*32), same options: only the signature can break the tie.
+    candidates = [desc(BLOCK_M=32, BLOCK_N=64), desc(BLOCK_M=64, BLOCK_N=32), desc(BLOCK_M=128, BLOCK_N=32)]
+    winners = set()
+    rng = random.Random(7)
+    for _ in range(20):
+        shuffled = candidates[:]
+        rng.shuffle(shuffled)
+        index, why, warning = select(shuffled)
+        winners.add(selection.signature(shuffled[index]))
+        assert (why, warning) == ("min_cost", None)
+    assert winners == {"BLOCK_M=32,BLOCK_N=64,num_warps=4,num_stages=3,num_ctas=1"}
+
+
+def test_entry_matches_uses_defaults_for_omitted_fields():
+    candidate = desc(BLOCK=64)  # num_warps 4 and num_stages 3: Triton's defaults
+    assert selection.entry_matches({"kwargs": {"BLOCK": 64}}, candidate, DEFAULTS)
+    assert selection.entry_matches({"kwargs": {"BLOCK": 64}, "num_warps": 4}, candidate, DEFAULTS)
+    assert not selection.entry_matches({"kwargs": {"BLOCK": 64}, "num_warps": 8}, candidate, DEFAULTS)
+    assert not selection.entry_matches({"kwargs": {"BLOCK": 32}}, candidate, DEFAULTS)
+    assert not selection.entry_matches({"kwargs": {"BLOCK": 64, "EXTRA": 1}}, candidate, DEFAULTS)
+    # An omitted field means the default, not "anything": num_warps=2 is not the default 4.
+    assert not selection.entry_matches({"kwargs": {"BLOCK": 64}}, desc(num_warps=2, BLOCK=64), DEFAULTS)
+
+
+# --- the order of select(): table, block sizes, on_miss ----------------------------------------
+
+CANDIDATES = [desc(BLOCK=128), desc(BLOCK=16), desc(BLOCK=64), desc(num_warps=2, BLOCK=64), desc(BLOCK=32)]
+
+
+def test_on_miss_first_picks_declaration_order_and_min_cost_the_smallest_tile():
+    assert select(CANDIDATES, on_miss="first") == (0, "first", None)
+    assert select(CANDIDATES, on_miss="min_cost") == (1, "min_cost", None)
+
+
+def test_on_miss_error_names_kernel_key_and_arch():
+    with pytest.raises(SelectionError) as info:
+        select(CANDIDATES, on_miss="error")
+    message = str(info.value)
+    assert "pkg.mod.k" in message and "1024,torch.float16" in message and "sm90" in message
+    assert "AUTOTUNE_ON_MISS=error" in message
+
+
+def test_a_table_entry_wins_over_block_sizes_and_on_miss():
+    entry = {"kwargs": {"BLOCK": 64}, "num_warps": 2}
+    for on_miss in ("first", "min_cost", "error"):
+        assert select(CANDIDATES, entry=entry, block_sizes=[("BLOCK", 32)], on_miss=on_miss) == (3, "table", None)
+    # Omitted num_warps is the default 4: the other BLOCK=64 candidate.
+    assert select(CANDIDATES, entry={"kwargs": {"BLOCK": 64}}) == (2, "table", None)
+
+
+def test_an_entry_matching_no_live_candidate_is_a_miss():
+    entry = {"kwargs": {"BLOCK": 48}}
+    index, why, warning = select(CANDIDATES, entry=entry, block_sizes=[("BLOCK", 64)])
+    assert (index, why) == (3, "block_sizes")  # falls through to the override, min_cost among obeying
+    assert "table entry" in warning and "no live candidate" in warning and "pkg.mod.k" in warning
+    index, why, warning = select(CANDIDATES, entry=entry, on_miss="first")
+    assert (index, why) == (0, "first") and "no live candidate" in warning
+    with pytest.raises(SelectionError, match="table entry matches no live candidate"):
+        select(CANDIDATES, entry=entry, on_miss="error")
+
+
+def test_block_sizes_override_is_obeyed_with_on_miss_among_obeying_candidates():
+    assert select(CANDIDATES, block_sizes=[("BLOCK", 64)]) == (3, "block_sizes", None)  # fewer warps
+    assert select(CANDIDATES, block_sizes=[("BLOCK", 64)], on_miss="first") == (2, "block_sizes", None)
+    # on_miss=error does not refuse when the override is obeyed.
+    assert select(CANDIDATES, block_sizes=[("BLOCK", 64)], on_miss="error") == (3, "block_sizes", None)
+
+
+def test_block_sizes_that_match_nothing_warn_or_refuse():
+    index, why, warning = select(CANDIDATES, block_sizes=[("BLOCK", 48)])
+    assert (index, why) == (1, "min_cost")
+    assert "AUTOTUNE_BLOCK_SIZES matches no candidate" in warning and "pkg.mod.k" in warning
+    with pytest.raises(SelectionError) as info:
+        select(CANDIDATES, block_sizes=[("BLOCK", 48)], on_miss="error")
+    assert "AUTOTUNE_BLOCK_SIZES" in str(info.value) and "1024,torch.float16" in str(info.value)
+
+
+def test_block_sizes_for_other_kernels_do_not_apply_here():
+    # BLOCK_M is not a meta-parameter of these candidates: no warning, plain on_miss.
+    assert select(CANDIDATES, block_sizes=[("BLOCK_M", 64)]) == (1, "min_cost", None)
+    # A kernel with BLOCK_M and BLOCK_N obeys the names it has.
+    two_d = [desc(BLOCK_M=64, BLOCK_N=64), desc(BLOCK_M=32, BLOCK_N=128), desc(BLOCK_M=32, BLOCK_N=32)]
+    assert selection.block_size_matches([("BLOCK_M", 32), ("OTHER", 8)], two_d) == [1, 2]
+    assert select(two_d, block_sizes=[("BLOCK_M", 32), ("OTHER", 8)]) == (2, "block_sizes", None)
+    assert selection.block_size_matches([("BLOCK_M", 16)], two_d) == []
+    assert selection.block_size_matches([("OTHER", 16)], two_d) is None
+
+
+def test_chaos_shift_gives_each_rank_a_different_candidate():
+    assert [selection.chaos_shift(1, 4, rank) for rank in range(4)] == [1, 2, 3, 0]
+
+
+# --- tables: lookup and loading ----------------------------------------------------------------
+
+def table(arch="interpret", kernels=None, **extra):
+    return {"format": files.TABLE_FORMAT, "arch": arch, "kernels": kernels or {}, **extra}
+
+
+def write(path, document):
+    path.write_text(json.dumps(document) if not isinstance(document, str) else document)
+    return str(path)
+
+
+def test_table_entry_prefers_the_key_then_star_then_the_bare_name():
+    a, b, c = {"kwargs": {"B": 1}}, {"kwargs": {"B": 2}}, {"kwargs": {"B": 3}}
+    tables = {"pkg.mod.k": {"1024": a, "*": b}, "k": {"*": c}, "other": {"*": a}}
+    assert files.table_entry(tables, "pkg.mod.k", "1024") is a
+    assert files.table_entry(tables, "pkg.mod.k", "2048") is b
+    assert files.table_entry(tables, "elsewhere.k", "1024") is c  # bare function name
+    assert files.table_entry(tables, "pkg.mod.missing", "1024") is None
+    assert files.table_entry({"pkg.mod.k": {"1024": a}}, "pkg.mod.k", "2048") is None
+
+
+def test_an_entry_that_omits_every_field_is_still_the_keys_own_entry():
+    # {} is a real entry (no meta-parameters, Triton's default options), not "no entry".
+    own, star = {}, {"kwargs": {}, "num_warps": 8}
+    assert files.table_entry({"pkg.k": {"7": own, "*": star}}, "pkg.k", "7") is own
+
+
+def test_table_path_as_directory_and_as_file(tmp_path):
+    directory = tmp_path / "tables"
+    directory.mkdir()
+    write(directory / "interpret.json", table(kernels={"pkg.k": {"*": {"kwargs": {"B": 1}}}}))
+    write(directory / "sm90.json", table("sm90", {"pkg.k": {"*": {"kwargs": {"B": 9}}}}))
+    single = write(tmp_path / "my-table.json", table(kernels={"pkg.k": {"*": {"kwargs": {"B": 2}}}, "pkg.j": {"*": {}}}))
+    versions = {"triton": None, "torch": None}
+    assert files.load_tables((str(directory),), "interpret", versions) == {"pkg.k": {"*": {"kwargs": {"B": 1}}}}
+    assert files.load_tables((str(directory),), "sm90", versions) == {"pkg.k": {"*": {"kwargs": {"B": 9}}}}
+    # Earlier entries of the path win, per kernel and key.
+    merged = files.load_tables((str(directory), single), "interpret", versions)
+    assert merged == {"pkg.k": {"*": {"kwargs": {"B": 1}}}, "pkg.j": {"*": {}}}
+    merged = files.load_tables((single, str(directory)), "interpret", versions)
+    assert merged["pkg.k"] == {"*": {"kwargs": {"B": 2}}}
+
+
+def test_unusable_tables_are_skipped_with_a_warning_naming_them(tmp_path):
+    corrupt = write(tmp_path / "corrupt.json", '{"format": "autotune_guard.table/1", "arch": ')
+    other_arch = write(tmp_path / "other.json", table("gfx942", {"pkg.k": {"*": {}}}))
+    stale = write(tmp_path / "stale.json", table(kernels={"pkg.k": {"*": {"kwargs": {"B": 4}}}}, triton="0.0.1"))
+    log = logging.getLogger("autotune_guard")
+    handler = logging.Handler()
+    seen = []
+    handler.emit = lambda record: seen.append(record.getMessage())
+    log.addHandler(handler)
+    try:
+        merged = files.load_tables((corrupt, other_arch, stale), "interpret", {"triton": "3.9.0"})
+    finally:
+        log.removeHandler(handler)
+    assert merged == {"pkg.k": {"*": {"kwargs": {"B": 4}}}}
+    text = "\n".join(seen)
+    assert corrupt in text and "not valid JSON" in text
+    assert other_arch in text and "gfx942" in text
+    assert stale in text and "0.0.1" in text and "stale" in text
