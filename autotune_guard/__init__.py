@@ -16,6 +16,7 @@ _API = {
     "AutotunePolicy": "policy",
     "PolicyError": "policy",
     "SelectionError": "selection",
+    "ConsensusError": "consensus",
 }
 __all__ = list(_API)
 

@@ -4,6 +4,10 @@ It must cost next to nothing and never raise (an exception in a ``.pth`` line is
 program then runs unguarded; a ``SystemExit`` there kills the interpreter).  So it only puts a
 tiny watcher on ``sys.meta_path``; wrapt, python-dotenv and the policy are loaded when Triton or
 torch starts being imported, and a bad setting fails that import, loudly.
+
+The ``.pth`` line itself runs in every interpreter, so it is written for the cold cost of
+compiling and running it once (scripts/bench_startup.py): one flat ``str.join`` over the
+variable names rather than a generator, no keyword arguments, no comment line.
 """
 
 import os

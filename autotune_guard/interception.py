@@ -151,7 +151,10 @@ def _guarded_run(self, *args, **kwargs):
     if mode == "pinned" or mode == "consensus":
         # The steady state, inlined (it is every launch): under the lock, because another
         # thread's pinned launch swaps ``configs`` to one element for the length of its call.
-        with state.lock:
+        # acquire/release rather than ``with``: measurably cheaper per launch.
+        lock = state.lock
+        lock.acquire()
+        try:
             saved = self.configs
             if len(saved) < 2:
                 return _original_run(self, *args, **kwargs)
@@ -170,6 +173,8 @@ def _guarded_run(self, *args, **kwargs):
                     raise
                 finally:
                     self.configs = saved
+        finally:
+            lock.release()
         # A key consensus has not decided yet: outside this lock, which the decision takes after its own.
         return _consensus_launch(self, state, key, args, kwargs)
     if mode == "off":
@@ -217,10 +222,14 @@ def _restore(attrs, best, nargs) -> None:
 def _tuning_key(state, args, kwargs) -> tuple:
     """Triton's own tuning key (3.2+ formula): key arguments by name, then every dtype."""
     if len(args) <= len(state.arg_names) and state.arg_set.isdisjoint(kwargs):
-        # Every kernel argument positional (the usual ``kernel[grid](...)``): no name mapping.
+        # Every kernel argument positional (the usual ``kernel[grid](...)``): no name mapping,
+        # one attribute read per argument.
         count = len(args)
         key = [args[i] for i in state.key_index if i < count]
-        key += [str(value.dtype) for value in args if hasattr(value, "dtype")]
+        for value in args:
+            dtype = getattr(value, "dtype", _MISSING)
+            if dtype is not _MISSING:
+                key.append(str(dtype))
         return tuple(key)
     nargs = dict(zip(state.arg_names, args))
     if kwargs:

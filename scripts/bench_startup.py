@@ -83,17 +83,26 @@ def spawn_wall_ms(python: str, env: dict, args=("-c", "pass")) -> float:
     return elapsed
 
 
-def addsitedir_us(python: str, site: str | None, env: dict) -> float:
+# A typical one-line .pth of another package (setuptools installs one much like it).
+OTHER_PTH = 'import os; os.environ.get("OTHER_PACKAGE_SWITCH", "local") == "local" and None\n'
+
+
+def addsitedir_us(python: str, folder: str, env: dict) -> float:
     """``site.addsitedir`` of a site-packages folder (its listing and every ``.pth`` in it), timed
     inside a cold interpreter started with ``-S``: the start-up share of our files, with far less
-    noise than a whole process.  ``site`` None times an empty folder."""
+    noise than a whole process.  A failed import first fills the import system's directory
+    caches for the standard library, as a normal start does anyway (``import sitecustomize``),
+    so that an active ``.pth`` is not charged for it."""
     code = (
-        "import sys, time, site, tempfile\n"
-        "d = sys.argv[1] or tempfile.mkdtemp()\n"
-        "t0 = time.perf_counter_ns(); site.addsitedir(d); t1 = time.perf_counter_ns()\n"
+        "import sys, time, site\n"
+        "try:\n"
+        "    import _autotune_guard_bench_absent_\n"
+        "except ImportError:\n"
+        "    pass\n"
+        "t0 = time.perf_counter_ns(); site.addsitedir(sys.argv[1]); t1 = time.perf_counter_ns()\n"
         "print((t1 - t0) / 1000)\n"
     )
-    return float(sh([python, "-S", "-c", code, site or ""], env=env).stdout)
+    return float(sh([python, "-S", "-c", code, folder], env=env).stdout)
 
 
 def main() -> int:
@@ -103,8 +112,13 @@ def main() -> int:
     ap.add_argument("--wheel", help="a built autotune_guard wheel (default: build one from this checkout)")
     opts = ap.parse_args()
 
+    wheel = os.path.abspath(opts.wheel) if opts.wheel else None
+    home = os.getcwd()
     with tempfile.TemporaryDirectory(prefix="ag-startup-") as tmp:
-        wheel = opts.wheel or build_wheel(os.path.join(tmp, "dist"))
+        wheel = wheel or build_wheel(os.path.join(tmp, "dist"))
+        # Children start in an empty folder: with ``-c`` the working directory heads sys.path,
+        # and a checkout there would be imported instead of the installed package.
+        os.chdir(tmp)
         plain = make_venv(os.path.join(tmp, "plain"))
         guard = make_venv(os.path.join(tmp, "guard"))
         site = install_wheel(guard, wheel)
@@ -135,12 +149,25 @@ def main() -> int:
             for name in names[r % 3:] + names[:r % 3]:
                 wall[name].append(spawn_wall_ms(*variants[name]))
 
-        folder = {"without": None, "inactive": site, "active": site}
-        site_us = {n: [] for n in names}
+        # In-process: besides the three variants, a folder holding another package's one-line
+        # .pth, alone and next to ours: Python's fixed cost of a first .pth file vs our share.
+        empty, other, both = (os.path.join(tmp, d) for d in ("empty", "other", "both"))
+        for d in (empty, other, both):
+            os.makedirs(d)
+        for d in (other, both):
+            with open(os.path.join(d, "other_package.pth"), "w") as dst:
+                dst.write(OTHER_PTH)
+        with open(os.path.join(site, "autotune_guard.pth")) as src, open(os.path.join(both, "autotune_guard.pth"), "w") as dst:
+            dst.write(src.read())
+        folders = {"without": (empty, False), "inactive": (site, False), "active": (site, True),
+                   "other .pth": (other, False), "other+ours": (both, False)}
+        site_us = {n: [] for n in folders}
+        keys = list(folders)
         for r in range(opts.site_rounds):
-            for name in names[r % 3:] + names[:r % 3]:
-                python, env = variants[name]
-                site_us[name].append(addsitedir_us(python, folder[name], env))
+            for name in keys[r % 5:] + keys[:r % 5]:
+                folder, active = folders[name]
+                site_us[name].append(addsitedir_us(guard, folder, child_env(active)))
+        os.chdir(home)
 
     med = {n: statistics.median(v) for n, v in wall.items()}
     q = {n: statistics.quantiles(v, n=4) for n, v in wall.items()}
@@ -161,11 +188,15 @@ def main() -> int:
         print(f"  {name:<10} {med[name]:>10.3f} {q[name][0]:>7.3f}-{q[name][2]:<8.3f} "
               f"{'' if goal is None else f'{diff:+.3f}':>11} {'' if goal is None else f'<=+{goal}':>8}  {verdict}")
     print()
-    print("site.addsitedir(site-packages) inside a cold interpreter (-S), i.e. the share of start-up our files take:")
-    print(f"  {'variant':<10} {'median us':>10} {'quartiles us':>16} {'vs without':>11}")
-    for name in names:
+    print("site.addsitedir(folder) inside a cold interpreter (-S), i.e. the share of start-up the folder's files take:")
+    print(f"  {'folder':<10} {'median us':>10} {'quartiles us':>16} {'vs empty':>9}  what")
+    what = {"without": "an empty site-packages", "inactive": "ours, no AUTOTUNE_*",
+            "active": "ours, AUTOTUNE_MODE=pinned (imports autotune_guard._boot, arms the watcher)",
+            "other .pth": "only another package's one-line .pth",
+            "other+ours": f"that and ours, inactive: ours adds {smed['other+ours'] - smed['other .pth']:+.0f} us"}
+    for name in site_us:
         diff = "" if name == "without" else f"{smed[name] - smed['without']:+.0f}"
-        print(f"  {name:<10} {smed[name]:>10.0f} {sq[name][0]:>7.0f}-{sq[name][2]:<8.0f} {diff:>11}")
+        print(f"  {name:<10} {smed[name]:>10.0f} {sq[name][0]:>7.0f}-{sq[name][2]:<8.0f} {diff:>9}  {what[name]}")
     ok = all(med[n] - med["without"] <= g for n, g in GOALS_MS.items())
     return 0 if ok else 1
 

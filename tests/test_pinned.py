@@ -9,6 +9,7 @@ fixture), on autotuners no other test has launched where it matters.
 import json
 import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -334,12 +335,21 @@ def test_a_failed_launch_leaves_the_autotuner_intact(guard):
     assert spine.TIMER_CALLS == []
 
 
+class _SlowToRead(list):
+    def __iter__(self):
+        time.sleep(0.02)
+        return super().__iter__()
+
+
 def test_two_threads_launching_one_pinned_autotuner_never_time_and_agree(guard):
     from autotune_guard import choice_log
     from kernels import spine
 
     guard({"AUTOTUNE_MODE": "pinned"})
     kernel = spine.make_hooked()
+    # The first launch builds the guard's per-autotuner state, reading ``keys``: reading it
+    # yields the GIL for a moment here, so both threads surely meet that first launch together.
+    kernel.keys = _SlowToRead(kernel.keys)
     del spine.HOOK_CALLS[:], spine.PRUNE_CALLS[:]
     sizes = [100, 2000, 300, 4000, 500, 6000]
     expected = {n: 64 if n >= 1000 else 16 for n in sizes}  # what one thread alone would choose

@@ -3,13 +3,14 @@
 usage: consensus_worker.py OUT_DIR
 
 Every timer in this job returns random times, so without consensus the ranks would pick
-different winners (the ``control_kernel`` shows it: it is left to Triton on purpose through
-AUTOTUNE_CONFIG_INVARIANT).  Each rank writes OUT_DIR/rank<N>.json:
+different winners (``control_kernel`` shows it: it is left to Triton on purpose through
+AUTOTUNE_CONFIG_INVARIANT=control_body).  Each rank writes OUT_DIR/rank<N>.json:
 
 * ``choices``: its choice log; ``timer_calls``: how often the timers of kernels.demo ran here;
-* ``ran``: the (kernel, key) pairs it launched (uneven on purpose: some keys on every rank, in an
-  order rotated by rank so that different ranks claim different keys, two threads at once; one key
-  on this rank alone; one key on even ranks only);
+* ``ran``: the (kernel, key) pairs of kernels.demo it launched, uneven on purpose: three add keys
+  on every rank, in an order rotated by rank so that different ranks claim different keys, from
+  two threads at once; scale 1000 on every rank; one add key on this rank alone; scale 500 on
+  even ranks only;
 * ``control``: Triton's own winners for ``control_kernel``;
 * ``mismatch``: ``pruned_kernel`` prunes by rank (rank 1 loses a candidate): rank 0 tunes it first,
   then the others launch it; rank 1 must refuse with a clear error;

@@ -2,6 +2,7 @@
 candidate).  Prints one ``RESULT {json}`` line per rank."""
 
 import json
+import sys
 
 import torch
 import torch.distributed as dist
@@ -10,6 +11,13 @@ from torch.distributed import barrier as early_barrier  # an alias taken at impo
 import autotune_guard
 import torch.distributed.distributed_c10d as c10d
 from kernels import demo
+
+
+def say(line):
+    # One write with its newline: the ranks share torchrun's stdout, and print() may write the
+    # text and the newline separately, so that two ranks' lines interleave.
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
 
 
 def main():
@@ -33,7 +41,7 @@ def main():
     results["wrapped"] = [getattr(f, "_self_wrapper", None) is not None
                           for f in (dist.barrier, c10d.barrier, early_barrier, dist.monitored_barrier)]
     results["rank"] = rank
-    print("RESULT " + json.dumps(results), flush=True)
+    say("RESULT " + json.dumps(results))
     dist.destroy_process_group()
 
 

@@ -6,11 +6,20 @@ Barrier sequence on every rank (pair = its own pair group, world = default group
 so with AUTOTUNE_VERIFY_EVERY=2 counted per group there is one pair check and two world checks.
 """
 
+import sys
+
 import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 from kernels import demo
+
+
+def say(line):
+    # One write with its newline: the ranks share torchrun's stdout, and print() may write the
+    # text and the newline separately, so that two ranks' lines interleave.
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
 
 
 def main():
@@ -33,7 +42,7 @@ def main():
         demo.add(x[:100], x[:100])
     dist.monitored_barrier()
     torch.distributed.barrier()
-    print(f"DONE rank {rank}", flush=True)
+    say(f"DONE rank {rank}")
     dist.destroy_process_group()
 
 

@@ -9,6 +9,13 @@ import torch.distributed as dist
 from kernels import demo
 
 
+def say(line):
+    # One write with its newline: the ranks share torchrun's stdout, and print() may write the
+    # text and the newline separately, so that two ranks' lines interleave.
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 def main():
     steps = int(sys.argv[1]) if len(sys.argv) > 1 else 4
     dist.init_process_group("gloo")
@@ -17,7 +24,7 @@ def main():
         y = demo.scale(demo.add(x, x), 0.5)
         assert torch.equal(y, x)
         dist.barrier()
-    print(f"DONE rank {dist.get_rank()}", flush=True)
+    say(f"DONE rank {dist.get_rank()}")
     dist.destroy_process_group()
 
 
