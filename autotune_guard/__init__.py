@@ -17,6 +17,7 @@ _API = {
     "PolicyError": "policy",
     "SelectionError": "selection",
     "ConsensusError": "consensus",
+    "ChoiceMismatchError": "distributed",
 }
 __all__ = list(_API)
 
