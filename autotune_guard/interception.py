@@ -10,7 +10,7 @@ through every alias: ``triton.autotune``, ``triton.runtime.Autotuner``) with ``_
   neither times nor touches ``cache``, so pinning can never fall back to timing.
 * auto and record: Triton runs untouched; a new ``cache`` entry after the call is its timed
   winner, which is logged (and recorded with the timings Triton measured in this process).
-* consensus: see ``_consensus_choice``.
+* consensus: see ``_consensus_launch``.
 """
 
 from __future__ import annotations
@@ -462,12 +462,7 @@ def _observe(autotuner, state, timings_before) -> None:
     """Log (and in record mode record) the winners Triton just chose."""
     arch = current_arch()
     cache = autotuner.cache
-    timings = autotuner.__dict__.get("configs_timings")
-    # Timed in this process: Triton replaced configs_timings, and its keys are the live
-    # candidates.  A disk-cache hit (3.4+) also replaces it, with Configs rebuilt from JSON.
-    live = {id(c) for c in autotuner.configs}
-    timed_here = (timings is not None and timings is not timings_before
-                  and all(id(c) in live for c in timings))
+    measured_now = _measured(autotuner, autotuner.__dict__.get("configs_timings"), timings_before)
     # The timings belong to the key this launch added, the last one inserted; any other unseen
     # key was chosen before this policy was installed.
     newest = next(reversed(cache), None) if cache else None
@@ -480,9 +475,7 @@ def _observe(autotuner, state, timings_before) -> None:
         signature = selection.signature(desc)
         evidence.note_choice(arch, state.qualified, text, signature, "timed")
         if state.mode == "record":
-            measured = None
-            if timed_here and key == newest:
-                measured = {selection.signature(descriptor(c)): [float(t) for t in _as_list(v)] for c, v in timings.items()}
+            measured = measured_now if key == newest else None
             evidence.note_record(arch, state.qualified, text, compact(desc), signature,
                                  "timed" if measured is not None else "reused", measured,
                                  [compact(descriptor(c)) for c in autotuner.configs])

@@ -15,6 +15,7 @@ OUT="${OUT:-$(mktemp -d)}"
 mkdir -p "$OUT"
 BASE="${PYTHON:-python3}"
 VENV="${VENV:-/tmp/ag-gpu-venv}"
+STEPS="${STEPS:-tests bench launch startup}"  # any of: tests bench launch startup diagnose
 
 main() {
 echo "=== setup ($(date -u '+%Y-%m-%d %H:%M:%S UTC'))"
@@ -42,20 +43,34 @@ assert armed == "True", f"the .pth did not run: {armed!r}"
 print("the .pth runs in", sys.executable)
 PYEOF
 
-echo; echo "=== GPU test tier"
-(cd tests && timeout 240 "$PY" -m pytest -p no:cacheprovider -q -rs test_gpu.py) 2>&1 | tee "$OUT/pytest.txt"
+if [[ " $STEPS " == *" tests "* ]]; then
+  echo; echo "=== GPU test tier"
+  (cd tests && timeout 240 "$PY" -m pytest -p no:cacheprovider -q -rs test_gpu.py) 2>&1 | tee "$OUT/pytest.txt"
+fi
+if [[ " $STEPS " == *" bench "* ]]; then
+  echo; echo "=== GPU benchmarks"
+  timeout 330 "$PY" scripts/gpu/bench_gpu.py all --out "$OUT" "$@"
+fi
+if [[ " $STEPS " == *" launch "* ]]; then
+  echo; echo "=== launch path, stubbed launch (Triton's JITFunction, no interpreter)"
+  timeout 60 "$PY" scripts/bench_launch.py --no-interpret 2>&1 | tee -a "$OUT/launch.txt"
+fi
+if [[ " $STEPS " == *" startup "* ]]; then
+  echo; echo "=== interpreter start-up"
+  timeout 100 "$PY" scripts/bench_startup.py --rounds 200 --site-rounds 100 --wheel .whl/autotune_guard-*.whl 2>&1 \
+    | tee "$OUT/startup.txt"
+fi
+if [[ " $STEPS " == *" diagnose "* ]]; then
+  # Where the steady-state launch time goes: Triton's single-config branch alone, the pinned
+  # path without its lock, garbage collector on and off.
+  echo; echo "=== steady state, diagnosis"
+  for gc in "" --no-gc; do
+    (cd "$OUT" && AUTOTUNE_MODE=pinned timeout 90 "$PY" "$REPO/scripts/gpu/bench_gpu.py" steady --diagnose $gc --reps 40) \
+      2>&1 | tee -a "$OUT/diagnose.txt"
+  done
+fi
 
-echo; echo "=== GPU benchmarks"
-timeout 330 "$PY" scripts/gpu/bench_gpu.py all --out "$OUT" "$@"
-
-echo; echo "=== launch path, stubbed launch (Triton's JITFunction, no interpreter)"
-timeout 60 "$PY" scripts/bench_launch.py --no-interpret 2>&1 | tee "$OUT/launch.txt"
-
-echo; echo "=== interpreter start-up"
-timeout 100 "$PY" scripts/bench_startup.py --rounds 200 --site-rounds 100 --wheel .whl/autotune_guard-*.whl 2>&1 \
-  | tee "$OUT/startup.txt"
-
-echo; echo "=== summary ($OUT)"; cat "$OUT/table.md" 2>/dev/null; tail -3 "$OUT/pytest.txt"
+echo; echo "=== summary ($OUT)"; cat "$OUT/table.md" 2>/dev/null; tail -3 "$OUT/pytest.txt" 2>/dev/null
 }
 
 main "$@" 2>&1 | tee "$OUT/run.log"

@@ -200,6 +200,10 @@ def _fresh_venv(path):
 
 
 def _pip(python, *args, cwd=None):
+    # --ignore-installed: the fresh venv sees the test environment's site-packages through its
+    # path line, and where the package is installed there (CI) pip would call it satisfied.
+    if args[0] == "install":
+        args = ("install", "--ignore-installed", *args[1:])
     cmd = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--python", str(python), *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=cwd)
     assert proc.returncode == 0, f"{cmd}\n{proc.stdout}\n{proc.stderr}"

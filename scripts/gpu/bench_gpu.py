@@ -21,6 +21,7 @@ Every process is a cold interpreter in which the package's ``.pth`` installs the
 from __future__ import annotations
 
 import argparse
+import gc
 import glob
 import hashlib
 import json
@@ -185,24 +186,48 @@ def role_steady(opts):
     assert pinned.startswith(f"BLOCK={block},") and pinned.endswith(";pinned"), pinned
     assert torch.equal(out, x + y)
 
-    variants = {"triton": original, "pinned": guarded}
-    names = list(variants)
+    # --diagnose adds: Triton's single-config branch without the guard (what the pinned path
+    # runs inside it), and the pinned path with its lock replaced by a no-op.
+    names = ["triton", "pinned"] + (["triton_single", "pinned_nolock"] if opts.diagnose else [])
+    state = kernel.__dict__[interception._STATE_ATTR]
+    lock, configs = state.lock, kernel.configs
+
+    class NoLock:
+        def acquire(self):
+            return True
+
+        def release(self):
+            pass
+
+    def variant(name):
+        cls.run = original if name.startswith("triton") else guarded
+        kernel.configs = [winner] if name == "triton_single" else configs
+        state.lock = NoLock() if name == "pinned_nolock" else lock
+
     per_launch = {name: [] for name in names}
+    cpu = {name: [] for name in names}
     for rep in range(opts.reps):
-        for name in names[rep % 2:] + names[:rep % 2]:
-            cls.run = variants[name]
+        for name in names[rep % len(names):] + names[:rep % len(names)]:
+            variant(name)
             for _ in range(50):
                 gpu_kernels.add(kernel, x, y, out)
             sync()
-            t0 = time.perf_counter()
+            if opts.no_gc:
+                gc.collect()
+                gc.disable()
+            t0, c0 = time.perf_counter(), time.thread_time()
             for _ in range(opts.launches):
                 gpu_kernels.add(kernel, x, y, out)
+            c1 = time.thread_time()
             sync()
             per_launch[name].append((time.perf_counter() - t0) / opts.launches * 1e6)
-    cls.run = guarded
+            cpu[name].append((c1 - c0) / opts.launches * 1e6)
+            gc.enable()
+    variant("pinned")
     med = {name: statistics.median(v) for name, v in per_launch.items()}
     return {"config": pinned.split(";")[0], "n": n, "launches": opts.launches, "reps": opts.reps,
-            "median_us": med, "min_us": {k: min(v) for k, v in per_launch.items()},
+            "gc": not opts.no_gc, "median_us": med, "min_us": {k: min(v) for k, v in per_launch.items()},
+            "cpu_median_us": {k: statistics.median(v) for k, v in cpu.items()},
             "overhead_pct": (med["pinned"] / med["triton"] - 1) * 100}
 
 
@@ -527,6 +552,8 @@ def main() -> int:
     ap.add_argument("--first-reps", type=int, default=2)
     ap.add_argument("--barrier")
     ap.add_argument("--prewarm", action="store_true", help="first: launch another kernel before timing")
+    ap.add_argument("--diagnose", action="store_true", help="steady: also Triton's single-config path, pinned without lock")
+    ap.add_argument("--no-gc", action="store_true", help="steady: garbage collector off while timing")
     opts = ap.parse_args()
     if opts.role == "all":
         if opts.smoke:
