@@ -138,6 +138,9 @@ def _new_state(autotuner) -> _State:
         if state is None or state.generation != _generation:
             state = _State(autotuner, _policy)
             setattr(autotuner, _STATE_ATTR, state)
+            if state.mode in ("auto", "record") and autotuner.cache:
+                # Winners Triton chose before this policy was installed belong in its log too.
+                _observe(autotuner, state, autotuner.__dict__.get("configs_timings"))
         return state
 
 

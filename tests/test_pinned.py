@@ -391,3 +391,23 @@ def test_two_threads_launching_one_pinned_autotuner_never_time_and_agree(guard):
     assert sorted(spine.PRUNE_CALLS) == sorted(sizes)  # one selection per key
     log = choice_log()
     assert all(log[entry("kernels.spine.hooked_body", unary_key(n))].startswith(f"BLOCK={b},") for n, b in expected.items())
+
+
+def test_auto_installed_late_logs_the_winners_triton_chose_before(guard):
+    """A policy installed after Triton tuned a key still has that key in its choice log (as
+    timed, without timings): the log describes every choice in force."""
+    import torch
+
+    import autotune_guard
+    from kernels import demo
+
+    guard({"AUTOTUNE_MODE": "auto"})
+    x = torch.rand(123)
+    demo.add(x, x)  # tuned under the first policy
+    guard({"AUTOTUNE_MODE": "auto"})  # a new policy starts a new log
+    assert autotune_guard.choice_log() == {}
+    calls = len(demo.TIMER_CALLS)
+    demo.add(x, x)  # the cached key: no timing, but now in the new log
+    assert len(demo.TIMER_CALLS) == calls
+    (entry,) = autotune_guard.choice_log()
+    assert entry.startswith("interpret|kernels.demo.add_kernel|123,") and autotune_guard.choice_log()[entry].endswith(";timed")
