@@ -190,13 +190,7 @@ def verify_choices(group=None) -> bool:
     False after logging the disagreement on the group's first rank; with
     ``AUTOTUNE_VERIFY_STRICT=1`` raises :class:`ChoiceMismatchError` on every rank instead.
     """
-    dist = initialized_dist()
-    if dist is None:
-        return True
-    resolved = _resolve(dist, group)
-    if resolved is None:
-        return True
-    return _check(dist, resolved, None, "verify_choices()")
+    return _check_in(group, "verify_choices()", nothing_to_compare=True)
 
 
 def maybe_verify_choices(iteration: int, group=None) -> bool | None:
@@ -206,13 +200,17 @@ def maybe_verify_choices(iteration: int, group=None) -> bool | None:
     policy = _installed_policy()
     if policy is None or not policy.verify_every or iteration % policy.verify_every:
         return None
+    return _check_in(group, f"iteration {iteration}", nothing_to_compare=None)
+
+
+def _check_in(group, where: str, nothing_to_compare):
+    """A check in ``group`` now; ``nothing_to_compare`` without a process group or on a rank
+    outside ``group``."""
     dist = initialized_dist()
-    if dist is None:
-        return None
-    resolved = _resolve(dist, group)
+    resolved = _resolve(dist, group) if dist is not None else None
     if resolved is None:
-        return None
-    return _check(dist, resolved, None, f"iteration {iteration}")
+        return nothing_to_compare
+    return _check(dist, resolved, None, where)
 
 
 def _installed_policy():

@@ -76,7 +76,7 @@ def note_record(arch: str, qualified: str, key: str, config: dict, signature: st
         }
         top = qualified.split(".", 1)[0]
         if top not in _packages:
-            _packages[top] = _package_version(top)
+            _packages[top] = files.installed_version(top)
     _changed()
 
 
@@ -155,15 +155,6 @@ def versions() -> dict[str, str | None]:
         return getattr(module, "__version__", None) if module else None
 
     return {"triton": version_of("triton"), "torch": version_of("torch"), "python": sys.version.split()[0]}
-
-
-def _package_version(top: str) -> str | None:
-    try:
-        from importlib.metadata import version
-
-        return version(top)
-    except Exception:
-        return None
 
 
 def write_files(complete: bool = False) -> None:

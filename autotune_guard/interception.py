@@ -372,27 +372,19 @@ def _consensus_tune(autotuner, state, key, text, arch, args, kwargs, candidates,
     """This thread claimed the decision: Triton times the candidates, the winner is published."""
     from . import consensus, distributed
 
-    # The lock keeps pinned launches of this autotuner's other keys (which swap ``configs``)
-    # away from Triton's tuning, which reads ``configs``.
-    with state.lock:
-        cache = autotuner.cache
-        timings_before = autotuner.__dict__.get("configs_timings")
+    try:
+        if len(candidates) == 1:  # pruning left one: nothing to time (Triton < 3.8 would time it)
+            result, winner, measured = _run_pinned(autotuner, state, candidates[0], args, kwargs), candidates[0], None
+        else:
+            result, winner, measured = _triton_tunes(autotuner, state, key, args, kwargs)
+    except BaseException as exc:
+        # Waiters fail now with the reason rather than at the timeout.
         try:
-            if len(candidates) == 1:  # pruning left one: nothing to time (Triton < 3.8 would time it)
-                result = _run_pinned(autotuner, state, candidates[0], args, kwargs)
-                winner = candidates[0]
-            else:
-                result = _original_run(autotuner, *args, **kwargs)
-                winner = cache.get(key, autotuner.__dict__.get("best_config"))
-        except BaseException as exc:
-            # Waiters fail now with the reason rather than at the timeout.
-            try:
-                distributed.store_set(store, name + "/result", consensus.encode_failure(rank, repr(exc)[:500]))
-            except Exception as publish_error:
-                logger.error("consensus: could not tell the other ranks that tuning %s failed: %s", state.qualified,
-                             publish_error)
-            raise
-        timings = autotuner.__dict__.get("configs_timings")
+            distributed.store_set(store, name + "/result", consensus.encode_failure(rank, repr(exc)[:500]))
+        except Exception as publish_error:
+            logger.error("consensus: could not tell the other ranks that tuning %s failed: %s", state.qualified,
+                         publish_error)
+        raise
     desc = descriptor(winner)
     signature = selection.signature(desc)
     if signature in signatures:  # the live object, so that its hooks survive (not a disk-cache copy)
@@ -400,7 +392,6 @@ def _consensus_tune(autotuner, state, key, text, arch, args, kwargs, candidates,
     else:
         logger.warning("consensus: Triton's winner %s for %s key (%s) is not among the candidates after pruning",
                        signature, state.qualified, text)
-    measured = _measured(autotuner, timings, timings_before)
     try:
         distributed.store_set(store, name + "/result",
                               consensus.encode_winner(rank, signature, compact(desc), signatures, measured is not None))
@@ -428,17 +419,23 @@ def _consensus_alone(autotuner, state, key, text, arch, args, kwargs):
         else:
             logger.info("AUTOTUNE_MODE=consensus without a torch.distributed process group: choices are timed "
                         "by this process alone, as in auto mode")
+    result, winner, measured = _triton_tunes(autotuner, state, key, args, kwargs)
+    state.selected[key] = winner
+    _consensus_evidence(autotuner, state, arch, text, winner, selection.signature(descriptor(winner)), measured,
+                        "timed")
+    return _Launched(result)
+
+
+def _triton_tunes(autotuner, state, key, args, kwargs):
+    """Triton's own tuning launch of a new key: (its result, the winner, Triton's timings by
+    signature when it timed in this process).  Under the lock, which keeps pinned launches of the
+    autotuner's other keys (they swap ``configs``) away from the tuning, which reads ``configs``."""
     with state.lock:
-        cache = autotuner.cache
         timings_before = autotuner.__dict__.get("configs_timings")
         result = _original_run(autotuner, *args, **kwargs)
-        winner = cache.get(key, autotuner.__dict__.get("best_config"))
+        winner = autotuner.cache.get(key, autotuner.__dict__.get("best_config"))
         timings = autotuner.__dict__.get("configs_timings")
-    signature = selection.signature(descriptor(winner))
-    state.selected[key] = winner
-    _consensus_evidence(autotuner, state, arch, text, winner, signature,
-                        _measured(autotuner, timings, timings_before), "timed")
-    return _Launched(result)
+    return result, winner, _measured(autotuner, timings, timings_before)
 
 
 def _measured(autotuner, timings, timings_before) -> dict | None:
