@@ -54,6 +54,7 @@ def register_hooks():
 
     wrapt.register_post_import_hook(_on_autotuner, "triton.runtime.autotuner")
     wrapt.register_post_import_hook(_on_distributed, "torch.distributed")
+    wrapt.register_post_import_hook(_on_inductor, "torch._inductor.runtime.triton_heuristics")
 
 
 def _on_autotuner(module):
@@ -73,3 +74,9 @@ def _on_distributed(module):
     from . import distributed
 
     distributed.wrap_barriers(module)
+
+
+def _on_inductor(module):
+    from . import inductor
+
+    inductor.patch(module)

@@ -263,15 +263,27 @@ def _candidates(autotuner, args, kwargs) -> list:
 
 
 def _pinned_choice(autotuner, state, key, args, kwargs):
-    policy = _policy
     arch = current_arch()
     text = key_text(key)
     candidates = _candidates(autotuner, args, kwargs)
     descriptors = [descriptor(c) for c in candidates]
-    entry = files.table_entry(_tables_for(arch), state.qualified, text)
+    index, why = pinned_index(state.qualified, text, descriptors, _policy)
+    config = candidates[index]
+    state.selected[key] = config
+    signature = selection.signature(descriptors[index])
+    evidence.note_choice(arch, state.qualified, text, signature, "pinned")
+    logger.debug("pinned %s key (%s) -> %s (%s)", state.qualified, text, signature, why)
+    return config
+
+
+def pinned_index(qualified: str, text: str, descriptors: list, policy: AutotunePolicy) -> tuple[int, str]:
+    """Which of ``descriptors`` pinned mode runs for kernel ``qualified`` and key ``text``, and why.
+    One rule for eager launches and for kernels compiled by Inductor (``inductor``)."""
+    arch = current_arch()
+    entry = files.table_entry(_tables_for(arch), qualified, text)
     index, why, warning = selection.select(
         descriptors, table_entry=entry, block_sizes=policy.block_sizes, on_miss=policy.on_miss,
-        defaults=config_defaults(), what=f"kernel {state.qualified} key ({text}) arch {arch}",
+        defaults=config_defaults(), what=f"kernel {qualified} key ({text}) arch {arch}",
     )
     if warning and warning not in _warned:
         _warned.add(warning)
@@ -279,14 +291,9 @@ def _pinned_choice(autotuner, state, key, args, kwargs):
     if policy.chaos:
         from .distributed import rank_and_world
 
-        index = selection.chaos_shift(index, len(candidates), rank_and_world()[0])
+        index = selection.chaos_shift(index, len(descriptors), rank_and_world()[0])
         why = "chaos"
-    config = candidates[index]
-    state.selected[key] = config
-    signature = selection.signature(descriptors[index])
-    evidence.note_choice(arch, state.qualified, text, signature, "pinned")
-    logger.debug("pinned %s key (%s) -> %s (%s)", state.qualified, text, signature, why)
-    return config
+    return index, why
 
 
 def _consensus_launch(autotuner, state, key, args, kwargs):

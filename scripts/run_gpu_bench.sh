@@ -15,7 +15,7 @@ OUT="${OUT:-$(mktemp -d)}"
 mkdir -p "$OUT"
 BASE="${PYTHON:-python3}"
 VENV="${VENV:-/tmp/ag-gpu-venv}"
-STEPS="${STEPS:-tests bench launch startup}"  # any of: tests bench launch startup diagnose
+STEPS="${STEPS:-tests compile bench launch startup}"  # any of: tests compile bench launch startup diagnose
 
 main() {
 echo "=== setup ($(date -u '+%Y-%m-%d %H:%M:%S UTC'))"
@@ -45,7 +45,12 @@ PYEOF
 
 if [[ " $STEPS " == *" tests "* ]]; then
   echo; echo "=== GPU test tier"
-  (cd tests && timeout 240 "$PY" -m pytest -p no:cacheprovider -q -rs test_gpu.py) 2>&1 | tee "$OUT/pytest.txt"
+  (cd tests && timeout 540 "$PY" -m pytest -p no:cacheprovider -q -rs test_gpu.py test_gpu_compile.py) 2>&1 \
+    | tee "$OUT/pytest.txt"
+fi
+if [[ " $STEPS " == *" compile "* ]]; then
+  echo; echo "=== torch.compile benchmark"
+  timeout 540 "$PY" scripts/gpu/bench_compile.py --out "$OUT" 2>&1 | tee "$OUT/compile.txt"
 fi
 if [[ " $STEPS " == *" bench "* ]]; then
   echo; echo "=== GPU benchmarks"

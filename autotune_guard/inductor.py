@@ -1,0 +1,415 @@
+"""Carrying out the policy inside ``torch.compile``: Inductor's ``CachingAutotuner``.
+
+The only module that touches ``torch._inductor`` internals (as ``interception`` is for Triton's).
+
+Under ``torch.compile`` a ``@triton.autotune`` kernel never reaches ``Autotuner.run``: Dynamo
+records the kernel in its side table, Inductor re-emits its source under
+``triton_heuristics.user_autotune(configs=...)``, and a ``CachingAutotuner`` times every config
+at the first run (``autotune_to_one_config`` -> ``benchmark_all_configs``), once per process,
+after reading a winner from its own ``.best_config`` cache if one is there.  Inductor's own
+generated kernels (pointwise, reductions) with several configs go the same way.
+
+The seam, present from torch 2.6 through 2.13 at least, is ``autotune_to_one_config(self, *args)``:
+its job is to leave exactly one launcher in ``self.launchers``.  The guard replaces it:
+
+* pinned: the launcher is chosen by the same rule as eager pinned mode (table entry,
+  ``AUTOTUNE_BLOCK_SIZES``, ``AUTOTUNE_ON_MISS``, chaos) over the same candidate descriptions,
+  for the same kernel name and tuning key, so eager and compiled calls run the same config.
+  Inductor's benchmarker is never called, and its ``.best_config`` cache is neither read nor
+  written (a cached winner is a timing result, and the choice must not depend on the disk).
+* consensus: one rank times through Inductor's own path, the others pin its winner, through
+  the same Store protocol as eager consensus.
+* auto and record: Inductor times as usual; the winner, and in record mode Inductor's
+  timings, go into the choice log and the record.
+
+Names.  A user kernel keeps the eager name ``module.function``, found by matching the compiled
+source with the kernels Dynamo saw (its side table); its tuning key is rebuilt from the runtime
+arguments with Triton's formula (key arguments' values, then every dtype), because Inductor
+drops the key (pytorch #164124).  An Inductor-generated kernel is ``inductor.<hash>``: a hash of
+its source with the generated function name taken out, so the same graph on the same torch gives
+the same name on every rank and run (a new torch release that generates other code gives new
+names); its key is its size hints.
+
+Never silent: anything here that autotunes and that the guard does not govern (coordinate
+descent tuning, a cache hit in auto mode, a torch whose seam moved) is named once per kernel,
+counted at exit, and an error with ``AUTOTUNE_ON_MISS=error``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import threading
+
+from . import evidence, interception, selection
+
+logger = logging.getLogger("autotune_guard")
+
+_PATCHED = "_autotune_guard"
+_original_autotune = None
+_original_benchmark = None
+_original_coordesc = None
+_original_read_best = None
+_original_save = None
+_lock = threading.Lock()
+_user_kernels: dict = {}  # (function name, source hash) -> (qualified, autotuner or None)
+_named: set[str] = set()  # warnings said once per process
+ungoverned: dict[str, str] = {}  # kernel name -> why the guard did not choose its config
+
+
+# --- installing ---------------------------------------------------------------------------------
+
+def patch(heuristics) -> None:
+    """Post-import hook of ``torch._inductor.runtime.triton_heuristics``: replace the autotuning
+    step of ``CachingAutotuner`` (once).  Never raises into torch's import unless the policy asks
+    for errors (``AUTOTUNE_ON_MISS=error``) and the seam is missing."""
+    global _original_autotune, _original_benchmark, _original_coordesc
+    cls = getattr(heuristics, "CachingAutotuner", None)
+    if cls is None or not callable(getattr(cls, "autotune_to_one_config", None)) \
+            or not callable(getattr(cls, "benchmark_all_configs", None)):
+        _seam_missing("torch._inductor.runtime.triton_heuristics.CachingAutotuner.autotune_to_one_config")
+        return
+    if getattr(cls.autotune_to_one_config, _PATCHED, False):
+        return
+    _original_autotune = cls.autotune_to_one_config
+    _original_benchmark = cls.benchmark_all_configs
+    cls.autotune_to_one_config = _guarded_autotune
+    cls.benchmark_all_configs = _kept_timings
+    coordesc = getattr(cls, "coordinate_descent_tuning", None)
+    if callable(coordesc):
+        _original_coordesc = coordesc
+        cls.coordinate_descent_tuning = _guarded_coordesc
+    _patch_cache(heuristics)
+
+
+def _patch_cache(heuristics) -> None:
+    """Inductor's on-disk winner (``.best_config``): not read under pinned, consensus and record
+    (the choice must come from the policy, and record needs timings), not written under pinned."""
+    global _original_read_best, _original_save
+    import sys
+
+    cache_module = sys.modules.get("torch._inductor.runtime.autotune_cache")
+    cache_cls = getattr(cache_module, "AutotuneCache", None) or getattr(heuristics, "AutotuneCache", None)
+    if cache_cls is None or not callable(getattr(cache_cls, "read_best", None)):
+        _seam_missing("torch._inductor.runtime.autotune_cache.AutotuneCache.read_best")
+        return
+    _original_read_best = cache_cls.read_best
+    cache_cls.read_best = _guarded_read_best
+    if callable(getattr(cache_cls, "save", None)):
+        _original_save = cache_cls.save
+        cache_cls.save = _guarded_save
+
+
+def _seam_missing(what: str) -> None:
+    import torch
+
+    message = (f"autotune_guard cannot govern autotuning under torch.compile with torch {torch.__version__}: "
+               f"{what} is missing. Kernels autotuned by Inductor in this process are NOT governed")
+    policy = interception.active_policy()
+    if policy is not None and policy.on_miss == "error":
+        raise selection.SelectionError(message + " (AUTOTUNE_ON_MISS=error)")
+    logger.error("%s", message)
+    ungoverned["torch.compile"] = "unsupported torch"
+
+
+# --- the autotuning step ------------------------------------------------------------------------
+
+def _guarded_autotune(self, *args, **kwargs):
+    policy = interception.active_policy()
+    if policy is None:
+        return _original_autotune(self, *args, **kwargs)
+    kernel = describe_kernel(self, args)
+    mode = policy.mode if policy.in_scope(kernel.qualified) else "off"
+    if self.inductor_meta.get("max_autotune") or self.inductor_meta.get("max_autotune_pointwise"):
+        _name_once("max-autotune", "torch.compile max-autotune: Inductor's template selection (select_algorithm) "
+                   "benchmarks its GEMM/conv templates while compiling; autotune_guard governs the kernels' configs, "
+                   "not that choice")
+    if mode == "off":
+        return _original_autotune(self, *args, **kwargs)
+    if mode == "pinned":
+        index, why = interception.pinned_index(kernel.qualified, kernel.key, kernel.descriptors, policy)
+        _keep(self, index)
+        signature = selection.signature(kernel.descriptors[index])
+        evidence.note_choice(kernel.arch, kernel.qualified, kernel.key, signature, "pinned")
+        logger.debug("pinned (torch.compile) %s key (%s) -> %s (%s)", kernel.qualified, kernel.key, signature, why)
+        return None
+    if mode == "consensus":
+        return _consensus(self, kernel, args, kwargs, policy)
+    _timed(self, kernel, args, kwargs, policy, "timed")
+    return None
+
+
+def _timed(self, kernel, args, kwargs, policy, how: str) -> str:
+    """Inductor's own timing; the winner (and, for records, the timings) into the evidence.
+    Returns the winner's signature."""
+    self._autotune_guard_timings = None
+    _original_autotune(self, *args, **kwargs)
+    (launcher,) = self.launchers
+    winner = _project(launcher.config, kernel.meta_names)
+    signature = selection.signature(winner)
+    timings = self.__dict__.pop("_autotune_guard_timings", None)
+    measured = None
+    if timings:
+        measured = {selection.signature(_project(l.config, kernel.meta_names)): [float(t)] for l, t in timings.items()}
+    evidence.note_choice(kernel.arch, kernel.qualified, kernel.key, signature, how)
+    if policy.record_path:
+        evidence.note_record(kernel.arch, kernel.qualified, kernel.key, interception.compact(winner), signature,
+                             how, measured, [interception.compact(d) for d in kernel.descriptors])
+    return signature
+
+
+def _consensus(self, kernel, args, kwargs, policy):
+    """One rank of the job times this kernel through Inductor's own path and publishes the
+    winner in the job's Store; the others pin it (eager consensus's protocol and names, so an
+    eager and a compiled call of one kernel and key share one decision)."""
+    from . import consensus, distributed
+
+    what = f"kernel {kernel.qualified} key ({kernel.key}) arch {kernel.arch}"
+    signatures = [selection.signature(d) for d in kernel.descriptors]
+    try:
+        store = distributed.job_store()
+    except distributed.StoreError as exc:
+        raise consensus.ConsensusError(f"autotune_guard consensus: {what}: {exc}") from exc
+    if store is None:
+        _name_once("consensus-alone", "AUTOTUNE_MODE=consensus without a torch.distributed process group: "
+                   "torch.compile kernels are timed by this process alone, as in auto mode", level=logging.INFO)
+        _timed(self, kernel, args, kwargs, policy, "timed")
+        return None
+    name = consensus.decision_name(kernel.arch, kernel.qualified, kernel.key)
+    rank = distributed.rank_and_world()[0]
+    try:
+        if distributed.store_claim(store, name, rank):
+            try:
+                signature = _timed(self, kernel, args, kwargs, policy, "consensus")
+            except BaseException as exc:
+                distributed.store_set(store, name + "/result", consensus.encode_failure(rank, repr(exc)[:500]))
+                raise
+            config = interception.compact(kernel.descriptors[signatures.index(signature)])
+            distributed.store_set(store, name + "/result",
+                                  consensus.encode_winner(rank, signature, config, signatures, True))
+            return None
+        published = distributed.store_wait(store, name + "/result", policy.consensus_timeout)
+        if published is None:
+            claimer = distributed.store_owner(store, name)
+            raise consensus.ConsensusError(consensus.timeout_message(what, claimer, policy.consensus_timeout))
+    except distributed.StoreError as exc:
+        raise consensus.ConsensusError(consensus.store_lost_message(what, exc)) from exc
+    index = consensus.follow(consensus.decode(published, what), signatures, what)
+    _keep(self, index)
+    evidence.note_choice(kernel.arch, kernel.qualified, kernel.key, signatures[index], "consensus")
+    return None
+
+
+def _keep(self, index: int) -> None:
+    """Leave the chosen launcher as the kernel's only one, as Inductor's own step does."""
+    chosen = self.launchers[index]
+    release = getattr(self, "_release_static_launchers_except", None)  # torch 2.13: frees the losers
+    if callable(release):
+        release(chosen)
+    self.launchers = [chosen]
+
+
+def _kept_timings(self, *args, **kwargs):
+    """Inductor's benchmark of every launcher; its timings are kept for the record."""
+    timings = _original_benchmark(self, *args, **kwargs)
+    self._autotune_guard_timings = timings
+    return timings
+
+
+def _guarded_coordesc(self, launcher, *args, **kwargs):
+    """Coordinate descent re-times a kernel after its config was chosen.  Pinned: skipped (marked
+    done, so Inductor does not ask again); otherwise it runs, named as ungoverned."""
+    policy = interception.active_policy()
+    if policy is None:
+        return _original_coordesc(self, launcher, *args, **kwargs)
+    name = describe_kernel(self, args).qualified
+    if policy.mode == "pinned" and policy.in_scope(name):
+        launcher.config.found_by_coordesc = True
+        _name_once(f"coordesc-skip|{name}", f"torch.compile coordinate descent tuning of {name} skipped: pinned "
+                   "mode does not time", level=logging.INFO)
+        return launcher
+    _ungoverned(name, "coordinate descent tuning (torch._inductor.config.coordinate_descent_tuning) re-timed it", policy)
+    return _original_coordesc(self, launcher, *args, **kwargs)
+
+
+def _guarded_read_best(self, inductor_meta, configs):
+    policy = interception.active_policy()
+    if policy is not None and policy.mode in ("pinned", "consensus", "record"):
+        return None  # the policy decides, not a winner some earlier process timed
+    best = _original_read_best(self, inductor_meta, configs)
+    if best is not None and policy is not None:
+        name = (inductor_meta or {}).get("kernel_name", "?")
+        _ungoverned(f"inductor cache:{name}", "Inductor's .best_config cache chose its config (not timed, not "
+                    "observed in this process)", policy)
+    return best
+
+
+def _guarded_save(self, *args, **kwargs):
+    policy = interception.active_policy()
+    if policy is not None and policy.mode == "pinned":
+        return None  # a pinned choice is not a timing result: it must not become a later run's "best"
+    return _original_save(self, *args, **kwargs)
+
+
+for _f in (_guarded_autotune, _kept_timings, _guarded_coordesc, _guarded_read_best, _guarded_save):
+    setattr(_f, _PATCHED, True)
+
+
+def _ungoverned(name: str, why: str, policy) -> None:
+    """A choice this process made that the guard did not govern: named once, counted at exit."""
+    if name in ungoverned:
+        return
+    ungoverned[name] = why
+    message = f"torch.compile kernel {name}: {why}; autotune_guard did not govern this choice"
+    if policy.on_miss == "error":
+        raise selection.SelectionError("autotune_guard: " + message + " (AUTOTUNE_ON_MISS=error)")
+    logger.warning("%s", message)
+
+
+def _name_once(tag: str, message: str, level: int = logging.WARNING) -> None:
+    if tag not in _named:
+        _named.add(tag)
+        logger.log(level, "%s", message)
+
+
+# --- what a compiled kernel is called, and its key ----------------------------------------------
+
+class CompiledKernel:
+    """What the guard knows of one ``CachingAutotuner`` at its autotuning step."""
+
+    __slots__ = ("qualified", "key", "arch", "descriptors", "meta_names")
+
+    def __init__(self, qualified, key, arch, descriptors, meta_names):
+        self.qualified, self.key, self.arch = qualified, key, arch
+        self.descriptors, self.meta_names = descriptors, meta_names
+
+
+def describe_kernel(autotuner, args) -> CompiledKernel:
+    fn = autotuner.fn
+    source = getattr(fn, "src", "") or ""
+    name = getattr(fn, "__name__", "kernel")
+    meta_names = None
+    if getattr(autotuner, "custom_kernel", False):
+        qualified, original = user_kernel(name, source, autotuner.inductor_meta.get("kernel_name"))
+        if original is not None:
+            meta_names = frozenset(n for c in original.configs for n in c.kwargs)
+            runtime = dict(zip(_runtime_arg_names(autotuner), args))
+            runtime.update(autotuner.triton_meta.get("constants") or {})
+            key = interception.key_text(rebuild_key(list(original.arg_names), list(original.keys), runtime))
+        else:
+            key = "*"
+    else:
+        qualified = generated_name(name, source)
+        key = size_hints_text(getattr(autotuner, "size_hints", None))
+    descriptors = [_project(launcher.config, meta_names) for launcher in autotuner.launchers]
+    return CompiledKernel(qualified, key, interception.current_arch(), descriptors, meta_names)
+
+
+def user_kernel(name: str, source: str, generated: str | None):
+    """``(module.function, original autotuner or None)`` of a user kernel compiled by Inductor.
+
+    Matched by function name and source with the kernels Dynamo put in its side table; Inductor
+    copies the source as it is (renaming the function only with
+    ``config.triton.unique_user_kernel_names``).  Not found: the generated name, said once."""
+    source_id = source_hash(source, name)
+    found = _user_kernels.get((name, source_id))
+    if found is not None:
+        return found
+    found = None
+    try:
+        from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
+
+        for kernel in list(kernel_side_table.id_to_kernel.values()):
+            jit, autotuner = _unwrap(kernel)
+            if jit is None:
+                continue
+            jit_name = getattr(jit, "__name__", "")
+            if source_hash(getattr(jit, "src", "") or "", jit_name) == source_id:
+                found = (f"{getattr(jit, '__module__', '?')}.{jit_name}", autotuner)
+                break
+    except Exception as exc:  # a moved side table: name the kernel by what Inductor calls it
+        logger.debug("Dynamo's kernel side table could not be read: %r", exc)
+    if found is None:
+        found = (f"torch_compile.{generated or name}", None)
+        _name_once(f"unmatched|{name}", f"torch.compile user kernel {name}: its original @triton.autotune kernel "
+                   f"was not found among the kernels Dynamo traced; named {found[0]} with key '*'")
+    with _lock:
+        _user_kernels[(name, source_id)] = found
+    return found
+
+
+def _unwrap(kernel):
+    """(JITFunction, Autotuner or None) of a kernel object Dynamo saw: an Autotuner, Heuristics
+    wrapping one, or a bare JITFunction."""
+    autotuner = None
+    for _ in range(8):
+        if autotuner is None and hasattr(kernel, "keys") and hasattr(kernel, "configs"):
+            autotuner = kernel
+        if hasattr(kernel, "src") and hasattr(kernel, "arg_names") and not hasattr(kernel, "configs"):
+            return kernel, autotuner
+        kernel = getattr(kernel, "fn", None)
+        if kernel is None:
+            break
+    return None, autotuner
+
+
+_DEF = re.compile(r"^(\s*def\s+)([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def source_hash(source: str, name: str) -> str:
+    """A hash of a kernel's source that ignores indentation, blank lines, decorators and the
+    function's own name: the same kernel body hashes alike wherever it was generated."""
+    lines = []
+    for line in source.splitlines():
+        text = line.strip()
+        if not text or text.startswith("@"):
+            continue
+        match = _DEF.match(text)
+        if match and match.group(2) == name:
+            text = match.group(1) + "_" + text[match.end():]
+        lines.append(text)
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
+
+
+def generated_name(name: str, source: str) -> str:
+    """``inductor.<hash>`` for a kernel Inductor generated (its own names, ``triton_red_fused_0``,
+    are numbered in graph order and so differ between programs and recompiles)."""
+    return f"inductor.{source_hash(source, name)}"
+
+
+def size_hints_text(size_hints) -> str:
+    """The key of an Inductor-generated kernel: its size hints, ``x=64,r0_=4096``."""
+    if isinstance(size_hints, dict):
+        return ",".join(f"{k}={v}" for k, v in size_hints.items())
+    if isinstance(size_hints, (list, tuple)):
+        return ",".join(str(v) for v in size_hints)
+    return "*"
+
+
+def rebuild_key(arg_names: list, keys: list, values: dict) -> tuple:
+    """Triton's tuning key (3.2+ formula) from the arguments a compiled kernel runs with: the key
+    arguments' values, then the dtype of every argument that has one, in declaration order."""
+    key = [values[name] for name in keys if name in values]
+    key += [str(values[name].dtype) for name in arg_names if name in values and hasattr(values[name], "dtype")]
+    return tuple(key)
+
+
+def _runtime_arg_names(autotuner) -> list:
+    """Names of the positional arguments Inductor's launcher takes, in order."""
+    for launcher in autotuner.launchers:
+        names = getattr(launcher, "def_args", None)
+        if names:
+            return list(names)
+    signature = autotuner.triton_meta.get("signature") or {}
+    constants = autotuner.triton_meta.get("constants") or {}
+    return [n for n, kind in signature.items() if kind != "constexpr" and n not in constants]
+
+
+def _project(config, meta_names) -> dict:
+    """A config as the eager autotuner would describe it: Dynamo folds ``@triton.heuristics``
+    values into the compiled configs, which eager candidates do not carry."""
+    desc = interception.descriptor(config)
+    if meta_names is not None:
+        desc["kwargs"] = {k: v for k, v in desc["kwargs"].items() if k in meta_names}
+    return desc

@@ -1,0 +1,143 @@
+"""The torch.compile GPU tier: a user's ``@triton.autotune`` kernel and Inductor's own reductions
+under ``torch.compile`` (default, ``fullgraph=True``, ``dynamic=True``), in cold processes where the
+installed package's ``.pth`` installs the guard.  Dynamo cannot trace Triton's CPU interpreter, so
+this tier runs only where CUDA is (``bash scripts/run_gpu_bench.sh``); the pure logic (names, key
+rebuilding) is tested on the CPU in test_inductor.py.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from support import REPO, TESTS, last_json
+
+try:
+    import torch
+
+    HAS_CUDA = torch.cuda.is_available()
+except Exception:
+    HAS_CUDA = False
+
+pytestmark = pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU: torch.compile of Triton kernels needs one "
+                                "(bash scripts/run_gpu_bench.sh on a GPU machine)")
+
+PROG = os.path.join(TESTS, "progs", "compiled_rowsum.py")
+ROWSUM = "kernels.compiled.row_sum"
+KEY = "16384,torch.float32,torch.float32"
+MIN_COST = "BLOCK=256,num_warps=4,num_stages=3,num_ctas=1"
+
+
+def env_for(tmp_path, **settings):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOTUNE_")}
+    env.pop("TRITON_INTERPRET", None)
+    env["PYTHONPATH"] = TESTS
+    # Each test its own Inductor cache, so that its first compile is cold unless the test says so.
+    env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor-cache"))
+    env.update({k: str(v) for k, v in settings.items()})
+    return env
+
+
+def run(tmp_path, variants, *flags, check=True, **settings):
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run([sys.executable, PROG, variants, *flags], env=env_for(tmp_path, **settings),
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr[-5000:]}")
+    return (last_json(proc.stdout), proc.stderr) if check else proc
+
+
+def entries(log, kernel=ROWSUM):
+    return {k.split("|", 2)[2]: v for k, v in log.items() if k.split("|")[1] == kernel}
+
+
+def test_pinned_compiled_is_eager_pinned_and_never_benchmarks(tmp_path):
+    result, _ = run(tmp_path, "eager,compiled,fullgraph,dynamic", AUTOTUNE_MODE="pinned")
+    assert result["inductor_bench"] == 0 and result["triton_bench"] == 0
+    hashes = result["hashes"]
+    # Bit-identical: the compiled function runs the config eager pinned mode chose for the key.
+    assert hashes["compiled"] == hashes["fullgraph"] == hashes["eager"], result
+    # One name and one key for eager and compiled calls: one entry per key in the log.  (With
+    # dynamic=True Inductor compiles without knowing that n divides by 16, so the same config may
+    # vectorise, and so add, differently: the choice is compared, not the bits.)
+    rows = entries(result["log"])
+    assert rows[KEY] == f"{MIN_COST};pinned", result
+    assert set(rows) == {KEY, "8192,torch.float32,torch.float32"}, result
+    again, _ = run(tmp_path / "again", "dynamic", AUTOTUNE_MODE="pinned")
+    assert again["inductor_bench"] == 0 and again["hashes"]["dynamic"] == hashes["dynamic"], (again, result)
+    assert entries(again["log"])[KEY] == rows[KEY], (again, result)
+
+
+def test_pinned_compiled_from_a_recorded_table(tmp_path):
+    prefix = tmp_path / "runs" / "rec"
+    recorded, _ = run(tmp_path, "compiled", AUTOTUNE_MODE="record", AUTOTUNE_RECORD_PATH=prefix)
+    assert recorded["inductor_bench"] == 10  # Inductor timed every candidate once
+    document = json.loads((tmp_path / "runs" / "rec.rank0.json").read_text())
+    entry = document["kernels"][ROWSUM][KEY]
+    assert len(entry["timings"]) == 10 and entry["signature"] in entry["timings"]
+    arch = document["arch"]
+    tables = tmp_path / "tables"
+    merge = subprocess.run([sys.executable, "-m", "autotune_guard.report", "merge", str(prefix), "-o",
+                            str(tables / f"{arch}.json")], capture_output=True, text=True, env=env_for(tmp_path))
+    assert merge.returncode == 0, merge.stderr
+    pinned, _ = run(tmp_path / "p", "eager,compiled", AUTOTUNE_MODE="pinned", AUTOTUNE_TABLE_PATH=tables,
+                    AUTOTUNE_ON_MISS="error")
+    assert pinned["inductor_bench"] == 0 and pinned["triton_bench"] == 0
+    assert pinned["hashes"]["compiled"] == pinned["hashes"]["eager"] == recorded["hashes"]["compiled"]
+    assert entries(pinned["log"])[KEY] == entry["signature"] + ";pinned"
+
+
+def test_auto_observes_and_inductor_cache_cannot_override_pinned(tmp_path):
+    auto, _ = run(tmp_path, "compiled", AUTOTUNE_MODE="auto")
+    assert auto["inductor_bench"] == 10
+    assert entries(auto["log"])[KEY].endswith(";timed")
+    # Same cache directory: Inductor now has a .best_config for this kernel.  Auto takes it and
+    # says so; pinned ignores it and runs its own choice without timing.
+    again, stderr = run(tmp_path, "compiled", AUTOTUNE_MODE="auto")
+    assert again["inductor_bench"] == 0 and "best_config cache chose" in stderr
+    pinned, _ = run(tmp_path, "compiled", AUTOTUNE_MODE="pinned")
+    assert pinned["inductor_bench"] == 0 and entries(pinned["log"])[KEY] == f"{MIN_COST};pinned"
+
+
+def test_inductor_generated_kernels_are_named_and_pinned(tmp_path):
+    auto, _ = run(tmp_path / "a", "", "--generated", AUTOTUNE_MODE="auto")
+    generated = {k: v for k, v in auto["log"].items() if k.split("|")[1].startswith("inductor.")}
+    assert generated and all(v.endswith(";timed") for v in generated.values()) and auto["inductor_bench"] > 0, auto
+    pinned, _ = run(tmp_path / "b", "", "--generated", AUTOTUNE_MODE="pinned")
+    again, _ = run(tmp_path / "c", "", "--generated", AUTOTUNE_MODE="pinned")
+    assert pinned["inductor_bench"] == 0
+    names = {k: v for k, v in pinned["log"].items() if k.split("|")[1].startswith("inductor.")}
+    # The same generated kernel gets the same name and choice in another cold process.
+    assert set(names) == set(generated) and names == {k: v for k, v in again["log"].items() if k in names}
+    assert all(v.endswith(";pinned") for v in names.values())
+    assert pinned["hashes"] == again["hashes"]
+
+
+def torchrun(tmp_path, *flags, **settings):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", PROG, "compiled",
+           "--dist", *flags]
+    proc = subprocess.run(cmd, env=env_for(tmp_path, **settings), capture_output=True, text=True, timeout=600,
+                          cwd=tmp_path)
+    results = [json.loads((tmp_path / f"result.rank{r}.json").read_text()) for r in (0, 1)
+               if (tmp_path / f"result.rank{r}.json").exists()]
+    return proc, results
+
+
+def test_consensus_compiled_one_rank_times(tmp_path):
+    proc, ranks = torchrun(tmp_path, AUTOTUNE_MODE="consensus")
+    assert proc.returncode == 0 and len(ranks) == 2, proc.stderr[-4000:]
+    assert sum(r["inductor_bench"] for r in ranks) == 10  # one rank timed for the job
+    logs = [entries(r["log"]) for r in ranks]
+    assert logs[0][KEY].split(";")[0] == logs[1][KEY].split(";")[0]
+    assert {v.split(";")[1] for v in (logs[0][KEY], logs[1][KEY])} == {"consensus"}
+    assert ranks[0]["hashes"] == ranks[1]["hashes"]
+
+
+def test_chaos_compiled_is_caught_by_verification(tmp_path):
+    proc, ranks = torchrun(tmp_path, AUTOTUNE_MODE="pinned", AUTOTUNE_CHAOS="1", AUTOTUNE_VERIFY_EVERY="1")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    logs = [entries(r["log"]) for r in ranks]
+    assert logs[0][KEY] != logs[1][KEY]
+    assert "autotune choices differ" in proc.stderr and ROWSUM in proc.stderr
