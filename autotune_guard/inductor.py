@@ -49,7 +49,6 @@ logger = logging.getLogger("autotune_guard")
 _PATCHED = "_autotune_guard"
 _original_autotune = None
 _original_benchmark = None
-_original_coordesc = None
 _original_read_best = None
 _original_save = None
 _lock = threading.Lock()
@@ -64,7 +63,7 @@ def patch(heuristics) -> None:
     """Post-import hook of ``torch._inductor.runtime.triton_heuristics``: replace the autotuning
     step of ``CachingAutotuner`` (once).  Never raises into torch's import unless the policy asks
     for errors (``AUTOTUNE_ON_MISS=error``) and the seam is missing."""
-    global _original_autotune, _original_benchmark, _original_coordesc
+    global _original_autotune, _original_benchmark
     cls = getattr(heuristics, "CachingAutotuner", None)
     if cls is None or not callable(getattr(cls, "autotune_to_one_config", None)) \
             or not callable(getattr(cls, "benchmark_all_configs", None)):
@@ -76,10 +75,10 @@ def patch(heuristics) -> None:
     _original_benchmark = cls.benchmark_all_configs
     cls.autotune_to_one_config = _guarded_autotune
     cls.benchmark_all_configs = _kept_timings
-    coordesc = getattr(cls, "coordinate_descent_tuning", None)
-    if callable(coordesc):
-        _original_coordesc = coordesc
-        cls.coordinate_descent_tuning = _guarded_coordesc
+    for method, (flag, what) in RETUNERS.items():
+        original = getattr(cls, method, None)
+        if callable(original):
+            setattr(cls, method, _guarded_retuner(original, flag, what))
     _patch_cache(heuristics)
 
 
@@ -128,16 +127,60 @@ def _guarded_autotune(self, *args, **kwargs):
     if mode == "off":
         return _original_autotune(self, *args, **kwargs)
     if mode == "pinned":
-        index, why = interception.pinned_index(kernel.qualified, kernel.key, kernel.descriptors, policy)
-        _keep(self, index)
-        signature = selection.signature(kernel.descriptors[index])
-        evidence.note_choice(kernel.arch, kernel.qualified, kernel.key, signature, "pinned")
-        logger.debug("pinned (torch.compile) %s key (%s) -> %s (%s)", kernel.qualified, kernel.key, signature, why)
+        candidates = list(self.launchers)
+        _keep(self, _pinned(kernel, kernel.key, policy), release=kernel.key_of is None)
+        if kernel.key_of is not None:
+            _follow_keys(self, kernel, candidates, policy)
         return None
     if mode == "consensus":
-        return _consensus(self, kernel, args, kwargs, policy)
-    _timed(self, kernel, args, kwargs, policy, "timed")
+        _consensus(self, kernel, args, kwargs, policy)
+    else:
+        _timed(self, kernel, args, kwargs, policy, "timed")
+    if kernel.key_of is not None:
+        _follow_keys(self, kernel, None, policy)
     return None
+
+
+def _pinned(kernel, key: str, policy) -> int:
+    """Eager pinned mode's choice for ``key``, noted in the choice log."""
+    index, why = interception.pinned_index(kernel.qualified, key, kernel.descriptors, policy)
+    signature = selection.signature(kernel.descriptors[index])
+    evidence.note_choice(kernel.arch, kernel.qualified, key, signature, "pinned")
+    logger.debug("pinned (torch.compile) %s key (%s) -> %s (%s)", kernel.qualified, key, signature, why)
+    return index
+
+
+def _follow_keys(self, kernel, candidates, policy) -> None:
+    """A kernel compiled for dynamic shapes runs one config for every value of its tuning key
+    (Inductor drops the key, pytorch #164124).  The guard follows the key on this kernel's own
+    launches: pinned switches to the launcher pinned for each new key (``candidates``: every
+    launcher, kept alive for that); other modes note each new key with the config Inductor kept,
+    as ``reused``.  Costs a tuple and a dict lookup per launch, on these kernels only."""
+    positions, key_text = kernel.key_of
+    class_run = type(self).run
+    first = self.launchers[0]
+    seen = {}
+
+    def run(*args, **kwargs):
+        values = tuple(args[i] for i in positions)
+        launcher = seen.get(values)
+        if launcher is None:
+            launcher = seen[values] = _launcher_for_key(self, kernel, key_text(args), candidates, first, policy)
+        if self.launchers[0] is not launcher:
+            self.launchers = [launcher]
+            if "_cached_launcher" in self.__dict__:  # torch 2.13's fast path caches the launcher
+                self._cached_launcher = None
+        return class_run(self, *args, **kwargs)
+
+    self.run = run
+
+
+def _launcher_for_key(self, kernel, key: str, candidates, first, policy):
+    if candidates is not None:
+        return candidates[_pinned(kernel, key, policy)]
+    signature = selection.signature(_project(first.config, kernel.meta_names))
+    evidence.note_choice(kernel.arch, kernel.qualified, key, signature, "reused")
+    return first
 
 
 def _timed(self, kernel, args, kwargs, policy, how: str) -> str:
@@ -201,12 +244,12 @@ def _consensus(self, kernel, args, kwargs, policy):
     return None
 
 
-def _keep(self, index: int) -> None:
+def _keep(self, index: int, release: bool = True) -> None:
     """Leave the chosen launcher as the kernel's only one, as Inductor's own step does."""
     chosen = self.launchers[index]
-    release = getattr(self, "_release_static_launchers_except", None)  # torch 2.13: frees the losers
-    if callable(release):
-        release(chosen)
+    free = getattr(self, "_release_static_launchers_except", None)  # torch 2.13: frees the losers
+    if release and callable(free):
+        free(chosen)
     self.launchers = [chosen]
 
 
@@ -217,20 +260,36 @@ def _kept_timings(self, *args, **kwargs):
     return timings
 
 
-def _guarded_coordesc(self, launcher, *args, **kwargs):
-    """Coordinate descent re-times a kernel after its config was chosen.  Pinned: skipped (marked
-    done, so Inductor does not ask again); otherwise it runs, named as ungoverned."""
-    policy = interception.active_policy()
-    if policy is None:
-        return _original_coordesc(self, launcher, *args, **kwargs)
-    name = describe_kernel(self, args).qualified
-    if policy.mode == "pinned" and policy.in_scope(name):
-        launcher.config.found_by_coordesc = True
-        _name_once(f"coordesc-skip|{name}", f"torch.compile coordinate descent tuning of {name} skipped: pinned "
-                   "mode does not time", level=logging.INFO)
-        return launcher
-    _ungoverned(name, "coordinate descent tuning (torch._inductor.config.coordinate_descent_tuning) re-timed it", policy)
-    return _original_coordesc(self, launcher, *args, **kwargs)
+# Steps that re-time a kernel after its config was chosen: method -> (the flag Inductor sets on the
+# config once the step ran, what the step is).
+RETUNERS = {
+    "coordinate_descent_tuning": ("found_by_coordesc", "coordinate descent tuning "
+                                  "(torch._inductor.config.coordinate_descent_tuning)"),
+    "_combo_sequential_autotune": ("found_by_combo_autotune", "combo-kernel block-size tuning"),
+}
+
+
+def _guarded_retuner(original, flag: str, what: str):
+    """Pinned: the step is skipped (its flag set, so Inductor does not ask again), since pinned
+    mode never times.  Other modes: it runs, and the kernel is named as not governed."""
+
+    def retune(self, launcher, *args, **kwargs):
+        policy = interception.active_policy()
+        if policy is None:
+            return original(self, launcher, *args, **kwargs)
+        name = describe_kernel(self, args).qualified
+        if not policy.in_scope(name):
+            return original(self, launcher, *args, **kwargs)
+        if policy.mode == "pinned":
+            setattr(launcher.config, flag, True)
+            _name_once(f"skip|{what}|{name}", f"torch.compile kernel {name}: {what} skipped, pinned mode does not "
+                       "time", level=logging.INFO)
+            return launcher
+        _ungoverned(name, f"{what} re-timed it after its config was chosen", policy)
+        return original(self, launcher, *args, **kwargs)
+
+    setattr(retune, _PATCHED, True)
+    return retune
 
 
 def _guarded_read_best(self, inductor_meta, configs):
@@ -252,7 +311,7 @@ def _guarded_save(self, *args, **kwargs):
     return _original_save(self, *args, **kwargs)
 
 
-for _f in (_guarded_autotune, _kept_timings, _guarded_coordesc, _guarded_read_best, _guarded_save):
+for _f in (_guarded_autotune, _kept_timings, _guarded_read_best, _guarded_save):
     setattr(_f, _PATCHED, True)
 
 
@@ -276,34 +335,50 @@ def _name_once(tag: str, message: str, level: int = logging.WARNING) -> None:
 # --- what a compiled kernel is called, and its key ----------------------------------------------
 
 class CompiledKernel:
-    """What the guard knows of one ``CachingAutotuner`` at its autotuning step."""
+    """What the guard knows of one ``CachingAutotuner`` at its autotuning step.  ``key_of`` is set
+    for a user kernel whose tuning key reads runtime arguments (a kernel compiled for dynamic
+    shapes): ``(positions of those arguments, args -> key text)``."""
 
-    __slots__ = ("qualified", "key", "arch", "descriptors", "meta_names")
+    __slots__ = ("qualified", "key", "arch", "descriptors", "meta_names", "key_of")
 
-    def __init__(self, qualified, key, arch, descriptors, meta_names):
+    def __init__(self, qualified, key, arch, descriptors, meta_names, key_of=None):
         self.qualified, self.key, self.arch = qualified, key, arch
-        self.descriptors, self.meta_names = descriptors, meta_names
+        self.descriptors, self.meta_names, self.key_of = descriptors, meta_names, key_of
 
 
 def describe_kernel(autotuner, args) -> CompiledKernel:
     fn = autotuner.fn
     source = getattr(fn, "src", "") or ""
     name = getattr(fn, "__name__", "kernel")
-    meta_names = None
+    meta_names = key_of = None
     if getattr(autotuner, "custom_kernel", False):
         qualified, original = user_kernel(name, source, autotuner.inductor_meta.get("kernel_name"))
         if original is not None:
             meta_names = frozenset(n for c in original.configs for n in c.kwargs)
-            runtime = dict(zip(_runtime_arg_names(autotuner), args))
-            runtime.update(autotuner.triton_meta.get("constants") or {})
-            key = interception.key_text(rebuild_key(list(original.arg_names), list(original.keys), runtime))
+            key_of = _key_builder(list(original.arg_names), list(original.keys), _runtime_arg_names(autotuner),
+                                  dict(autotuner.triton_meta.get("constants") or {}))
+            key = key_of[1](args)
+            if not key_of[0]:
+                key_of = None  # every key argument is a compile-time constant: one key per compiled kernel
         else:
             key = "*"
     else:
         qualified = generated_name(name, source)
         key = size_hints_text(getattr(autotuner, "size_hints", None))
     descriptors = [_project(launcher.config, meta_names) for launcher in autotuner.launchers]
-    return CompiledKernel(qualified, key, interception.current_arch(), descriptors, meta_names)
+    return CompiledKernel(qualified, key, interception.current_arch(), descriptors, meta_names, key_of)
+
+
+def _key_builder(arg_names: list, keys: list, runtime_names: list, constants: dict):
+    """(positions of the runtime arguments the key reads, args -> key text)."""
+    positions = tuple(i for i, name in enumerate(runtime_names) if name in keys)
+
+    def key_text(args) -> str:
+        values = dict(zip(runtime_names, args))
+        values.update(constants)
+        return interception.key_text(rebuild_key(arg_names, keys, values))
+
+    return positions, key_text
 
 
 def user_kernel(name: str, source: str, generated: str | None):

@@ -65,9 +65,18 @@ def test_pinned_compiled_is_eager_pinned_and_never_benchmarks(tmp_path):
     rows = entries(result["log"])
     assert rows[KEY] == f"{MIN_COST};pinned", result
     assert set(rows) == {KEY, "8192,torch.float32,torch.float32"}, result
-    again, _ = run(tmp_path / "again", "dynamic", AUTOTUNE_MODE="pinned")
-    assert again["inductor_bench"] == 0 and again["hashes"]["dynamic"] == hashes["dynamic"], (again, result)
-    assert entries(again["log"])[KEY] == rows[KEY], (again, result)
+    # dynamic=True: one compiled kernel serves both key values; pinned still follows the key,
+    # here with a table that pins each key to a different config.
+    arch = next(iter(result["log"])).split("|")[0]
+    small = "8192,torch.float32,torch.float32"
+    table = tmp_path / f"{arch}.json"
+    table.write_text(json.dumps({"format": "autotune_guard.table/1", "arch": arch, "kernels": {ROWSUM: {
+        KEY: {"kwargs": {"BLOCK": 1024}, "num_warps": 8}, small: {"kwargs": {"BLOCK": 512}, "num_warps": 4}}}}))
+    dynamic, _ = run(tmp_path / "dynamic", "dynamic", AUTOTUNE_MODE="pinned", AUTOTUNE_TABLE_PATH=table,
+                     AUTOTUNE_ON_MISS="error")
+    assert dynamic["inductor_bench"] == 0, dynamic
+    assert entries(dynamic["log"]) == {KEY: "BLOCK=1024,num_warps=8,num_stages=3,num_ctas=1;pinned",
+                                       small: "BLOCK=512,num_warps=4,num_stages=3,num_ctas=1;pinned"}, dynamic
 
 
 def test_pinned_compiled_from_a_recorded_table(tmp_path):
