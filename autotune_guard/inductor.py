@@ -47,10 +47,7 @@ from . import evidence, interception, selection
 logger = logging.getLogger("autotune_guard")
 
 _PATCHED = "_autotune_guard"
-_original_autotune = None
-_original_benchmark = None
-_original_read_best = None
-_original_save = None
+_ORIGINALS = "_autotune_guard_originals"  # on each patched class: method name -> Inductor's own
 _lock = threading.Lock()
 _user_kernels: dict = {}  # (function name, source hash) -> (qualified, autotuner or None)
 _named: set[str] = set()  # warnings said once per process
@@ -63,7 +60,6 @@ def patch(heuristics) -> None:
     """Post-import hook of ``torch._inductor.runtime.triton_heuristics``: replace the autotuning
     step of ``CachingAutotuner`` (once).  Never raises into torch's import unless the policy asks
     for errors (``AUTOTUNE_ON_MISS=error``) and the seam is missing."""
-    global _original_autotune, _original_benchmark
     cls = getattr(heuristics, "CachingAutotuner", None)
     if cls is None or not callable(getattr(cls, "autotune_to_one_config", None)) \
             or not callable(getattr(cls, "benchmark_all_configs", None)):
@@ -71,8 +67,8 @@ def patch(heuristics) -> None:
         return
     if getattr(cls.autotune_to_one_config, _PATCHED, False):
         return
-    _original_autotune = cls.autotune_to_one_config
-    _original_benchmark = cls.benchmark_all_configs
+    setattr(cls, _ORIGINALS, {"autotune_to_one_config": cls.autotune_to_one_config,
+                              "benchmark_all_configs": cls.benchmark_all_configs})
     cls.autotune_to_one_config = _guarded_autotune
     cls.benchmark_all_configs = _kept_timings
     for method, (flag, what) in RETUNERS.items():
@@ -85,19 +81,21 @@ def patch(heuristics) -> None:
 def _patch_cache(heuristics) -> None:
     """Inductor's on-disk winner (``.best_config``): not read under pinned, consensus and record
     (the choice must come from the policy, and record needs timings), not written under pinned."""
-    global _original_read_best, _original_save
-    import sys
-
-    cache_module = sys.modules.get("torch._inductor.runtime.autotune_cache")
-    cache_cls = getattr(cache_module, "AutotuneCache", None) or getattr(heuristics, "AutotuneCache", None)
+    cache_cls = getattr(heuristics, "AutotuneCache", None)  # imported there from .autotune_cache
     if cache_cls is None or not callable(getattr(cache_cls, "read_best", None)):
         _seam_missing("torch._inductor.runtime.autotune_cache.AutotuneCache.read_best")
         return
-    _original_read_best = cache_cls.read_best
+    if getattr(cache_cls.read_best, _PATCHED, False):
+        return
+    setattr(cache_cls, _ORIGINALS, {"read_best": cache_cls.read_best, "save": getattr(cache_cls, "save", None)})
     cache_cls.read_best = _guarded_read_best
     if callable(getattr(cache_cls, "save", None)):
-        _original_save = cache_cls.save
         cache_cls.save = _guarded_save
+
+
+def _original(obj, method: str):
+    """Inductor's own ``method`` of ``obj``'s class (kept on the class when it was patched)."""
+    return getattr(type(obj), _ORIGINALS)[method]
 
 
 def _seam_missing(what: str) -> None:
@@ -117,15 +115,19 @@ def _seam_missing(what: str) -> None:
 def _guarded_autotune(self, *args, **kwargs):
     policy = interception.active_policy()
     if policy is None:
-        return _original_autotune(self, *args, **kwargs)
+        return _original(self, "autotune_to_one_config")(self, *args, **kwargs)
     kernel = describe_kernel(self, args)
     mode = policy.mode if policy.in_scope(kernel.qualified) else "off"
     if self.inductor_meta.get("max_autotune") or self.inductor_meta.get("max_autotune_pointwise"):
         _name_once("max-autotune", "torch.compile max-autotune: Inductor's template selection (select_algorithm) "
                    "benchmarks its GEMM/conv templates while compiling; autotune_guard governs the kernels' configs, "
                    "not that choice")
+    if policy.enumerate:
+        how = {"off": "left to Inductor (out of scope)", "pinned": "pinned", "consensus": "consensus"}.get(mode, "timed")
+        logger.info("torch.compile kernel %s key (%s): %d candidates, %s", kernel.qualified, kernel.key,
+                    len(kernel.descriptors), how)
     if mode == "off":
-        return _original_autotune(self, *args, **kwargs)
+        return _original(self, "autotune_to_one_config")(self, *args, **kwargs)
     if mode == "pinned":
         candidates = list(self.launchers)
         _keep(self, _pinned(kernel, kernel.key, policy), release=kernel.key_of is None)
@@ -187,7 +189,7 @@ def _timed(self, kernel, args, kwargs, policy, how: str) -> str:
     """Inductor's own timing; the winner (and, for records, the timings) into the evidence.
     Returns the winner's signature."""
     self._autotune_guard_timings = None
-    _original_autotune(self, *args, **kwargs)
+    _original(self, "autotune_to_one_config")(self, *args, **kwargs)
     (launcher,) = self.launchers
     winner = _project(launcher.config, kernel.meta_names)
     signature = selection.signature(winner)
@@ -255,7 +257,7 @@ def _keep(self, index: int, release: bool = True) -> None:
 
 def _kept_timings(self, *args, **kwargs):
     """Inductor's benchmark of every launcher; its timings are kept for the record."""
-    timings = _original_benchmark(self, *args, **kwargs)
+    timings = _original(self, "benchmark_all_configs")(self, *args, **kwargs)
     self._autotune_guard_timings = timings
     return timings
 
@@ -296,7 +298,7 @@ def _guarded_read_best(self, inductor_meta, configs):
     policy = interception.active_policy()
     if policy is not None and policy.mode in ("pinned", "consensus", "record"):
         return None  # the policy decides, not a winner some earlier process timed
-    best = _original_read_best(self, inductor_meta, configs)
+    best = _original(self, "read_best")(self, inductor_meta, configs)
     if best is not None and policy is not None:
         name = (inductor_meta or {}).get("kernel_name", "?")
         _ungoverned(f"inductor cache:{name}", "Inductor's .best_config cache chose its config (not timed, not "
@@ -308,7 +310,7 @@ def _guarded_save(self, *args, **kwargs):
     policy = interception.active_policy()
     if policy is not None and policy.mode == "pinned":
         return None  # a pinned choice is not a timing result: it must not become a later run's "best"
-    return _original_save(self, *args, **kwargs)
+    return _original(self, "save")(self, *args, **kwargs)
 
 
 for _f in (_guarded_autotune, _kept_timings, _guarded_read_best, _guarded_save):

@@ -62,3 +62,150 @@ def test_unwrap_finds_the_jit_function_under_autotune_and_heuristics():
     assert inductor._unwrap(wrapped) == (jit, autotuner)
     assert inductor._unwrap(jit) == (jit, None)
     assert jit.__name__ == "_body" and "def _body" in jit.src
+
+
+# --- the adapter's decisions, on a stand-in for Inductor's classes --------------------------------
+# Inductor compiles Triton kernels only for GPUs, so on the CPU the adapter is driven through a
+# stand-in with the attributes and methods of CachingAutotuner/AutotuneCache that it uses.  The real
+# classes are driven by test_gpu_compile.py.
+
+import types
+
+import pytest
+import triton
+
+from autotune_guard import choice_log
+from autotune_guard.selection import SelectionError
+
+GENERATED_SRC = "def triton_poi_fused_0(in_ptr0, out_ptr0, xnumel, XBLOCK: tl.constexpr):\n    pass\n"
+CONFIGS = [triton.Config({"XBLOCK": 1024}, num_warps=4), triton.Config({"XBLOCK": 128}, num_warps=4),
+           triton.Config({"XBLOCK": 512}, num_warps=8)]
+
+
+class _Launcher:
+    def __init__(self, config, def_args):
+        self.config, self.def_args = config, def_args
+
+
+class _CachingAutotuner:
+    """What Inductor's CachingAutotuner does at its autotuning step: time every launcher (here the
+    last one declared is the fastest), keep the fastest; coordinate descent may re-time it."""
+
+    def __init__(self, fn, configs, custom_kernel=False, def_args=("in_ptr0", "out_ptr0", "xnumel")):
+        self.fn, self.custom_kernel = fn, custom_kernel
+        self.launchers = [_Launcher(c, list(def_args)) for c in configs]
+        self.inductor_meta, self.triton_meta = {"kernel_name": fn.__name__ + "_0"}, {"constants": {}}
+        self.size_hints = {"x": 8192}
+        self.benchmarked = self.descended = 0
+
+    def benchmark_all_configs(self, *args, **kwargs):
+        self.benchmarked += 1
+        return {launcher: 1.0 / (i + 1) for i, launcher in enumerate(self.launchers)}
+
+    def autotune_to_one_config(self, *args, **kwargs):
+        timings = self.benchmark_all_configs(*args, **kwargs)
+        self.launchers = [min(timings, key=timings.get)]
+
+    def coordinate_descent_tuning(self, launcher, *args, **kwargs):
+        self.descended += 1
+        return launcher
+
+    def run(self, *args, **kwargs):
+        if len(self.launchers) > 1:
+            self.autotune_to_one_config(*args, **kwargs)
+        return self.launchers[0].config
+
+
+class _AutotuneCache:
+    saved = []
+
+    def read_best(self, inductor_meta, configs):
+        return configs[0]
+
+    def save(self, config, *args, **kwargs):
+        self.saved.append(config)
+
+
+@pytest.fixture(scope="module")
+def stand_in():
+    module = types.SimpleNamespace(CachingAutotuner=_CachingAutotuner, AutotuneCache=_AutotuneCache)
+    inductor.patch(module)
+    inductor.patch(module)  # idempotent
+    return module
+
+
+def _generated():
+    return _CachingAutotuner(types.SimpleNamespace(__name__="triton_poi_fused_0", src=GENERATED_SRC), CONFIGS)
+
+
+def _entry(kernel):
+    name = inductor.generated_name("triton_poi_fused_0", GENERATED_SRC)
+    return choice_log().get(f"interpret|{name}|x=8192")
+
+
+def test_pinned_never_benchmarks_and_picks_the_eager_rule(stand_in, guard):
+    guard({"AUTOTUNE_MODE": "pinned"})
+    kernel = _generated()
+    x = torch.zeros(4)
+    assert kernel.run(x, x, 8192).kwargs == {"XBLOCK": 128}  # min_cost: the smallest tile
+    assert kernel.benchmarked == 0 and len(kernel.launchers) == 1
+    assert _entry(kernel) == "XBLOCK=128,num_warps=4,num_stages=3,num_ctas=1;pinned"
+    # Re-tuning after the choice is skipped, and marked so that Inductor does not ask again.
+    launcher = kernel.launchers[0]
+    assert kernel.coordinate_descent_tuning(launcher, x, x, 8192) is launcher
+    assert kernel.descended == 0 and launcher.config.found_by_coordesc is True
+    # Inductor's cache is neither read nor written.
+    assert _AutotuneCache().read_best({}, CONFIGS) is None
+    _AutotuneCache().save(CONFIGS[0])
+    assert _AutotuneCache.saved == []
+
+
+def test_pinned_with_block_sizes_and_chaos_use_the_same_rule(stand_in, guard):
+    guard({"AUTOTUNE_MODE": "pinned", "AUTOTUNE_BLOCK_SIZES": "XBLOCK=512"})
+    kernel = _generated()
+    assert kernel.run(torch.zeros(1), torch.zeros(1), 8192).kwargs == {"XBLOCK": 512}
+
+
+def test_auto_lets_inductor_time_and_logs_the_winner(stand_in, guard, ag_log):
+    guard({"AUTOTUNE_MODE": "auto"})
+    kernel = _generated()
+    assert kernel.run(torch.zeros(1), torch.zeros(1), 8192).kwargs == {"XBLOCK": 512}  # the fastest
+    assert kernel.benchmarked == 1
+    assert _entry(kernel) == "XBLOCK=512,num_warps=8,num_stages=3,num_ctas=1;timed"
+    # Inductor's cache and coordinate descent still work in auto mode, and are named.
+    assert _AutotuneCache().read_best({"kernel_name": "triton_poi_fused_0"}, CONFIGS) is CONFIGS[0]
+    kernel.coordinate_descent_tuning(kernel.launchers[0])
+    assert kernel.descended == 1
+    said = "\n".join(ag_log.messages())
+    assert "best_config cache chose" in said and "coordinate descent" in said and "did not govern" in said
+
+
+def test_on_miss_error_refuses_what_the_guard_cannot_govern(stand_in, guard):
+    guard({"AUTOTUNE_MODE": "auto", "AUTOTUNE_ON_MISS": "error"})
+    kernel = _generated()
+    kernel.run(torch.zeros(1), torch.zeros(1), 8192)
+    inductor.ungoverned.clear()
+    with pytest.raises(SelectionError, match="coordinate descent"):
+        kernel.coordinate_descent_tuning(kernel.launchers[0])
+
+
+def _user_body(x_ptr, out_ptr, n, BLOCK):  # a user's kernel function; only its source is read here
+    pass
+
+
+def test_a_user_kernel_keeps_its_eager_name_and_key(stand_in, guard):
+    from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
+    from triton.runtime.jit import JITFunction
+
+    user = triton.autotune(configs=[triton.Config({"BLOCK": b}) for b in (64, 32, 128)], key=["n"])(
+        JITFunction(_user_body))
+    kernel_side_table.add_kernel(user)  # what Dynamo does when it traces kernel[grid](...)
+    # Inductor's copy of the kernel: the same source, Dynamo's heuristics folded into each config.
+    copy = types.SimpleNamespace(__name__="_user_body", src="@triton.jit\n" + user.fn.src)
+    configs = [triton.Config({"BLOCK": b, "EVEN": True}) for b in (64, 32, 128)]
+    guard({"AUTOTUNE_MODE": "pinned"})
+    kernel = _CachingAutotuner(copy, configs, custom_kernel=True, def_args=("x_ptr", "out_ptr", "n"))
+    x, out = torch.zeros(8, dtype=torch.float16), torch.zeros(8)
+    assert kernel.run(x, out, 4096).kwargs == {"BLOCK": 32, "EVEN": True}
+    assert choice_log()[f"interpret|{__name__}._user_body|4096,torch.float16,torch.float32"] == \
+        "BLOCK=32,num_warps=4,num_stages=3,num_ctas=1;pinned"
