@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import operator
 import re
 import threading
 
@@ -160,15 +161,18 @@ def _follow_keys(self, kernel, candidates, policy) -> None:
     as ``reused``.  Costs a tuple and a dict lookup per launch, on these kernels only."""
     positions, key_text = kernel.key_of
     class_run = type(self).run
+    key_values = operator.itemgetter(*positions)  # C-level: the launch path pays one call for it
     first = self.launchers[0]
+    current = [first]
     seen = {}
 
     def run(*args, **kwargs):
-        values = tuple(args[i] for i in positions)
-        launcher = seen.get(values)
+        launcher = seen.get(key_values(args))
         if launcher is None:
-            launcher = seen[values] = _launcher_for_key(self, kernel, key_text(args), candidates, first, policy)
-        if self.launchers[0] is not launcher:
+            launcher = seen[key_values(args)] = _launcher_for_key(self, kernel, key_text(args), candidates, first,
+                                                                  policy)
+        if launcher is not current[0]:
+            current[0] = launcher
             self.launchers = [launcher]
             if "_cached_launcher" in self.__dict__:  # torch 2.13's fast path caches the launcher
                 self._cached_launcher = None
