@@ -287,9 +287,10 @@ def _lock_of(autotuner):
     return lock
 
 
-def _new_state(autotuner) -> _State:
+def _new_state(autotuner, launch=None) -> _State:
     """The autotuner's state under the current policy, built once (under its lock: two threads
-    meeting its first launch share one state)."""
+    meeting its first launch share one state).  ``launch``: the (args, kwargs) of the launch
+    that builds it, whose key a subclass may just have filled in ``cache`` itself."""
     lock = _lock_of(autotuner)
     with lock:
         process = _now
@@ -309,6 +310,8 @@ def _new_state(autotuner) -> _State:
                 for key in state.accounted:
                     cache.pop(key, None)
             setattr(autotuner, _STATE_ATTR, state)
+            if state.library_check and launch is not None and cache and state.mode != "off":
+                _check_library_entry(autotuner, state, *launch)
             if state.mode in ("auto", "record") and cache:
                 # Winners Triton chose before this policy was installed belong in its log too.
                 _observe(autotuner, state, _MISSING)
@@ -320,7 +323,7 @@ def _guarded_run(self, *args, **kwargs):
     if state is None or state.generation != _now.generation:
         if _now.policy is None:
             return _original_run(self, *args, **kwargs)
-        state = _new_state(self)
+        state = _new_state(self, (args, kwargs))
     mode = state.mode
     if state.via_pruning:
         # Triton 3.8+: the choice lives in Triton's cache; this is Triton's own cached path.  Under

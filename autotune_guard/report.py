@@ -359,6 +359,7 @@ def cmd_merge(args, out) -> int:
     kernels: dict[str, dict] = {}
     for (_, kernel, key), choices in grouped(used).items():
         decision = decide(choices, args.rule)
+        _refuse_foreign_winner(kernel, key, decision, choices)
         decisions.append({"kernel": kernel, "key": key, **decision})
         kernels.setdefault(kernel, {})[key] = decision["descriptor"]
 
@@ -398,6 +399,17 @@ def cmd_merge(args, out) -> int:
             print(f"  note: pinned runs find it by AUTOTUNE_TABLE_PATH={output}; in a directory on that path it must "
                   f"be named {arch}.json", file=out)
     return 1 if args.check and disagree else 0
+
+
+def _refuse_foreign_winner(kernel: str, key: str, decision: dict, choices: list[Choice]) -> None:
+    """A winner that is none of the kernel's candidates (a config an Autotuner subclass put into
+    Triton's cache itself, like fla's) would be a table entry no pinned run can match."""
+    candidates = {selection.signature(c) for choice in choices for c in choice.candidates}
+    if candidates and decision["chosen"] not in candidates:
+        chooser = next(c for c in choices if c.signature == decision["chosen"])
+        raise InputError(f"{chooser.source.path}: kernel {kernel} key ({key}): the winner {decision['chosen']} "
+                         f"(chosen as '{chooser.how}') is not among the kernel's {len(candidates)} candidates; "
+                         "a pinned run could not use it")
 
 
 def decide(choices: list[Choice], rule: str) -> dict:
