@@ -306,9 +306,14 @@ def _new_state(autotuner, launch=None) -> _State:
                     if cache.get(key) is config:
                         del cache[key]
             if state.via_pruning:
-                # The pin governs keys an earlier policy saw Triton choose (as the swap does).
-                for key in state.accounted:
-                    cache.pop(key, None)
+                # The pin governs keys Triton chose before (as the swap does, which ignores the
+                # cache); Triton times them again under a later auto policy.  A subclass that fills
+                # the cache itself keeps what is not known to be Triton's: it may be the library's.
+                if state.library_check:
+                    for key in state.accounted:
+                        cache.pop(key, None)
+                else:
+                    cache.clear()
             setattr(autotuner, _STATE_ATTR, state)
             if state.library_check and launch is not None and cache and state.mode != "off":
                 _check_library_entry(autotuner, state, *launch)

@@ -239,3 +239,22 @@ def test_configs_differing_only_in_ir_override_are_told_apart(guard, fresh, tmp_
     assert selection.signature(desc) == ("BLOCK=16,num_warps=4,num_stages=3,num_ctas=1,num_buffers_warp_spec=2,"
                                          "num_consumer_groups=2,reg_dec_producer=40,reg_inc_consumer=232")
     assert not selection.entry_matches({"kwargs": {"BLOCK": 16}}, desc, interception.config_defaults())
+
+
+def test_pinned_governs_keys_triton_tuned_before_and_leaves_nothing_behind(guard, fresh):
+    """A pinned policy installed after Triton tuned a key pins that key too (on 3.8+ it takes the
+    timed winner out of Triton's cache); an auto policy after it times again rather than take a
+    pinned config for Triton's winner."""
+    from autotune_guard import choice_log
+
+    guard({"AUTOTUNE_MODE": "auto"})
+    kernel = seams.make()
+    seams.launch(kernel, _x(100))
+    assert len(seams.TIMER_CALLS) == 4
+    guard({"AUTOTUNE_MODE": "pinned"})
+    seams.launch(kernel, _x(100))
+    assert choice_log() == {_entry(100): "BLOCK=16,num_warps=4,num_stages=3,num_ctas=1;pinned"}
+    assert seams.RAN[-1][:2] == (16, 100) and len(seams.TIMER_CALLS) == 4
+    guard({"AUTOTUNE_MODE": "auto"})
+    seams.launch(kernel, _x(100))
+    assert len(seams.TIMER_CALLS) == 8 and choice_log()[_entry(100)].endswith(";timed")
