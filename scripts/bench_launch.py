@@ -5,7 +5,10 @@ One kernel with 8 candidates, one autotuner object, the same arguments for every
 
 * ``triton``  Triton's own ``Autotuner.run`` (the guard's patch taken off the class for the block),
               after Triton has tuned the key once: a tuning-cache hit;
-* ``pinned``  the guard's ``run`` under ``AUTOTUNE_MODE=pinned``, the key already selected;
+* ``pinned``  the guard's ``run`` under ``AUTOTUNE_MODE=pinned``, the key already selected: on
+              Triton 3.8+ the choice is in Triton's cache (it was the only survivor of the
+              kernel's pruning), so this is Triton's own cached path under the autotuner's lock;
+              on 3.3-3.7 the guard's key lookup and Triton's single-config branch (the swap);
 * ``auto``    the guard's ``run`` under ``AUTOTUNE_MODE=auto`` (Triton times; the guard observes).
 
 The autotuner's ``.fn`` (a ``JITFunction``, or an ``InterpretedFunction`` under
@@ -117,6 +120,10 @@ def main() -> int:
     print(f"command: python scripts/bench_launch.py --reps {opts.reps} --launches {opts.launches}"
           f"{' --no-interpret' if opts.no_interpret else ''}   (.fn is a {fn_kind}, its run stubbed)")
     print(f"pinned choice: {pinned_log}")
+    print("pinned steady state: " + ("Triton's own cached path (the choice survived the kernel's pruning alone), "
+                                     "under the autotuner's lock" if interception._pins_through_pruning else
+                                     "the guard's key lookup + Triton's single-config branch (configs swapped), "
+                                     "under the autotuner's lock"))
     print("figures: CPU time of the launching thread (time.thread_time), so that time the thread spends "
           "descheduled on a busy machine is left out")
     print()

@@ -245,7 +245,7 @@ def test_pinned_governs_keys_triton_tuned_before_and_leaves_nothing_behind(guard
     """A pinned policy installed after Triton tuned a key pins that key too (on 3.8+ it takes the
     timed winner out of Triton's cache); an auto policy after it times again rather than take a
     pinned config for Triton's winner."""
-    from autotune_guard import choice_log
+    from autotune_guard import choice_log, interception
 
     guard({"AUTOTUNE_MODE": "auto"})
     kernel = seams.make()
@@ -257,4 +257,7 @@ def test_pinned_governs_keys_triton_tuned_before_and_leaves_nothing_behind(guard
     assert seams.RAN[-1][:2] == (16, 100) and len(seams.TIMER_CALLS) == 4
     guard({"AUTOTUNE_MODE": "auto"})
     seams.launch(kernel, _x(100))
-    assert len(seams.TIMER_CALLS) == 8 and choice_log()[_entry(100)].endswith(";timed")
+    # 3.8+: the pinned entry is gone and Triton times again; with the swap (3.3-3.7) the cache
+    # never held it, and Triton's first winner is still there.
+    assert len(seams.TIMER_CALLS) == (8 if interception._pins_through_pruning else 4)
+    assert choice_log()[_entry(100)].endswith(";timed")
