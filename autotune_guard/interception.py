@@ -34,7 +34,10 @@ import functools
 import inspect
 import logging
 import os
+import sys
 import threading
+import types
+import weakref
 from functools import cached_property
 
 from . import evidence, files, selection
@@ -69,6 +72,9 @@ _now = _Process(None, 0)
 _swap_lock = threading.RLock()
 _locks_lock = threading.Lock()
 
+# Triton 3.8+ pinned autotuners whose launches go straight to Triton's run (an instance ``run``):
+# dropped at every policy change.
+_direct = weakref.WeakSet()
 _original_run = None
 _original_init = None
 _original_prune = None
@@ -105,6 +111,9 @@ def _replace(policy: AutotunePolicy | None) -> None:
     is wiped by the reset, and none of the old one lands in the new log."""
     global _now
     with _swap_lock:
+        for autotuner in list(_direct):
+            autotuner.__dict__.pop("run", None)  # its launches go through the guard again
+        _direct.clear()
         evidence.reset()
         if policy is None:
             evidence.configure(None, None, None)
@@ -244,7 +253,7 @@ class _State:
     """What one autotuner needs on its launch path under the current policy."""
 
     __slots__ = ("generation", "qualified", "mode", "arg_names", "arg_set", "keys", "key_index", "selected", "seen",
-                 "lock", "via_pruning", "library_check", "accounted", "library")
+                 "lock", "via_pruning", "library_check", "accounted", "library", "direct")
 
     def __init__(self, autotuner, process: _Process, lock, previous):
         policy = process.policy
@@ -263,6 +272,11 @@ class _State:
         self.via_pruning = self.mode == "pinned" and _pins_through_pruning
         # A subclass that overrides run may fill ``cache`` itself before calling Triton's run.
         self.library_check = getattr(type(autotuner).run, "_autotune_guard_wraps", None) is not None
+        # Triton 3.8+, pinned, and nothing on the launch path reads the arguments Triton's run
+        # keeps on the autotuner (``nargs``: pruning functions, Config pre_hooks): launches can go
+        # straight to Triton's run, with no lock (see _go_direct).
+        self.direct = (self.via_pruning and not self.library_check and not autotuner.early_config_prune
+                       and not autotuner.perf_model and not any(c.pre_hook for c in autotuner.configs))
         # Entries an earlier policy accounted for (pinned or observed): not the library's.
         self.accounted = set(previous.seen) if isinstance(previous, _State) else set()
         if policy.enumerate and len(autotuner.configs) > 1:
@@ -315,12 +329,25 @@ def _new_state(autotuner, launch=None) -> _State:
                 else:
                     cache.clear()
             setattr(autotuner, _STATE_ATTR, state)
+            if state.direct:
+                _go_direct(autotuner)
             if state.library_check and launch is not None and cache and state.mode != "off":
                 _check_library_entry(autotuner, state, *launch)
             if state.mode in ("auto", "record") and cache:
                 # Winners Triton chose before this policy was installed belong in its log too.
                 _observe(autotuner, state, _MISSING)
         return state
+
+
+def _go_direct(autotuner) -> None:
+    """Triton 3.8+ pinned: later launches call Triton's own run directly (an instance attribute
+    shadows the class's guarded run), so the steady state is Triton's cached path and nothing
+    else.  A new key still meets the guard, in ``_guarded_prune``.  Under ``_swap_lock``, so a
+    policy change cannot miss it."""
+    with _swap_lock:
+        if autotuner.__dict__.get(_STATE_ATTR) is not None and autotuner.__dict__[_STATE_ATTR].generation == _now.generation:
+            autotuner.__dict__["run"] = types.MethodType(_original_run, autotuner)
+            _direct.add(autotuner)
 
 
 def _guarded_run(self, *args, **kwargs):
@@ -414,7 +441,9 @@ def _guarded_prune(self, kwargs):
             state = _new_state(self)
         if not state.via_pruning:
             return pruned
-        key = _tuning_key(state, (), {**(self.nargs or {}), **kwargs})
+        key = _key_in_tritons_run(sys._getframe(1))
+        if key is None:
+            key = _tuning_key(state, (), {**(self.nargs or {}), **kwargs})
         config = state.selected.get(key)
         if config is None:
             config = _pinned_choice(self, state, key, list(pruned))
@@ -425,6 +454,16 @@ def _guarded_prune(self, kwargs):
 
 
 _guarded_prune._autotune_guard = True
+
+
+def _key_in_tritons_run(frame):
+    """The tuning key Triton's run computed for this call (its local ``key``), when pruning was
+    called from it: exact even if another thread replaced ``self.nargs`` meanwhile."""
+    if frame is not None and frame.f_code is _original_run.__code__:
+        key = frame.f_locals.get("key")
+        if isinstance(key, tuple):
+            return key
+    return None
 
 
 def _undo_failed_launch(autotuner, state, args, kwargs, best) -> None:

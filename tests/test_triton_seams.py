@@ -261,3 +261,26 @@ def test_pinned_governs_keys_triton_tuned_before_and_leaves_nothing_behind(guard
     # never held it, and Triton's first winner is still there.
     assert len(seams.TIMER_CALLS) == (8 if interception._pins_through_pruning else 4)
     assert choice_log()[_entry(100)].endswith(";timed")
+
+
+def test_on_triton_3_8_pinned_launches_go_straight_to_tritons_run(guard, fresh):
+    """Without pruning functions or Config pre_hooks (nothing reads Triton's ``nargs``), a pinned
+    autotuner's launches call Triton's own run: the steady state is Triton's cached path and
+    nothing else.  A new key still meets the guard (in pruning); a new policy takes it back."""
+    from autotune_guard import choice_log, interception
+
+    if not interception._pins_through_pruning:
+        pytest.skip("pruning to one is timed before Triton 3.8")
+    guard({"AUTOTUNE_MODE": "pinned"})
+    kernel = triton.autotune(configs=[triton.Config({"BLOCK": b}) for b in (64, 16, 32)], key=["n"],
+                             do_bench=seams.random_timer)(seams.double_body)
+    for n in (100, 100, 300, 300):
+        assert seams.launch(kernel, _x(n)).equal(_x(n) * 2)
+        assert kernel.__dict__["run"].__func__ is interception._original_run  # Triton's run, nothing between
+    assert choice_log() == {_entry(n): "BLOCK=16,num_warps=4,num_stages=3,num_ctas=1;pinned" for n in (100, 300)}
+    assert {key[0]: c.kwargs["BLOCK"] for key, c in kernel.cache.items()} == {100: 16, 300: 16}
+    assert seams.TIMER_CALLS == []
+    guard({"AUTOTUNE_MODE": "auto"})
+    assert "run" not in kernel.__dict__
+    seams.launch(kernel, _x(100))
+    assert len(seams.TIMER_CALLS) == 3 and choice_log()[_entry(100)].endswith(";timed")
