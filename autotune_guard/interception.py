@@ -79,7 +79,6 @@ _original_run = None
 _original_init = None
 _original_prune = None
 _pins_through_pruning = False
-_listening = False  # our listener is in knobs.autotuning.listener (Triton 3.8+, not interpreting)
 _user_listener = None  # the listener that was there before ours, called after ours
 _heard = threading.local()  # what Triton's listener last said in this thread
 _arch_name: str | None = None
@@ -833,7 +832,7 @@ def _observe(autotuner, state, timings_before) -> None:
 
 def _how_chosen(autotuner, key, heard, timings_now, timings_before) -> tuple:
     """(label, Triton's timings by signature or None) for the entry this launch added."""
-    if heard is not None and heard[0] == key:  # Triton's listener said it
+    if heard is not None and heard[0] == key and heard[2] is timings_now:  # Triton's listener said it
         _, cache_hit, timings = heard
         if cache_hit:
             return "cache hit", None
@@ -851,7 +850,7 @@ def _chain_listener() -> None:
     """Triton 3.8+ (``knobs.autotuning.listener``): ours first, then whatever listener was set
     before.  Not under TRITON_INTERPRET=1, where Triton's call of any listener fails (it looks
     for a JITFunction that the interpreter does not make) after the choice is cached."""
-    global _listening, _user_listener
+    global _user_listener
     if not _pins_through_pruning or _interpreting():
         return
     knobs = _autotuning_knobs()
@@ -861,7 +860,6 @@ def _chain_listener() -> None:
     if current is not _listener:
         _user_listener = current
         knobs.listener = _listener
-    _listening = True
 
 
 def _autotuning_knobs():

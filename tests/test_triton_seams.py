@@ -170,7 +170,7 @@ def test_a_listener_hears_timed_and_pinned_choices_and_the_guard_labels_from_it(
         assert told["cache_hit"] is True and told["configs_timings"] == {} and told["fn"] is jit
     finally:
         knobs.listener = saved
-        interception._listening, interception._user_listener = False, None
+        interception._user_listener = None
 
 
 def test_labels_say_how_triton_chose(guard, fresh):
