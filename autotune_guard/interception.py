@@ -408,7 +408,14 @@ def _guarded_run(self, *args, **kwargs):
         finally:
             lock.release()
         # A key consensus has not decided yet: outside this lock, which the decision takes after its own.
-        return _consensus_launch(self, state, key, args, kwargs)
+        _heard.value = None
+        result = _consensus_launch(self, state, key, args, kwargs)
+        heard = _heard.value
+        if heard is None or heard[0] != key:  # Triton did not tell listeners itself (it did if it timed here)
+            config = state.selected.get(key)
+            if config is not None:
+                _tell_listener(self, key, config)
+        return result
     if mode == "off":
         return _original_run(self, *args, **kwargs)
     # auto / record: Triton times; a new cache entry is its winner (a single-config autotuner
@@ -880,8 +887,9 @@ def _listener(*, fn, key, best_config, configs_timings, duration, cache_hit, **m
 
 
 def _tell_listener(autotuner, key, config) -> None:
-    """A choice the guard made (Triton calls no listener for it): the user's listener hears it
-    as Triton's disk-cache hits are told, untimed (``cache_hit=True``, no timings)."""
+    """A choice the guard made, pinned or consensus (Triton calls no listener for it): the user's
+    listener hears it as Triton's disk-cache hits are told, untimed (``cache_hit=True``, no
+    timings)."""
     if not _pins_through_pruning:
         return
     knobs = _autotuning_knobs()

@@ -284,3 +284,47 @@ def test_on_triton_3_8_pinned_launches_go_straight_to_tritons_run(guard, fresh):
     assert "run" not in kernel.__dict__
     seams.launch(kernel, _x(100))
     assert len(seams.TIMER_CALLS) == 3 and choice_log()[_entry(100)].endswith(";timed")
+
+
+CONSENSUS_LISTENED = """
+import json, os, sys, torch, triton
+import torch.distributed as dist
+heard = []
+triton.knobs.autotuning.listener = lambda **kw: heard.append(kw)  # the user's, set before Triton is used
+import autotune_guard
+from autotune_guard import consensus, distributed, interception, selection
+from kernels import demo
+dist.init_process_group("gloo", init_method="file://" + sys.argv[1], rank=0, world_size=1)
+store = distributed.job_store()
+# Another rank claimed key 200 and published its winner, as _consensus_tune does.
+signatures = [selection.signature(interception.descriptor(c)) for c in demo.add_kernel.configs]
+winner = demo.add_kernel.configs[5]
+name = consensus.decision_name("interpret", "kernels.demo.add_kernel", "200,torch.float32,torch.float32,torch.float32")
+assert distributed.store_claim(store, name, 1)
+distributed.store_set(store, name + "/result", consensus.encode_winner(
+    1, signatures[5], interception.compact(interception.descriptor(winner)), signatures, True))
+x = torch.rand(200)
+assert torch.equal(demo.add(x, x), x + x)
+assert torch.equal(demo.add(x, x), x + x)
+dist.destroy_process_group()
+print(json.dumps({"heard": [{"key": list(h["key"]), "block": h["best_config"].kwargs["BLOCK"],
+                             "warps": h["best_config"].num_warps, "cache_hit": h["cache_hit"],
+                             "timings": h["configs_timings"], "same": h["best_config"] is winner} for h in heard],
+                  "log": autotune_guard.choice_log(), "timer_calls": len(demo.TIMER_CALLS)}))
+"""
+
+
+def test_a_listener_hears_the_jobs_consensus_choice(tmp_path):
+    """Triton 3.8+: a rank that pins the job's consensus winner tells the user's listener, once."""
+    if not hasattr(triton, "knobs") or triton.__version__ < "3.8":
+        pytest.skip("knobs.autotuning.listener is called from Triton 3.8 on")
+    from support import clean_env, last_json, run_python
+
+    store_file = tmp_path / "store"
+    proc = run_python(CONSENSUS_LISTENED.replace("sys.argv[1]", repr(str(store_file))),
+                      env=clean_env(AUTOTUNE_MODE="consensus"))
+    result = last_json(proc.stdout)
+    assert result["timer_calls"] == 0
+    assert result["heard"] == [{"key": [200, F32, F32, F32], "block": 128, "warps": 2, "cache_hit": True,
+                                "timings": {}, "same": True}]
+    assert list(result["log"].values()) == ["BLOCK=128,num_warps=2,num_stages=3,num_ctas=1;consensus"]
