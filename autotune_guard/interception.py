@@ -6,7 +6,10 @@ through every alias: ``triton.autotune``, ``triton.runtime.Autotuner``) with ``_
 * pinned, Triton 3.8+: the chosen config becomes the only survivor of the kernel's own pruning
   (``Autotuner.prune_configs`` is wrapped), which Triton 3.8+ treats as decided: no timing, the
   choice goes into Triton's ``cache`` and every later launch of the key is Triton's own cached
-  path.  The selection (``selection.select``) runs on what the kernel's pruning kept.
+  path.  The selection (``selection.select``) runs on what the kernel's pruning kept.  Where
+  nothing on the launch path reads Triton's shared ``nargs`` (no pruning functions, no Config
+  pre_hooks) later launches call Triton's run directly (``_go_direct``); otherwise they hold the
+  autotuner's lock.
 * pinned, Triton 3.3-3.7 (where a pruning result of one is still timed), and consensus: the
   tuning key is computed exactly as Triton 3.2+ computes it; the first launch of a key selects,
   later launches find it in a dict; the launch runs through Triton's single-config branch
