@@ -47,9 +47,8 @@ def _carry_out(policy: AutotunePolicy) -> None:
 
         interception.set_pending(policy)
         _boot.arm()
+    # interception reset the choice log and configured the files in the same step as the swap.
     configure_logging(policy.log_level)
-    evidence.reset()
-    evidence.configure(policy.digest_path, policy.record_path, policy.mode)
     from . import distributed
 
     distributed.reset_cadence()

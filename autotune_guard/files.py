@@ -13,7 +13,7 @@ import os
 import tempfile
 from typing import Mapping
 
-from .selection import OPTION_FIELDS
+from .selection import EXTRA_FIELDS, OPTION_FIELDS
 
 TABLE_FORMAT = "autotune_guard.table/1"
 RECORD_FORMAT = "autotune_guard.record/1"
@@ -110,7 +110,7 @@ def check_descriptor(path: str, where: str, desc) -> None:
     for name in OPTION_FIELDS:
         if name in desc and desc[name] is not None:
             _require(path, isinstance(desc[name], int) and not isinstance(desc[name], bool), f"{where}: {name!r} must be an integer")
-    unknown = set(desc) - {"kwargs", *OPTION_FIELDS}
+    unknown = set(desc) - {"kwargs", *OPTION_FIELDS, *EXTRA_FIELDS}
     _require(path, not unknown, f"{where}: unknown config fields {sorted(unknown)}")
 
 

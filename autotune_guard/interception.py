@@ -3,22 +3,44 @@
 The only module that touches Triton internals.  It replaces ``Autotuner.run`` in place (seen
 through every alias: ``triton.autotune``, ``triton.runtime.Autotuner``) with ``_guarded_run``:
 
-* pinned: the tuning key is computed exactly as Triton 3.2+ computes it; the first launch of a
-  key selects a candidate (``selection.select``) after the kernel's own pruning, later launches
-  find it in a dict.  The launch runs through Triton's single-config branch (``configs`` is
-  swapped to ``[chosen]`` for the call and restored after it), which in every supported release
-  neither times nor touches ``cache``, so pinning can never fall back to timing.
-* auto and record: Triton runs untouched; a new ``cache`` entry after the call is its timed
-  winner, which is logged (and recorded with the timings Triton measured in this process).
+* pinned, Triton 3.8+: the chosen config becomes the only survivor of the kernel's own pruning
+  (``Autotuner.prune_configs`` is wrapped), which Triton 3.8+ treats as decided: no timing, the
+  choice goes into Triton's ``cache`` and every later launch of the key is Triton's own cached
+  path.  The selection (``selection.select``) runs on what the kernel's pruning kept.  Where
+  nothing on the launch path reads Triton's shared ``nargs`` (no pruning functions, no Config
+  pre_hooks) later launches call Triton's run directly (``_go_direct``); otherwise they hold the
+  autotuner's lock.
+* pinned, Triton 3.3-3.7 (where a pruning result of one is still timed), and consensus: the
+  tuning key is computed exactly as Triton 3.2+ computes it; the first launch of a key selects,
+  later launches find it in a dict; the launch runs through Triton's single-config branch
+  (``configs`` swapped to ``[chosen]`` for the call, restored after it), which neither times nor
+  touches ``cache``.  The swap is under the autotuner's own lock.
+* auto and record: Triton runs untouched; a new ``cache`` entry after the call is its winner,
+  logged (and recorded) with a label saying how it was chosen: ``timed``, ``cache hit`` (Triton's
+  disk cache), ``pruned to one``; Triton 3.8+'s ``knobs.autotuning.listener`` says which, where
+  Triton can call it (not under ``TRITON_INTERPRET=1``), else the label is inferred.
+* a config an ``Autotuner`` subclass puts into ``cache`` itself before calling Triton's ``run``
+  (fla's ``CachedAutotuner``) is logged as ``library``; a subclass whose ``run`` never reaches
+  Triton's is named at its first launch.
 * consensus: see ``_consensus_launch``.
+
+Per-process state (policy, generation, tables, warnings given) is one ``_Process`` object,
+replaced in one assignment together with the reset of the choice log (``_replace``), so a
+launch sees one policy or the other, and no choice of the new one escapes its log.  Per-autotuner
+state lives on the autotuner: its ``_State`` under the current policy, and its lock, which
+outlives policies.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import os
+import sys
 import threading
+import types
+import weakref
 from functools import cached_property
 
 from . import evidence, files, selection
@@ -27,54 +49,106 @@ from .policy import AutotunePolicy
 logger = logging.getLogger("autotune_guard")
 
 MIN_TRITON = (3, 3)
+PRUNING_PINS = (3, 8)  # from here on Triton caches a pruning result of one config without timing
 _STATE_ATTR = "_autotune_guard_state"
+_LOCK_ATTR = "_autotune_guard_lock"
+_PROBED_ATTR = "_autotune_guard_probed"
 _MISSING = object()
 
-_policy: AutotunePolicy | None = None
-_generation = 0  # bumped by every install(); per-autotuner state of an older one is rebuilt
+
+class _Process:
+    """What this process carries out: the policy and everything derived from it.  Never changed
+    in place across policies: ``_replace`` builds a new one."""
+
+    __slots__ = ("policy", "generation", "tables", "warned")
+
+    def __init__(self, policy: AutotunePolicy | None, generation: int):
+        self.policy = policy
+        self.generation = generation  # per-autotuner state of an older one is rebuilt
+        self.tables: dict[str, dict] = {}  # arch -> {kernel: {key: entry}}
+        self.warned: set[str] = set()  # warnings given once under this policy
+
+
+_now = _Process(None, 0)
+# Held while the policy is replaced (with the log reset) and while a first choice is noted, so a
+# choice is noted in the log of the policy that made it, or not made at all.
+_swap_lock = threading.RLock()
+_locks_lock = threading.Lock()
+
+# Triton 3.8+ pinned autotuners whose launches go straight to Triton's run (an instance ``run``):
+# dropped at every policy change.
+_direct = weakref.WeakSet()
 _original_run = None
 _original_init = None
+_original_prune = None
+_pins_through_pruning = False
+_user_listener = None  # the listener that was there before ours, called after ours
+_heard = threading.local()  # what Triton's listener last said in this thread
 _arch_name: str | None = None
-_tables: dict[str, dict] = {}  # arch -> {kernel: {key: entry}}
 _config_defaults: dict | None = None
-_warned: set[str] = set()
+_init_needs_timer = False
 
 
 # --- installing ---------------------------------------------------------------------------------
 
 def apply(policy: AutotunePolicy, autotuner_module) -> None:
     """Patch ``autotuner_module.Autotuner`` (once) and make ``policy`` the one carried out."""
-    global _policy, _generation, _tables
     patch(autotuner_module)
-    _policy = policy
-    _tables = {}
-    _warned.clear()
-    _generation += 1
+    _replace(policy)
 
 
 def set_pending(policy: AutotunePolicy) -> None:
     """The policy to carry out once Triton is imported."""
-    global _policy, _generation
-    _policy = policy
-    _generation += 1
+    _replace(policy)
+
+
+def clear() -> None:
+    """No policy: every autotuner runs as Triton's own (the patch stays, a dict lookup per launch)."""
+    _replace(None)
+
+
+def _replace(policy: AutotunePolicy | None) -> None:
+    """The new policy and a new choice log, in one step: a first choice is noted under
+    ``_swap_lock`` after checking its generation is current, so none made under the new policy
+    is wiped by the reset, and none of the old one lands in the new log."""
+    global _now
+    with _swap_lock:
+        for autotuner in list(_direct):
+            autotuner.__dict__.pop("run", None)  # its launches go through the guard again
+        _direct.clear()
+        evidence.reset()
+        if policy is None:
+            evidence.configure(None, None, None)
+        else:
+            evidence.configure(policy.digest_path, policy.record_path, policy.mode)
+        _now = _Process(policy, _now.generation + 1)
+    if policy is not None and _original_run is not None:
+        _chain_listener()
 
 
 def patch(autotuner_module) -> None:
-    global _original_run, _original_init
+    global _original_run, _original_init, _original_prune, _pins_through_pruning, _init_needs_timer
     cls = getattr(autotuner_module, "Autotuner", None)
-    check_supported(autotuner_module)
+    version = check_supported(autotuner_module)
     if getattr(cls.run, "_autotune_guard", False):
         return
     _original_run = cls.run
     cls.run = _guarded_run
+    _original_init = cls.__init__
+    cls.__init__ = _guarded_init
     # Triton 3.3 resolves its default timer in __init__, which under TRITON_INTERPRET=1 on a
     # CPU-only machine fails at decoration ("0 active drivers") even for kernels we pin.
-    if not isinstance(inspect.getattr_static(cls, "do_bench", None), cached_property):
-        _original_init = cls.__init__
-        cls.__init__ = _guarded_init
+    _init_needs_timer = not isinstance(inspect.getattr_static(cls, "do_bench", None), cached_property)
+    if version >= PRUNING_PINS:
+        _original_prune = cls.prune_configs
+        cls.prune_configs = _guarded_prune
+        _pins_through_pruning = True
+    for sub in _subclasses(cls):  # autotuner classes defined before the patch
+        _wrap_overriding_run(sub)
 
 
-def check_supported(autotuner_module) -> None:
+def check_supported(autotuner_module) -> tuple:
+    """Triton's (major, minor); raises for a release this package does not support."""
     import triton
 
     version = getattr(triton, "__version__", "0")
@@ -85,12 +159,16 @@ def check_supported(autotuner_module) -> None:
             f"autotune_guard supports Triton {MIN_TRITON[0]}.{MIN_TRITON[1]} and newer; this is Triton {version}. "
             "Set AUTOTUNE_DISABLE=1 to run unguarded."
         )
+    return numbers
 
 
 def _guarded_init(self, *args, **kwargs):
-    if kwargs.get("do_bench") is None and _interpreting():
+    if _init_needs_timer and kwargs.get("do_bench") is None and _interpreting():
         kwargs["do_bench"] = _no_timer_under_interpreter
     _original_init(self, *args, **kwargs)
+    cls = type(self)
+    if not getattr(cls.run, "_autotune_guard", False):
+        _wrap_overriding_run(cls)
 
 
 def _no_timer_under_interpreter(kernel_call, quantiles):
@@ -101,56 +179,204 @@ def _no_timer_under_interpreter(kernel_call, quantiles):
 _guarded_init._autotune_guard = True
 
 
+def _subclasses(cls) -> list:
+    found, todo = [], list(cls.__subclasses__())
+    while todo:
+        sub = todo.pop()
+        found.append(sub)
+        todo.extend(sub.__subclasses__())
+    return found
+
+
+# --- Autotuner subclasses that override run (FlagGems' LibTuner, fla's CachedAutotuner) --------
+
+def _wrap_overriding_run(cls) -> None:
+    """Wrap the ``run`` a subclass defines, so that its first launch under a policy shows
+    whether it reaches Triton's (the guarded) ``run`` at all; one that does not is named."""
+    owner = next(c for c in cls.__mro__ if "run" in c.__dict__)
+    original = owner.__dict__["run"]
+    if getattr(original, "_autotune_guard", False) or not callable(original):
+        return
+
+    @functools.wraps(original)
+    def run(self, *args, **kwargs):
+        if self.__dict__.get(_PROBED_ATTR) == _now.generation or _now.policy is None:
+            return original(self, *args, **kwargs)
+        return _probe_first_launch(self, original, owner, args, kwargs)
+
+    run._autotune_guard = True
+    run._autotune_guard_wraps = original
+    owner.run = run
+
+
+class _Probe:
+    """Stands in for an autotuner's state during the first launch of a subclass's own ``run``:
+    the guarded run replaces it (a stale generation) if it is reached."""
+
+    generation = -1
+
+
+def _probe_first_launch(autotuner, original, owner, args, kwargs):
+    attrs = autotuner.__dict__
+    previous = attrs.get(_STATE_ATTR, _MISSING)
+    probe = attrs[_STATE_ATTR] = _Probe()
+    try:
+        result = original(autotuner, *args, **kwargs)
+    finally:
+        reached = attrs.get(_STATE_ATTR) is not probe
+        if not reached:
+            if previous is _MISSING:
+                attrs.pop(_STATE_ATTR, None)
+            else:
+                attrs[_STATE_ATTR] = previous
+    attrs[_PROBED_ATTR] = _now.generation
+    if not reached:
+        _ungoverned(autotuner, owner)
+    return result
+
+
+def _ungoverned(autotuner, owner) -> None:
+    policy = _now.policy
+    name = _qualified(autotuner)
+    cls = f"{owner.__module__}.{owner.__qualname__}"
+    message = (f"kernel {name}: its autotuner class {cls} overrides run() and never calls Triton's Autotuner.run, "
+               f"so autotune_guard ({policy.mode} mode) neither sees nor governs its config choices; they are not "
+               "in the choice log")
+    if policy.mode == "pinned" and policy.on_miss == "error" and policy.in_scope(name):
+        raise selection.SelectionError(f"autotune_guard: {message} (AUTOTUNE_ON_MISS=error)")
+    if message not in _now.warned:
+        _now.warned.add(message)
+        logger.warning("%s", message)
+
+
 # --- the launch path ----------------------------------------------------------------------------
 
 class _State:
     """What one autotuner needs on its launch path under the current policy."""
 
     __slots__ = ("generation", "qualified", "mode", "arg_names", "arg_set", "keys", "key_index", "selected", "seen",
-                 "lock")
+                 "lock", "via_pruning", "library_check", "accounted", "library", "direct")
 
-    def __init__(self, autotuner, policy: AutotunePolicy):
-        fn = getattr(autotuner, "base_fn", None) or autotuner.fn
-        self.generation = _generation
-        self.qualified = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__name__', '?')}"
+    def __init__(self, autotuner, process: _Process, lock, previous):
+        policy = process.policy
+        self.generation = process.generation
+        self.qualified = _qualified(autotuner)
         self.mode = policy.mode if policy.in_scope(self.qualified) else "off"
         self.arg_names = list(autotuner.arg_names)
         self.arg_set = frozenset(self.arg_names)
         self.keys = list(autotuner.keys)
         # Positions of the key arguments, for the tuning key of an all-positional call.
         self.key_index = tuple(self.arg_names.index(name) for name in self.keys if name in self.arg_set)
-        self.selected: dict = {}  # tuning key -> live Config
-        self.seen: set = set()  # tuning keys whose timed winner was observed
-        self.lock = threading.RLock()
+        self.selected: dict = {}  # tuning key -> live Config chosen by the guard
+        self.seen: set = set()  # tuning keys whose ``cache`` entry is accounted for (observed or pinned)
+        self.library: set = set()  # tuning keys whose config the autotuner's own class put in ``cache``
+        self.lock = lock  # the autotuner's, shared by every policy
+        self.via_pruning = self.mode == "pinned" and _pins_through_pruning
+        # A subclass that overrides run may fill ``cache`` itself before calling Triton's run.
+        self.library_check = getattr(type(autotuner).run, "_autotune_guard_wraps", None) is not None
+        # Triton 3.8+, pinned, and nothing on the launch path reads the arguments Triton's run
+        # keeps on the autotuner (``nargs``: pruning functions, Config pre_hooks): launches can go
+        # straight to Triton's run, with no lock (see _go_direct).
+        self.direct = (self.via_pruning and not self.library_check and not autotuner.early_config_prune
+                       and not autotuner.perf_model and not any(c.pre_hook for c in autotuner.configs))
+        # Entries an earlier policy accounted for (pinned or observed): not the library's.
+        self.accounted = set(previous.seen) if isinstance(previous, _State) else set()
         if policy.enumerate and len(autotuner.configs) > 1:
             how = {"off": "left to Triton (out of scope)", "pinned": "pinned", "consensus": "consensus"}.get(self.mode, "timed")
             logger.info("autotuner %s: %d candidates, %s", self.qualified, len(autotuner.configs), how)
 
 
-_state_lock = threading.Lock()
+def _qualified(autotuner) -> str:
+    fn = getattr(autotuner, "base_fn", None) or autotuner.fn
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__name__', '?')}"
 
 
-def _new_state(autotuner) -> _State:
-    """The autotuner's state under the current policy, built once: two threads meeting its first
-    launch must share one state, hence one lock around the ``configs`` swap."""
-    with _state_lock:
-        state = autotuner.__dict__.get(_STATE_ATTR)
-        if state is None or state.generation != _generation:
-            state = _State(autotuner, _policy)
+def _lock_of(autotuner):
+    """The autotuner's own lock, made once: every policy's launches of it share it."""
+    lock = autotuner.__dict__.get(_LOCK_ATTR)
+    if lock is None:
+        with _locks_lock:
+            lock = autotuner.__dict__.get(_LOCK_ATTR)
+            if lock is None:
+                lock = threading.RLock()
+                setattr(autotuner, _LOCK_ATTR, lock)
+    return lock
+
+
+def _new_state(autotuner, launch=None) -> _State:
+    """The autotuner's state under the current policy, built once (under its lock: two threads
+    meeting its first launch share one state).  ``launch``: the (args, kwargs) of the launch
+    that builds it, whose key a subclass may just have filled in ``cache`` itself."""
+    lock = _lock_of(autotuner)
+    with lock:
+        process = _now
+        attrs = autotuner.__dict__
+        state = attrs.get(_STATE_ATTR)
+        if state is None or state.generation != process.generation:
+            previous = state
+            state = _State(autotuner, process, lock, previous)
+            cache = autotuner.cache
+            if isinstance(previous, _State) and previous.via_pruning:
+                # Entries the previous policy pinned through Triton's cache are not Triton's winners.
+                for key, config in previous.selected.items():
+                    if cache.get(key) is config:
+                        del cache[key]
+            if state.via_pruning:
+                # The pin governs keys Triton chose before (as the swap does, which ignores the
+                # cache); Triton times them again under a later auto policy.  A subclass that fills
+                # the cache itself keeps what is not known to be Triton's: it may be the library's.
+                if state.library_check:
+                    for key in state.accounted:
+                        cache.pop(key, None)
+                else:
+                    cache.clear()
             setattr(autotuner, _STATE_ATTR, state)
-            if state.mode in ("auto", "record") and autotuner.cache:
+            if state.direct:
+                _go_direct(autotuner)
+            if state.library_check and launch is not None and cache and state.mode != "off":
+                _check_library_entry(autotuner, state, *launch)
+            if state.mode in ("auto", "record") and cache:
                 # Winners Triton chose before this policy was installed belong in its log too.
-                _observe(autotuner, state, autotuner.__dict__.get("configs_timings"))
+                _observe(autotuner, state, _MISSING)
         return state
+
+
+def _go_direct(autotuner) -> None:
+    """Triton 3.8+ pinned: later launches call Triton's own run directly (an instance attribute
+    shadows the class's guarded run), so the steady state is Triton's cached path and nothing
+    else.  A new key still meets the guard, in ``_guarded_prune``.  Under ``_swap_lock``, so a
+    policy change cannot miss it."""
+    with _swap_lock:
+        if autotuner.__dict__.get(_STATE_ATTR) is not None and autotuner.__dict__[_STATE_ATTR].generation == _now.generation:
+            autotuner.__dict__["run"] = types.MethodType(_original_run, autotuner)
+            _direct.add(autotuner)
 
 
 def _guarded_run(self, *args, **kwargs):
     state = self.__dict__.get(_STATE_ATTR)
-    if state is None or state.generation != _generation:
-        if _policy is None:
+    if state is None or state.generation != _now.generation:
+        if _now.policy is None:
             return _original_run(self, *args, **kwargs)
-        state = _new_state(self)
+        state = _new_state(self, (args, kwargs))
     mode = state.mode
+    if state.via_pruning:
+        # Triton 3.8+: the choice lives in Triton's cache; this is Triton's own cached path.  Under
+        # the autotuner's lock: Triton's run keeps the call's arguments in ``self.nargs``, shared
+        # by every thread launching this autotuner (pruning and pre_hooks read it).
+        lock = state.lock
+        lock.acquire()
+        try:
+            if state.library_check and len(self.cache) != len(state.seen):
+                _check_library_entry(self, state, args, kwargs)
+            attrs = self.__dict__
+            best = attrs.get("best_config", _MISSING)
+            try:
+                return _original_run(self, *args, **kwargs)
+            except BaseException:
+                _undo_failed_launch(self, state, args, kwargs, best)
+                raise
+        finally:
+            lock.release()
     if mode == "pinned" or mode == "consensus":
         # The steady state, inlined (it is every launch): under the lock, because another
         # thread's pinned launch swaps ``configs`` to one element for the length of its call.
@@ -163,8 +389,14 @@ def _guarded_run(self, *args, **kwargs):
                 return _original_run(self, *args, **kwargs)
             key = _tuning_key(state, args, kwargs)
             config = state.selected.get(key)
-            if config is None and mode == "pinned":
-                config = _pinned_choice(self, state, key, args, kwargs)
+            if config is None:
+                if key in state.library or (state.library_check and key in self.cache
+                                             and key not in state.accounted and _library_chose(self, state, key)):
+                    return _original_run(self, *args, **kwargs)  # the library's own choice, named once
+                if mode == "pinned":
+                    config = _pinned_choice(self, state, key, _candidates(self, args, kwargs))
+                    if config is None:  # a new policy was installed meanwhile: launch under it
+                        return _guarded_run(self, *args, **kwargs)
             if config is not None:
                 attrs = self.__dict__
                 best, nargs = attrs.get("best_config", _MISSING), attrs.get("nargs", _MISSING)
@@ -179,12 +411,21 @@ def _guarded_run(self, *args, **kwargs):
         finally:
             lock.release()
         # A key consensus has not decided yet: outside this lock, which the decision takes after its own.
-        return _consensus_launch(self, state, key, args, kwargs)
+        _heard.value = None
+        result = _consensus_launch(self, state, key, args, kwargs)
+        heard = _heard.value
+        if heard is None or heard[0] != key:  # Triton did not tell listeners itself (it did if it timed here)
+            config = state.selected.get(key)
+            if config is not None:
+                _tell_listener(self, key, config)
+        return result
     if mode == "off":
         return _original_run(self, *args, **kwargs)
     # auto / record: Triton times; a new cache entry is its winner (a single-config autotuner
     # never adds one, so it needs no test of its own here).
     cache = self.cache
+    if state.library_check and len(cache) != len(state.seen):
+        _check_library_entry(self, state, args, kwargs)
     before = len(cache)
     timings = self.__dict__.get("configs_timings")
     result = _original_run(self, *args, **kwargs)
@@ -194,6 +435,104 @@ def _guarded_run(self, *args, **kwargs):
 
 
 _guarded_run._autotune_guard = True
+
+
+def _guarded_prune(self, kwargs):
+    """Triton 3.8+: the kernel's own pruning, then, for a pinned autotuner, the chosen config as
+    its only survivor (Triton caches it without timing).  Called by Triton's run under the
+    autotuner's lock, with ``self.nargs`` set to the call's positional arguments."""
+    pruned = _original_prune(self, kwargs)
+    while True:
+        state = self.__dict__.get(_STATE_ATTR)
+        if not isinstance(state, _State) or state.generation != _now.generation:
+            if _now.policy is None:
+                return pruned
+            state = _new_state(self)
+        if not state.via_pruning:
+            return pruned
+        key = _key_in_tritons_run(sys._getframe(1))
+        if key is None:
+            key = _tuning_key(state, (), {**(self.nargs or {}), **kwargs})
+        config = state.selected.get(key)
+        if config is None:
+            config = _pinned_choice(self, state, key, list(pruned))
+            if config is None:  # a new policy was installed meanwhile: choose under it
+                continue
+        state.seen.add(key)
+        return [config]
+
+
+_guarded_prune._autotune_guard = True
+
+
+def _key_in_tritons_run(frame):
+    """The tuning key Triton's run computed for this call (its local ``key``), when pruning was
+    called from it: exact even if another thread replaced ``self.nargs`` meanwhile."""
+    if frame is not None and frame.f_code is _original_run.__code__:
+        key = frame.f_locals.get("key")
+        if isinstance(key, tuple):
+            return key
+    return None
+
+
+def _undo_failed_launch(autotuner, state, args, kwargs, best) -> None:
+    """A launch that raised leaves the autotuner as it was: ``best_config``, ``nargs`` (Triton's
+    run sets both and clears ``nargs`` only when it completes), and no cache entry for a key whose
+    first launch failed (the choice itself stays: the next launch runs it again)."""
+    attrs = autotuner.__dict__
+    if best is _MISSING:
+        attrs.pop("best_config", None)
+        attrs.pop("nargs", None)
+    else:
+        attrs["best_config"] = best
+        attrs["nargs"] = None
+    try:
+        key = _tuning_key(state, args, kwargs)
+    except Exception:  # the arguments themselves were the problem
+        return
+    config = state.selected.get(key)
+    if config is not None and autotuner.cache.get(key) is config:
+        del autotuner.cache[key]
+        state.seen.discard(key)
+
+
+def _check_library_entry(autotuner, state, args, kwargs) -> None:
+    """A subclass's run put a config into ``cache`` for this launch's key before calling
+    Triton's: that is the library's choice, logged as such (pinned: named once, or refused)."""
+    key = _tuning_key(state, args, kwargs)
+    if key in autotuner.cache and key not in state.seen and key not in state.accounted:
+        _library_chose(autotuner, state, key)
+
+
+def _library_chose(autotuner, state, key) -> bool:
+    config = autotuner.cache[key]
+    arch = current_arch()
+    text = key_text(key)
+    desc = descriptor(config)
+    signature = selection.signature(desc)
+    candidates = [compact(descriptor(c)) for c in autotuner.configs]
+    if state.mode == "pinned":
+        what = f"kernel {state.qualified} key ({text}) arch {arch}"
+        among = "" if compact(desc) in candidates else f", which is not one of its {len(candidates)} candidates"
+        cls = type(autotuner)
+        message = (f"{what}: its autotuner ({cls.__module__}.{cls.__qualname__}) chose {signature} itself{among} "
+                   "(it put the config into Triton's cache before the launch); pinned mode leaves that choice to the "
+                   "library and logs it as 'library'. To pin this kernel, turn off the library's own config choice "
+                   "(for fla: leave FLA_CACHE_MODE unset)")
+        if _now.policy.on_miss == "error":
+            raise selection.SelectionError(f"autotune_guard: {message}; refused with AUTOTUNE_ON_MISS=error")
+        if state.qualified not in _now.warned:
+            _now.warned.add(state.qualified)
+            logger.warning("%s", message)
+    with _swap_lock:
+        if state.generation != _now.generation:
+            return True
+        state.seen.add(key)
+        state.library.add(key)
+        evidence.note_choice(arch, state.qualified, text, signature, "library")
+        if _now.policy.record_path:
+            evidence.note_record(arch, state.qualified, text, compact(desc), signature, "library", None, candidates)
+    return True
 
 
 def _run_pinned(autotuner, state, config, args, kwargs):
@@ -257,36 +596,46 @@ def _candidates(autotuner, args, kwargs) -> list:
     saved = autotuner.__dict__.get("nargs")
     autotuner.nargs = dict(zip(autotuner.arg_names, args))
     try:
-        return list(autotuner.prune_configs(kwargs))
+        prune = _original_prune if _original_prune is not None else type(autotuner).prune_configs
+        return list(prune(autotuner, kwargs))
     finally:
         autotuner.nargs = saved
 
 
-def _pinned_choice(autotuner, state, key, args, kwargs):
+def _pinned_choice(autotuner, state, key, candidates):
+    """Select among ``candidates`` (after the kernel's pruning) and note the choice; None when a
+    new policy was installed meanwhile (the caller starts over under it)."""
+    process = _now
+    if state.generation != process.generation:
+        return None
     arch = current_arch()
     text = key_text(key)
-    candidates = _candidates(autotuner, args, kwargs)
     descriptors = [descriptor(c) for c in candidates]
-    index, why = pinned_index(state.qualified, text, descriptors, _policy)
+    index, why = pinned_index(state.qualified, text, descriptors, process.policy)
     config = candidates[index]
-    state.selected[key] = config
     signature = selection.signature(descriptors[index])
-    evidence.note_choice(arch, state.qualified, text, signature, "pinned")
+    with _swap_lock:
+        if state.generation != _now.generation:
+            return None
+        state.selected[key] = config
+        evidence.note_choice(arch, state.qualified, text, signature, "pinned")
     logger.debug("pinned %s key (%s) -> %s (%s)", state.qualified, text, signature, why)
+    _tell_listener(autotuner, key, config)
     return config
 
 
 def pinned_index(qualified: str, text: str, descriptors: list, policy: AutotunePolicy) -> tuple[int, str]:
     """Which of ``descriptors`` pinned mode runs for kernel ``qualified`` and key ``text``, and why.
     One rule for eager launches and for kernels compiled by Inductor (``inductor``)."""
+    process = _now
     arch = current_arch()
     entry = files.table_entry(_tables_for(arch), qualified, text)
     index, why, warning = selection.select(
         descriptors, table_entry=entry, block_sizes=policy.block_sizes, on_miss=policy.on_miss,
         defaults=config_defaults(), what=f"kernel {qualified} key ({text}) arch {arch}",
     )
-    if warning and warning not in _warned:
-        _warned.add(warning)
+    if warning and warning not in process.warned:
+        process.warned.add(warning)
         logger.warning("%s; using %s", warning, why)
     if policy.chaos:
         from .distributed import rank_and_world
@@ -340,7 +689,7 @@ def _consensus_decide(autotuner, state, key, args, kwargs):
     """The config to pin for ``key``, or _Launched when this thread tuned it."""
     from . import consensus, distributed
 
-    policy = _policy
+    policy = _now.policy
     arch = current_arch()
     text = key_text(key)
     what = f"kernel {state.qualified} key ({text}) arch {arch}"
@@ -416,8 +765,8 @@ def _consensus_alone(autotuner, state, key, text, arch, args, kwargs):
     from .distributed import rank_and_world
 
     note = "consensus: no process group"
-    if note not in _warned:
-        _warned.add(note)
+    if note not in _now.warned:
+        _now.warned.add(note)
         world = rank_and_world()[1]
         if world > 1:  # a distributed job that has not initialized its group yet: choices may differ
             logger.warning("AUTOTUNE_MODE=consensus but torch.distributed is not initialized yet (world size %d "
@@ -460,32 +809,110 @@ def _measured(autotuner, timings, timings_before) -> dict | None:
 def _consensus_evidence(autotuner, state, arch, text, config, signature, measured, how) -> None:
     """The choice log on every rank; the record file too when AUTOTUNE_RECORD_PATH is set."""
     evidence.note_choice(arch, state.qualified, text, signature, how)
-    if _policy.record_path:
+    if _now.policy.record_path:
         evidence.note_record(arch, state.qualified, text, compact(descriptor(config)), signature, how, measured,
                              [compact(descriptor(c)) for c in autotuner.configs])
 
 
+# --- observing Triton's choices -----------------------------------------------------------------
+
 def _observe(autotuner, state, timings_before) -> None:
-    """Log (and in record mode record) the winners Triton just chose."""
+    """Log (and in record mode record) the winners Triton chose: the one this launch added (the
+    newest entry, labelled by how Triton chose it) and any other not yet seen (chosen before this
+    policy was installed; ``timings_before`` is _MISSING when there was no launch)."""
     arch = current_arch()
     cache = autotuner.cache
-    measured_now = _measured(autotuner, autotuner.__dict__.get("configs_timings"), timings_before)
-    # The timings belong to the key this launch added, the last one inserted; any other unseen
-    # key was chosen before this policy was installed.
-    newest = next(reversed(cache), None) if cache else None
+    timings_now = autotuner.__dict__.get("configs_timings")
+    heard = getattr(_heard, "value", None)
+    _heard.value = None
+    newest = next(reversed(cache), None) if cache and timings_before is not _MISSING else _MISSING
+    candidates = None
     for key, config in list(cache.items()):
         if key in state.seen:
             continue
-        state.seen.add(key)
         text = key_text(key)
         desc = descriptor(config)
         signature = selection.signature(desc)
-        evidence.note_choice(arch, state.qualified, text, signature, "timed")
-        if state.mode == "record":
-            measured = measured_now if key == newest else None
-            evidence.note_record(arch, state.qualified, text, compact(desc), signature,
-                                 "timed" if measured is not None else "reused", measured,
-                                 [compact(descriptor(c)) for c in autotuner.configs])
+        if key == newest:
+            how, measured = _how_chosen(autotuner, key, heard, timings_now, timings_before)
+        else:
+            how, measured = "reused", None
+        with _swap_lock:
+            if state.generation != _now.generation:
+                return
+            state.seen.add(key)
+            evidence.note_choice(arch, state.qualified, text, signature, "timed" if how == "reused" else how)
+            if state.mode == "record":
+                if candidates is None:
+                    candidates = [compact(descriptor(c)) for c in autotuner.configs]
+                evidence.note_record(arch, state.qualified, text, compact(desc), signature, how, measured, candidates)
+
+
+def _how_chosen(autotuner, key, heard, timings_now, timings_before) -> tuple:
+    """(label, Triton's timings by signature or None) for the entry this launch added."""
+    if heard is not None and heard[0] == key and heard[2] is timings_now:  # Triton's listener said it
+        _, cache_hit, timings = heard
+        if cache_hit:
+            return "cache hit", None
+        return "timed", _measured(autotuner, timings, None)
+    if timings_now is timings_before:
+        # No timing and no disk-cache read, yet a new entry: Triton 3.8+ kept the one config the
+        # kernel's pruning left.
+        return "pruned to one", None
+    measured = _measured(autotuner, timings_now, timings_before)
+    # New timings over Configs rebuilt from JSON: Triton's disk cache (3.4+).
+    return ("timed", measured) if measured is not None else ("cache hit", None)
+
+
+def _chain_listener() -> None:
+    """Triton 3.8+ (``knobs.autotuning.listener``): ours first, then whatever listener was set
+    before.  Not under TRITON_INTERPRET=1, where Triton's call of any listener fails (it looks
+    for a JITFunction that the interpreter does not make) after the choice is cached."""
+    global _user_listener
+    if not _pins_through_pruning or _interpreting():
+        return
+    knobs = _autotuning_knobs()
+    if knobs is None:
+        return
+    current = knobs.listener
+    if current is not _listener:
+        _user_listener = current
+        knobs.listener = _listener
+
+
+def _autotuning_knobs():
+    try:
+        from triton import knobs
+    except ImportError:
+        return None
+    autotuning = getattr(knobs, "autotuning", None)
+    return autotuning if autotuning is not None and hasattr(autotuning, "listener") else None
+
+
+def _listener(*, fn, key, best_config, configs_timings, duration, cache_hit, **more):
+    """What Triton says about a choice it just made; passed on to the listener that was there."""
+    _heard.value = (key, bool(cache_hit), configs_timings)
+    if _user_listener is not None:
+        _user_listener(fn=fn, key=key, best_config=best_config, configs_timings=configs_timings, duration=duration,
+                       cache_hit=cache_hit, **more)
+
+
+def _tell_listener(autotuner, key, config) -> None:
+    """A choice the guard made, pinned or consensus (Triton calls no listener for it): the user's
+    listener hears it as Triton's disk-cache hits are told, untimed (``cache_hit=True``, no
+    timings)."""
+    if not _pins_through_pruning:
+        return
+    knobs = _autotuning_knobs()
+    listener = None if knobs is None else knobs.listener
+    if listener is _listener:
+        listener = _user_listener
+    if listener is None:
+        return
+    fn = autotuner.fn
+    while type(fn).__name__ != "JITFunction" and hasattr(getattr(fn, "fn", None), "fn"):
+        fn = fn.fn
+    listener(fn=fn, key=key, best_config=config, configs_timings={}, duration=None, cache_hit=True)
 
 
 def _as_list(value):
@@ -495,14 +922,20 @@ def _as_list(value):
 # --- configs, arch, tables ----------------------------------------------------------------------
 
 def descriptor(config) -> dict:
-    """A live ``triton.Config`` as plain data (see ``selection``)."""
-    return {
+    """A live ``triton.Config`` as plain data (see ``selection``): every field Triton's Config
+    compares in the running release; ``selection.EXTRA_FIELDS`` only when set off their default."""
+    desc = {
         "kwargs": dict(config.kwargs),
         "num_warps": config.num_warps,
         "num_stages": config.num_stages,
         "num_ctas": getattr(config, "num_ctas", 1),
         "maxnreg": getattr(config, "maxnreg", None),
     }
+    for name, default in selection.EXTRA_FIELDS.items():
+        value = getattr(config, name, default)
+        if value != default:
+            desc[name] = value
+    return desc
 
 
 def compact(desc: dict) -> dict:
@@ -544,11 +977,12 @@ def current_arch() -> str:
 
 
 def _tables_for(arch: str) -> dict:
-    tables = _tables.get(arch)
+    process = _now
+    tables = process.tables.get(arch)
     if tables is None:
-        tables = _tables[arch] = files.load_tables(_policy.table_path, arch, evidence.versions())
+        tables = process.tables[arch] = files.load_tables(process.policy.table_path, arch, evidence.versions())
     return tables
 
 
 def active_policy() -> AutotunePolicy | None:
-    return _policy
+    return _now.policy

@@ -4,6 +4,7 @@ compare two runs.
     python -m autotune_guard.report [show] FILES...              what each rank chose, per kernel and key
     python -m autotune_guard.report merge FILES... -o TABLE.json  records -> a table for pinned mode
     python -m autotune_guard.report diff RUN_A RUN_B             two runs' choices: same, changed, only in one
+    python -m autotune_guard.report import [CACHE_DIR] --arch A -o TABLE.json   Triton's autotune disk cache -> a table
 
 A FILE (and each side of ``diff``) is a file, a glob pattern, or the prefix given to
 ``AUTOTUNE_RECORD_PATH`` / ``AUTOTUNE_DIGEST_PATH`` (``runs/rec`` reads ``runs/rec.rank*.json``).
@@ -27,9 +28,9 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from . import __version__, files, selection
+from . import __version__, files, selection, triton_cache_import
 
-COMMANDS = ("show", "merge", "diff")
+COMMANDS = ("show", "merge", "diff", "import")
 _KIND_OF = {files.RECORD_FORMAT: "record", files.CHOICES_FORMAT: "choices", files.TABLE_FORMAT: "table"}
 _RANK_FILE = re.compile(r"\.rank(\d+)\.json$")
 
@@ -359,6 +360,7 @@ def cmd_merge(args, out) -> int:
     kernels: dict[str, dict] = {}
     for (_, kernel, key), choices in grouped(used).items():
         decision = decide(choices, args.rule)
+        _refuse_foreign_winner(kernel, key, decision, choices)
         decisions.append({"kernel": kernel, "key": key, **decision})
         kernels.setdefault(kernel, {})[key] = decision["descriptor"]
 
@@ -398,6 +400,17 @@ def cmd_merge(args, out) -> int:
             print(f"  note: pinned runs find it by AUTOTUNE_TABLE_PATH={output}; in a directory on that path it must "
                   f"be named {arch}.json", file=out)
     return 1 if args.check and disagree else 0
+
+
+def _refuse_foreign_winner(kernel: str, key: str, decision: dict, choices: list[Choice]) -> None:
+    """A winner that is none of the kernel's candidates (a config an Autotuner subclass put into
+    Triton's cache itself, like fla's) would be a table entry no pinned run can match."""
+    candidates = {selection.signature(c) for choice in choices for c in choice.candidates}
+    if candidates and decision["chosen"] not in candidates:
+        chooser = next(c for c in choices if c.signature == decision["chosen"])
+        raise InputError(f"{chooser.source.path}: kernel {kernel} key ({key}): the winner {decision['chosen']} "
+                         f"(chosen as '{chooser.how}') is not among the kernel's {len(candidates)} candidates; "
+                         "a pinned run could not use it")
 
 
 def decide(choices: list[Choice], rule: str) -> dict:
@@ -541,7 +554,7 @@ def parser() -> argparse.ArgumentParser:
                     "FILES are files, glob patterns, or the prefix given to AUTOTUNE_RECORD_PATH/AUTOTUNE_DIGEST_PATH "
                     "(runs/rec reads runs/rec.rank*.json). Exit status: 0 done, 1 disagreement with --check, "
                     "2 unusable input.")
-    commands = top.add_subparsers(dest="command", metavar="{show,merge,diff}")
+    commands = top.add_subparsers(dest="command", metavar="{show,merge,diff,import}")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--json", action="store_true", help="machine-readable output")
     common.add_argument("--check", action="store_true", help="exit 1 when ranks or runs disagree (a CI gate)")
@@ -570,7 +583,18 @@ def parser() -> argparse.ArgumentParser:
     diff.add_argument("a", metavar="RUN_A")
     diff.add_argument("b", metavar="RUN_B")
     diff.set_defaults(run=cmd_diff)
+
+    triton_cache_import.add_parser(commands)
+    commands.choices["import"].set_defaults(run=cmd_import)
     return top
+
+
+def cmd_import(args, out) -> int:
+    """Triton's autotune disk cache -> a table (``triton_cache_import``)."""
+    try:
+        return triton_cache_import.run(args, out)
+    except triton_cache_import.CacheError as exc:
+        raise InputError(str(exc)) from None
 
 
 def main(argv=None) -> int:

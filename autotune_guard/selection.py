@@ -2,7 +2,9 @@
 
 A *descriptor* is a dict ``{"kwargs": {...}, "num_warps": 4, "num_stages": 3, "num_ctas": 1,
 "maxnreg": None}``: what a table stores and what the interception layer makes of a live
-``triton.Config``.  Nothing here knows about Triton, so every rule is testable on its own.
+``triton.Config``.  A field of ``EXTRA_FIELDS`` is present only when the config sets it away from
+its default, so the signature of every config that leaves them alone is the same text as before
+those fields were known.  Nothing here knows about Triton, so every rule is testable on its own.
 """
 
 from __future__ import annotations
@@ -12,6 +14,16 @@ from typing import Mapping, Sequence
 
 # Launch options of a Config besides its meta-parameters, in signature order.
 OPTION_FIELDS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+# Further fields Triton's Config compares (``all_kwargs``, hence ``__eq__``/``__hash__`` on 3.4+,
+# and the compile options), with the default at which a descriptor leaves them out: the
+# warp-specialisation fields of 3.2/3.3 and ``ir_override`` of 3.4+.
+EXTRA_FIELDS = {
+    "num_buffers_warp_spec": 0,
+    "num_consumer_groups": 0,
+    "reg_dec_producer": 0,
+    "reg_inc_consumer": 0,
+    "ir_override": None,
+}
 
 
 class SelectionError(RuntimeError):
@@ -22,6 +34,7 @@ def signature(desc: Mapping) -> str:
     """A canonical, version-independent text for a config: ``BLOCK=64,num_warps=4,...``."""
     parts = [f"{name}={value}" for name, value in sorted(desc["kwargs"].items())]
     parts += [f"{name}={desc[name]}" for name in OPTION_FIELDS if desc.get(name) is not None]
+    parts += [f"{name}={desc[name]}" for name, default in EXTRA_FIELDS.items() if desc.get(name, default) != default]
     return ",".join(parts)
 
 
@@ -40,7 +53,7 @@ def entry_matches(entry: Mapping, desc: Mapping, defaults: Mapping) -> bool:
         wanted = entry[name] if name in entry else defaults.get(name)
         if wanted != desc.get(name):
             return False
-    return True
+    return all(entry.get(name, default) == desc.get(name, default) for name, default in EXTRA_FIELDS.items())
 
 
 def block_size_matches(overrides: Sequence[tuple[str, int]], candidates: Sequence[Mapping]) -> list[int] | None:

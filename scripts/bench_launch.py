@@ -5,7 +5,14 @@ One kernel with 8 candidates, one autotuner object, the same arguments for every
 
 * ``triton``  Triton's own ``Autotuner.run`` (the guard's patch taken off the class for the block),
               after Triton has tuned the key once: a tuning-cache hit;
-* ``pinned``  the guard's ``run`` under ``AUTOTUNE_MODE=pinned``, the key already selected;
+* ``pinned``  the guard's ``run`` under ``AUTOTUNE_MODE=pinned``, the key already selected: on
+              Triton 3.8+ the choice is in Triton's cache (it was the only survivor of the
+              kernel's pruning), so this is Triton's own cached path under the autotuner's lock;
+              on 3.3-3.7 the guard's key lookup and Triton's single-config branch (the swap);
+* ``pinned_locked``  the same, for a kernel with an ``early_config_prune`` (identity here): on
+              3.8+ its launches go through the guard's run, under the autotuner's lock, because
+              pruning functions and pre_hooks read the arguments Triton's run keeps on the
+              autotuner (``nargs``); on 3.3-3.7 it is the same path as ``pinned``;
 * ``auto``    the guard's ``run`` under ``AUTOTUNE_MODE=auto`` (Triton times; the guard observes).
 
 The autotuner's ``.fn`` (a ``JITFunction``, or an ``InterpretedFunction`` under
@@ -77,13 +84,17 @@ def main() -> int:
     grid = (1,)
     args = (x, y, out, n)
 
+    def keep_all(configs, nargs, **kwargs):
+        return configs
+
     def variant(name):
         """Put the process in the variant's state and make sure its key needs no more work."""
+        add_kernel.early_config_prune = keep_all if name == "pinned_locked" else None
         if name == "triton":
             cls.run = original
         else:
             cls.run = guarded
-            autotune_guard.install({"AUTOTUNE_MODE": name})
+            autotune_guard.install({"AUTOTUNE_MODE": name.split("_")[0]})
         add_kernel[grid](*args)  # first launch of a new policy builds its state / selection
 
     for name in ("triton", "pinned", "auto"):
@@ -93,11 +104,11 @@ def main() -> int:
     assert len(add_kernel.cache) == 1  # Triton tuned the key once; later 'triton' blocks are cache hits
     assert len(pinned_log) == 1 and list(pinned_log.values())[0].endswith(";pinned"), pinned_log
 
-    names = ["triton", "pinned", "auto"]
+    names = ["triton", "pinned", "pinned_locked", "auto"]
     per_launch = {name: [] for name in names}
     loops = range(opts.launches)
     for rep in range(opts.reps):
-        for name in names[rep % 3:] + names[:rep % 3]:
+        for name in names[rep % len(names):] + names[:rep % len(names)]:
             variant(name)
             launch = add_kernel[grid]
             gc.collect()
@@ -117,14 +128,18 @@ def main() -> int:
     print(f"command: python scripts/bench_launch.py --reps {opts.reps} --launches {opts.launches}"
           f"{' --no-interpret' if opts.no_interpret else ''}   (.fn is a {fn_kind}, its run stubbed)")
     print(f"pinned choice: {pinned_log}")
+    print("pinned steady state: " + ("Triton's own cached path (the choice survived the kernel's pruning alone), "
+                                     "under the autotuner's lock" if interception._pins_through_pruning else
+                                     "the guard's key lookup + Triton's single-config branch (configs swapped), "
+                                     "under the autotuner's lock"))
     print("figures: CPU time of the launching thread (time.thread_time), so that time the thread spends "
           "descheduled on a busy machine is left out")
     print()
-    print(f"  {'variant':<8} {'median us/launch':>17} {'min':>8} {'max':>8} {'vs triton':>10}")
+    print(f"  {'variant':<13} {'median us/launch':>17} {'min':>8} {'max':>8} {'vs triton':>10}")
     for name in names:
         vals = per_launch[name]
         diff = "" if name == "triton" else f"{med[name] - med['triton']:+.3f}"
-        print(f"  {name:<8} {med[name]:>17.3f} {min(vals):>8.3f} {max(vals):>8.3f} {diff:>10}")
+        print(f"  {name:<13} {med[name]:>17.3f} {min(vals):>8.3f} {max(vals):>8.3f} {diff:>10}")
     verdict = "ok" if med["pinned"] - med["triton"] <= GOAL_US else "MISSED"
     print(f"\npinned vs Triton's cached path: {med['pinned'] - med['triton']:+.3f} us per launch "
           f"(goal <= +{GOAL_US} us): {verdict}")

@@ -15,17 +15,14 @@ def guard():
     after the test the process is left as an unguarded one (no policy, empty choice log)."""
     import triton  # noqa: F401  (installs in place on Triton's Autotuner)
 
-    from autotune_guard import api, evidence, interception
+    from autotune_guard import api, interception
 
     saved = interception.active_policy()
     yield api.install
     if saved is not None:
         api.install(saved)
     else:
-        interception._policy = None
-        interception._generation += 1  # per-autotuner state of the test's policy is dropped
-        evidence.reset()
-        evidence.configure(None, None, None)
+        interception.clear()  # per-autotuner state of the test's policy is dropped; the log too
 
 
 class _Collect(logging.Handler):

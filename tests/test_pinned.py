@@ -297,15 +297,19 @@ def test_the_kernels_own_pruning_runs_first_and_hooks_are_kept(guard, tmp_path):
 
 
 def test_a_failed_launch_leaves_the_autotuner_intact(guard):
+    from autotune_guard import interception
     from kernels import spine
 
     guard({"AUTOTUNE_MODE": "pinned"})
     kernel = spine.make_hooked()
     configs, content = kernel.configs, list(kernel.configs)
+    KEY_2000 = (2000, F32, F32)
 
-    def intact():
+    def intact(*succeeded):
         assert kernel.configs is configs and kernel.configs == content
-        assert kernel.cache == {}
+        # Triton 3.8+ holds a pinned choice in its own cache once a launch of it succeeded (the
+        # steady state is Triton's cached path); with the swap (3.3-3.7) the cache stays empty.
+        assert set(kernel.cache) == (set(succeeded) if interception._pins_through_pruning else set())
         assert kernel.__dict__.get("nargs") is None
 
     spine.FAIL.append(1)
@@ -321,12 +325,12 @@ def test_a_failed_launch_leaves_the_autotuner_intact(guard):
         spine.FAIL.append(1)
         with pytest.raises(RuntimeError, match="pre_hook refused"):  # n=100 would run BLOCK=16
             spine.launch(kernel, _x(100))
-        intact()
+        intact(KEY_2000)
         assert kernel.best_config is best
         spine.FAIL.clear()
         with pytest.raises(Exception):  # a bad argument: not a tensor
             kernel[(1,)]([1.0, 2.0], _x(2000), 2000)
-        intact()
+        intact(KEY_2000)
         assert kernel.best_config is best
     finally:
         spine.FAIL.clear()

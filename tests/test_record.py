@@ -163,7 +163,7 @@ def test_record_details(tmp_path):
     if "cached" in result:  # Triton 3.4+
         assert result["cached_timer_calls"] == 0
         hit = result["cached"]["500,torch.float32,torch.float32,torch.float32"]
-        assert hit["how"] == "reused" and hit["timings"] is None
+        assert hit["how"] == "cache hit" and hit["timings"] is None
         assert hit["signature"] == "BLOCK=32,num_warps=1,num_stages=3,num_ctas=1"  # the disk cache's winner
     assert result["rank_files"] == ["rec.rank0.json", "rec.rank3.json", "rec.rank5.json", "rec.rank7.json"]
 
