@@ -45,12 +45,21 @@ class _ImportWatch:
     def find_spec(self, name, path=None, target=None):
         if not self.fired and (name == "triton" or name == "torch"):
             self.fired = True
-            register_hooks()
+            try:
+                register_hooks()
+            except BaseException:
+                self.fired = False  # a retried import fails the same way, never runs unguarded
+                raise
         return None
 
 
 def register_hooks():
-    import wrapt
+    try:
+        import wrapt
+    except Exception as exc:
+        raise ImportError(f"autotune_guard is active (an AUTOTUNE_* variable is set) but its dependency wrapt cannot "
+                          f"be imported ({exc!r}); reinstall autotune-guard, or set AUTOTUNE_DISABLE=1 to run "
+                          "unguarded") from exc
 
     wrapt.register_post_import_hook(_on_autotuner, "triton.runtime.autotuner")
     wrapt.register_post_import_hook(_on_distributed, "torch.distributed")

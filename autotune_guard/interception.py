@@ -21,7 +21,7 @@ import os
 import threading
 from functools import cached_property
 
-from . import evidence, files, selection
+from . import api, evidence, files, selection
 from .policy import AutotunePolicy
 
 logger = logging.getLogger("autotune_guard")
@@ -136,6 +136,7 @@ def _new_state(autotuner) -> _State:
     with _state_lock:
         state = autotuner.__dict__.get(_STATE_ATTR)
         if state is None or state.generation != _generation:
+            api.first_launch_of(autotuner)  # not the steady path: once per autotuner per policy
             state = _State(autotuner, _policy)
             setattr(autotuner, _STATE_ATTR, state)
             if state.mode in ("auto", "record") and autotuner.cache:
