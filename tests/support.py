@@ -40,3 +40,18 @@ def torchrun(script: str, nproc: int, *, env, args=(), timeout=300, check=True, 
     if check and proc.returncode != 0:
         raise AssertionError(f"torchrun exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-6000:]}")
     return proc
+
+
+def rank_files(prefix, rank) -> list:
+    """The evidence files the processes of one rank wrote under ``prefix``: one per process,
+    ``<prefix>.rank<N>.<host>-<pid>.json``."""
+    import glob
+
+    return sorted(glob.glob(f"{glob.escape(str(prefix))}.rank{rank}.*.json"))
+
+
+def rank_file(prefix, rank) -> str:
+    """The one evidence file of a rank that chose in one process."""
+    found = rank_files(prefix, rank)
+    assert len(found) == 1, f"rank {rank} under {prefix}: {found}"
+    return found[0]
