@@ -22,6 +22,10 @@ def main():
     if _armed or os.environ.get("AUTOTUNE_DISABLE", "").strip().lower() in ("1", "true", "yes", "on"):
         return
     _armed = True
+    if "_AUTOTUNE_GUARD_RUN" not in os.environ:
+        # The run id the processes this one starts inherit (torchrun workers, mp.spawn children,
+        # subprocesses): evidence files carry it so the report tells runs apart.  Cheap: no import.
+        os.environ["_AUTOTUNE_GUARD_RUN"] = f"{os.getpid()}-{id(os):x}-{os.urandom(4).hex()}"
     try:
         arm()
     except Exception as exc:  # never raise from start-up; say so instead

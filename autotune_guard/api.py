@@ -51,7 +51,7 @@ def _carry_out(policy: AutotunePolicy) -> None:
         _boot.arm()
     configure_logging(policy.log_level)
     evidence.reset()
-    evidence.configure(policy.digest_path, policy.record_path, policy.mode)
+    evidence.configure(policy.digest_path, policy.record_path, policy.mode, policy.run_id)
     from . import distributed
 
     distributed.reset_cadence()
@@ -111,7 +111,7 @@ def first_launch_of(autotuner) -> None:
             pinned = replace(policy, mode="pinned", mode_from="torch.are_deterministic_algorithms_enabled(), "
                                                               "found at the first launch (set after Triton was imported)")
             interception.apply(pinned, sys.modules["triton.runtime.autotuner"])
-            evidence.configure(pinned.digest_path, pinned.record_path, pinned.mode)
+            evidence.configure(pinned.digest_path, pinned.record_path, pinned.mode, pinned.run_id)
             logger.info("mode pinned, from %s; no AUTOTUNE_MODE was given", pinned.mode_from)
 
 

@@ -113,9 +113,12 @@ def fix_rank() -> tuple[int, int]:
 
 
 def run_id() -> str:
-    """What the processes of one run share: torchrun's run id (``--standalone`` or ``--rdzv-id``),
-    else Slurm's job step, else the id the first guarded process of the run put in the environment
-    for its children (``torchrun`` workers, ``mp.spawn`` and plain subprocesses inherit it)."""
+    """What the processes of one run share: ``AUTOTUNE_RUN_ID`` when set, else torchrun's run id
+    (``--standalone`` or ``--rdzv-id``), else Slurm's job step, else the id the first guarded
+    process of the run put in the environment at start-up for the processes it starts
+    (the ``torchrun`` launcher's workers, ``mp.spawn`` children and plain subprocesses inherit it)."""
+    if _given_run_id:
+        return _given_run_id
     elastic = os.environ.get("TORCHELASTIC_RUN_ID", "")
     if elastic and elastic != "none":  # "none" is torchrun's default --rdzv-id: every run has it
         return "torchelastic:" + elastic
@@ -159,10 +162,13 @@ def take_unverified() -> dict[str, str]:
         return taken
 
 
-def configure(digest_path: str | None, record_path: str | None, mode: str) -> None:
-    """Where this process's files go (from the installed policy)."""
-    global _digest_path, _record_path, _record_mode, _exit_registered
-    _digest_path, _record_path, _record_mode = digest_path, record_path, mode
+_given_run_id: str | None = None
+
+
+def configure(digest_path: str | None, record_path: str | None, mode: str, run: str | None = None) -> None:
+    """Where this process's files go, and the run id given (from the installed policy)."""
+    global _digest_path, _record_path, _record_mode, _exit_registered, _given_run_id
+    _digest_path, _record_path, _record_mode, _given_run_id = digest_path, record_path, mode, run
     if not _exit_registered:
         atexit.register(_at_exit)
         _save_in_forked_children()
@@ -240,9 +246,11 @@ def write_files(complete: bool = False) -> None:
             _write(*fix_rank(), log, records, arch, packages, complete)
 
 
-def _write(rank, world, log, records, arch, packages, complete) -> None:
+def _write(rank, world, log, records, arch, packages, complete, ended=None) -> None:
     process = {"run_id": run_id(), "pid": os.getpid(), "host": socket.gethostname(), "started": _started,
                "updated": time.time(), "written": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    if ended:
+        process["ended"] = ended
     if _digest_path:
         files.atomic_write_json(rank_file(_digest_path, rank), {
             "format": files.CHOICES_FORMAT, "rank": rank, "world_size": world, **process,
@@ -296,8 +304,9 @@ def _after_fork_in_child() -> None:
     # A lock held by the parent's writer thread at fork() would stay held forever in the child.
     # The child's file holds the choices the child makes (the parent's are in the parent's file);
     # it keeps the parent's rank and run.
-    global _lock, _write_lock, _flusher, _final_written
+    global _lock, _write_lock, _flusher, _final_written, _started, _exited
     _lock, _write_lock, _flusher = threading.Lock(), threading.Lock(), None
+    _started, _exited = time.time(), False
     _choice_log.clear()
     _unverified.clear()
     _records.clear()
@@ -358,7 +367,7 @@ def _on_sigterm(signum, frame):
                 records = {k: dict(v) for k, v in _records.items()}
                 arch, packages = _record_arch, dict(_packages)
             if (log or records) and not _final_written:
-                _write(*fix_rank(), log, records, arch, packages, False)
+                _write(*fix_rank(), log, records, arch, packages, False, ended="SIGTERM")
         except Exception as exc:
             logger.error("could not write the choices/record files on SIGTERM: %s", exc)
         finally:
@@ -372,10 +381,15 @@ def _on_sigterm(signum, frame):
     os.kill(os.getpid(), signal.SIGTERM)
 
 
+_exited = False
+
+
 def _at_exit() -> None:
+    global _exited
     log = choice_log()
-    if _record_mode is None:
-        return
+    if _record_mode is None or _exited:
+        return  # (a spawn child may get here twice: multiprocessing's finalizer, then atexit)
+    _exited = True
     if log:
         logger.info("rank %d made %d autotune choices, digest %s", fix_rank()[0], len(log), digest_of(log))
     from . import api

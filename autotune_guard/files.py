@@ -182,7 +182,7 @@ def _common_fields(path, document):
     _require(path, _is_int(document.get("rank")) and document["rank"] >= 0, "needs a non-negative integer 'rank'")
     _optional(path, document, "world_size", int, "an integer")
     _optional(path, document, "complete", bool, "true or false")
-    for name in ("run_id", "host", "written", "mode"):
+    for name in ("run_id", "host", "written", "mode", "ended"):
         _optional(path, document, name, str, "a string")
     _optional(path, document, "pid", int, "an integer")
     for name in ("started", "updated"):

@@ -115,6 +115,13 @@ def _seconds(var: str, value) -> float:
     return number
 
 
+def _token(var: str, value) -> str:
+    text = str(value).strip()
+    if not re.fullmatch(r"[A-Za-z0-9._:@+-]{1,200}", text):
+        raise PolicyError(f"{var}={value!r} is not allowed; allowed: up to 200 letters, digits and . _ : @ + -")
+    return text
+
+
 def _file_path(var: str, value) -> str | None:
     text = str(value).strip()
     return text or None
@@ -137,6 +144,7 @@ class AutotunePolicy:
     record_path: str | None = None
     verify_every: int = 0
     verify_strict: bool = False
+    run_id: str | None = None  # what the evidence files of one run share; derived when None (see evidence.run_id)
     consensus_timeout: float = DEFAULT_CONSENSUS_TIMEOUT_S
     log_level: str = "INFO"
     env_file: str | None = field(default=None, compare=False)
@@ -190,6 +198,7 @@ _VARIABLES = {
     "AUTOTUNE_VERIFY_EVERY": ("verify_every", lambda var, v: _int_at_least(var, v, 0)),
     "AUTOTUNE_VERIFY_STRICT": ("verify_strict", _bool),
     "AUTOTUNE_CONSENSUS_TIMEOUT": ("consensus_timeout", _seconds),
+    "AUTOTUNE_RUN_ID": ("run_id", lambda var, v: _token(var, v)),
     "AUTOTUNE_LOG_LEVEL": ("log_level", lambda var, v: _choice(var, v, [l.lower() for l in LOG_LEVELS]).upper()),
 }
 # Read by the bootstrap or by this module, not policy fields.

@@ -300,7 +300,12 @@ def _describe_source(s: Source) -> str:
         count = len(doc["log"])
         parts.append(f"digest {doc['digest']}")
     parts.append(f"{count} choices")
-    parts.append("complete" if s.complete else "PARTIAL (the rank did not exit normally, or is still running)")
+    if s.complete:
+        parts.append("complete")
+    elif isinstance(doc.get("ended"), str):
+        parts.append(f"PARTIAL (ended by {doc['ended']})")
+    else:
+        parts.append("PARTIAL (the rank did not exit normally, or is still running)")
     return f"  {s.path}: " + ", ".join(parts)
 
 

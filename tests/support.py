@@ -11,7 +11,8 @@ TESTS = os.path.join(REPO, "tests")
 
 def clean_env(**overrides) -> dict:
     """The current environment without AUTOTUNE_* (each test sets its own), under the interpreter."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOTUNE_")}
+    # _AUTOTUNE_GUARD_RUN too: each test's processes are a run of their own
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AUTOTUNE_", "_AUTOTUNE_GUARD_"))}
     env["TRITON_INTERPRET"] = "1"
     env["PYTHONPATH"] = TESTS  # `import kernels.demo`
     env.update({k: str(v) for k, v in overrides.items()})

@@ -124,6 +124,7 @@ BAD = [
     ({"AUTOTUNE_CONSENSUS_TIMEOUT": "0"}, ["positive number of seconds"]),
     ({"AUTOTUNE_CONSENSUS_TIMEOUT": "soon"}, ["positive number of seconds"]),
     ({"AUTOTUNE_LOG_LEVEL": "verbose"}, ["debug, info, warning, error"]),
+    ({"AUTOTUNE_RUN_ID": "two words"}, ["letters, digits"]),
     ({"AUTOTUNE_DISABLE": "maybe"}, ["1/0, true/false"]),
     ({"AUTOTUNE_MDOE": "pinned"}, ["not a setting", "did you mean AUTOTUNE_MODE", "AUTOTUNE_TABLE_PATH"]),
     ({"AUTOTUNE_TABLE_DIR": "tables"}, ["not a setting", "did you mean AUTOTUNE_TABLE_PATH"]),

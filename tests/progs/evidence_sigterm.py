@@ -1,0 +1,27 @@
+"""Chooses, says "ready", then waits for SIGTERM.  argv[1]: the handler the program itself set
+before Triton was imported: "default" (none), "exit" (raises SystemExit(3)), "ignore" (SIG_IGN)."""
+
+import signal
+import sys
+import time
+
+how = sys.argv[1]
+if how == "exit":
+    def handler(signum, frame):
+        print("program handler ran", flush=True)
+        sys.exit(3)
+
+    signal.signal(signal.SIGTERM, handler)
+elif how == "ignore":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+import torch  # noqa: E402
+
+from kernels import demo  # noqa: E402
+
+x = torch.arange(100, dtype=torch.float32)
+demo.add(x, x)
+print("ready", flush=True)
+for _ in range(600):
+    time.sleep(0.1)
+print("still running", flush=True)
