@@ -101,14 +101,28 @@ def note_record(arch: str, qualified: str, key: str, config: dict, signature: st
     _changed()
 
 
+RANK_VARIABLE = "_AUTOTUNE_GUARD_RANK"  # "rank:world" of the process that started this one
+
+
 def fix_rank() -> tuple[int, int]:
     """This process's (rank, world size), fixed at its first choice: a program that destroys its
-    process group before exit, or changes RANK, still files its evidence under the rank it chose as."""
+    process group before exit, or changes RANK, still files its evidence under the rank it chose as.
+
+    The process group's rank when there is one; else the environment's (RANK, SLURM_PROCID,
+    OMPI_COMM_WORLD_RANK); else the rank of the guarded process that started this one, when that
+    one had chosen already (the data-loader workers of an ``mp.spawn`` rank, which sets no RANK).
+    """
     global _rank_world
     if _rank_world is None:
-        from .distributed import rank_and_world
+        from .distributed import _RANK_VARIABLES, initialized_dist, rank_and_world
 
-        _rank_world = rank_and_world()
+        inherited = os.environ.get(RANK_VARIABLE, "")
+        if initialized_dist() is None and inherited and not any(os.environ.get(v) for v, _ in _RANK_VARIABLES):
+            rank, _, world = inherited.partition(":")
+            _rank_world = (int(rank), int(world)) if rank.isdigit() and world.isdigit() else rank_and_world()
+        else:
+            _rank_world = rank_and_world()
+        os.environ[RANK_VARIABLE] = f"{_rank_world[0]}:{_rank_world[1]}"  # for the processes it starts
     return _rank_world
 
 

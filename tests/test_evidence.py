@@ -116,10 +116,12 @@ def test_mp_spawn_ranks_keep_their_rank_after_destroying_the_group(tmp_path):
     proc = subprocess.run([sys.executable, os.path.join(PROGS, "evidence_spawn_ranks.py"), str(tmp_path / "init")],
                           env=env_for(AUTOTUNE_DIGEST_PATH=ch), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    docs = [read(rank_file(ch, rank)) for rank in (0, 1)]
-    assert [(d["rank"], d["world_size"]) for d in docs] == [(0, 2), (1, 2)]
-    assert docs[0]["run_id"] == docs[1]["run_id"]
-    assert [len(d["log"]) for d in docs] == [1, 1]
+    for rank in (0, 1):
+        # The rank's own file and its spawned worker's, both filed under the rank it chose as.
+        docs = [read(path) for path in rank_files(ch, rank)]
+        assert len(docs) == 2 and all((d["rank"], d["world_size"]) == (rank, 2) for d in docs)
+        assert sorted(list(d["log"])[0].split("|")[2].split(",")[0] for d in docs) == [str(100 + rank), str(500 + rank)]
+    assert len({d["run_id"] for rank in (0, 1) for d in map(read, rank_files(ch, rank))}) == 1
 
 
 def test_rank_from_the_environment_then_fixed(tmp_path):
