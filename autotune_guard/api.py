@@ -159,9 +159,13 @@ def configure_logging(level: str) -> None:
 
 
 def _tag_rank(record) -> bool:
-    from .distributed import rank_and_world
+    # The rank the evidence is filed under once the process has chosen (it outlives the group).
+    fixed = evidence.fixed_rank()
+    if fixed is None:
+        from .distributed import rank_and_world
 
-    record.ag_rank = rank_and_world()[0]
+        fixed = rank_and_world()
+    record.ag_rank = fixed[0]
     return True
 
 

@@ -126,6 +126,11 @@ def fix_rank() -> tuple[int, int]:
     return _rank_world
 
 
+def fixed_rank() -> tuple[int, int] | None:
+    """(rank, world size) once fixed by the first choice, else None."""
+    return _rank_world
+
+
 def run_id() -> str:
     """What the processes of one run share: ``AUTOTUNE_RUN_ID`` when set, else torchrun's run id
     (``--standalone`` or ``--rdzv-id``), else Slurm's job step, else the id the first guarded
