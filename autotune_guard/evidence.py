@@ -378,15 +378,19 @@ def _save_on_sigterm() -> None:
 
 
 def _on_sigterm(signum, frame):
-    # The interrupted main thread may hold a lock the write needs: wait a little, never forever.
+    # The interrupted main thread may hold a lock the write needs: wait a little, never forever
+    # (the copy the background writer keeps current is then what remains).
     if _write_lock.acquire(timeout=2.0):
         try:
-            with _lock:
-                log = dict(_choice_log)
-                records = {k: dict(v) for k, v in _records.items()}
-                arch, packages = _record_arch, dict(_packages)
-            if (log or records) and not _final_written:
-                _write(*fix_rank(), log, records, arch, packages, False, ended="SIGTERM")
+            if _lock.acquire(timeout=2.0):
+                try:
+                    log = dict(_choice_log)
+                    records = {k: dict(v) for k, v in _records.items()}
+                    arch, packages = _record_arch, dict(_packages)
+                finally:
+                    _lock.release()
+                if (log or records) and not _final_written:
+                    _write(*fix_rank(), log, records, arch, packages, False, ended="SIGTERM")
         except Exception as exc:
             logger.error("could not write the choices/record files on SIGTERM: %s", exc)
         finally:
