@@ -314,6 +314,8 @@ def _changed() -> None:
     global _flusher
     if not (_digest_path or _record_path):
         return
+    if signal.getsignal(signal.SIGTERM) is not _on_sigterm:
+        _save_on_sigterm()  # the program set a handler of its own after install: chain that one too
     if _flusher is None or not _flusher.thread.is_alive():  # a forked child has no thread
         _flusher = _Flusher()
     _flusher.dirty.set()

@@ -182,7 +182,7 @@ def test_merge_never_votes_with_a_stale_file(tmp_path):
     assert rank_file(rec, 2) in merged.stderr
 
 
-@pytest.mark.parametrize("handler", ["default", "exit", "ignore"])
+@pytest.mark.parametrize("handler", ["default", "exit", "ignore", "note-late"])
 def test_sigterm_saves_the_files_and_keeps_its_effect(tmp_path, handler):
     ch = tmp_path / "ch"
     proc = subprocess.Popen([sys.executable, os.path.join(PROGS, "evidence_sigterm.py"), handler],
@@ -191,9 +191,9 @@ def test_sigterm_saves_the_files_and_keeps_its_effect(tmp_path, handler):
     try:
         assert proc.stdout.readline().strip() == "ready"
         os.kill(proc.pid, signal.SIGTERM)
-        if handler == "ignore":
+        if handler in ("ignore", "note-late"):
             time.sleep(1.0)
-            assert proc.poll() is None  # the program ignores SIGTERM: it keeps running
+            assert proc.poll() is None  # the program ignores SIGTERM, or only notes it: it keeps running
             os.kill(proc.pid, signal.SIGKILL)
         out, err = proc.communicate(timeout=60)
     finally:
@@ -204,6 +204,8 @@ def test_sigterm_saves_the_files_and_keeps_its_effect(tmp_path, handler):
     if handler == "default":
         assert proc.returncode == -signal.SIGTERM  # the signal's own effect
         assert doc["complete"] is False and doc["ended"] == "SIGTERM"
+    elif handler == "note-late":  # set after install: chained at the first choice all the same
+        assert proc.returncode == -signal.SIGKILL and doc["ended"] == "SIGTERM" and "program handler ran" in out
     elif handler == "exit":
         assert proc.returncode == 3 and "program handler ran" in out  # the program's handler ran
         assert doc["complete"] is True  # its SystemExit ran the exit handlers
