@@ -64,6 +64,15 @@ def test_settings_of_another_mode_are_named_at_start_up(tmp_path):
     alone = policy_from_settings({"AUTOTUNE_TABLE_PATH": str(tmp_path / "t")})
     assert alone.mode == "pinned" and "AUTOTUNE_TABLE_PATH" in alone.mode_from
     assert ineffective_settings(alone) == []
+    # In a cold process: a table path alone pins with the table, and says why.
+    (tmp_path / "t" / "interpret.json").write_text(json.dumps({
+        "format": "autotune_guard.table/1", "arch": "interpret",
+        "kernels": {"kernels.demo.add_kernel": {"*": {"kwargs": {"BLOCK": 128}, "num_warps": 2}}}}))
+    pinned = run_python(RUN_DEMO, env=clean_env(AUTOTUNE_TABLE_PATH=str(tmp_path / "t")))
+    result = last_json(pinned.stdout)
+    assert result["mode"] == "pinned" and result["timer_calls"] == 0
+    assert [v.split(",")[:2] for v in result["log"].values()] == [["BLOCK=128", "num_warps=2"]]
+    assert any("mode pinned, from AUTOTUNE_TABLE_PATH" in line for line in guard_lines(pinned.stderr))
     # In a cold process the warning reaches stderr when Triton is imported.
     proc = run_python(RUN_DEMO, env=clean_env(AUTOTUNE_MODE="auto", AUTOTUNE_ON_MISS="error"))
     assert any("AUTOTUNE_ON_MISS=error has an effect in pinned mode only" in line for line in guard_lines(proc.stderr))
