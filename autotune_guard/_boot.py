@@ -22,6 +22,10 @@ def main():
     if _armed or os.environ.get("AUTOTUNE_DISABLE", "").strip().lower() in ("1", "true", "yes", "on"):
         return
     _armed = True
+    if "_AUTOTUNE_GUARD_RUN" not in os.environ:
+        # The run id the processes this one starts inherit (torchrun workers, mp.spawn children,
+        # subprocesses): evidence files carry it so the report tells runs apart.  Cheap: no import.
+        os.environ["_AUTOTUNE_GUARD_RUN"] = f"{os.getpid()}-{id(os):x}-{os.urandom(4).hex()}"
     try:
         arm()
     except Exception as exc:  # never raise from start-up; say so instead
@@ -45,12 +49,21 @@ class _ImportWatch:
     def find_spec(self, name, path=None, target=None):
         if not self.fired and (name == "triton" or name == "torch"):
             self.fired = True
-            register_hooks()
+            try:
+                register_hooks()
+            except BaseException:
+                self.fired = False  # a retried import fails the same way, never runs unguarded
+                raise
         return None
 
 
 def register_hooks():
-    import wrapt
+    try:
+        import wrapt
+    except Exception as exc:
+        raise ImportError(f"autotune_guard is active (an AUTOTUNE_* variable is set) but its dependency wrapt cannot "
+                          f"be imported ({exc!r}); reinstall autotune-guard, or set AUTOTUNE_DISABLE=1 to run "
+                          "unguarded") from exc
 
     wrapt.register_post_import_hook(_on_autotuner, "triton.runtime.autotuner")
     wrapt.register_post_import_hook(_on_distributed, "torch.distributed")

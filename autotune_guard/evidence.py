@@ -1,9 +1,16 @@
-"""What this process chose: the choice log, its digest, per-rank record and choices files.
+"""What this process chose: the choice log, its digest, per-process record and choices files.
 
 Plain data.  Entries are added on the first choice of each (arch, kernel, key) only, never on
 the steady-state launch path.  Files are rewritten atomically by a background thread shortly
-after each new choice, so a rank killed with SIGKILL leaves on disk what it had chosen, and
-once more at exit.
+after each new choice, so a process killed with SIGKILL leaves on disk what it had chosen, on
+SIGTERM (the previous handler then runs, or the signal's default effect), and once more at exit.
+
+Every process writes its own files, ``<prefix>.rank<N>.<host>-<pid>.json``, and only once it has
+made a choice: an ``import triton`` child or an Inductor compile worker writes nothing, and a
+child that does choose (fork, spawn, forkserver, subprocess) keeps its own file instead of
+overwriting its rank's.  Each file carries the run id (``run_id()``) so the report can tell the
+files of this run from those an earlier run left under the same prefix.  The rank is fixed at the
+process's first choice: the process group's when there is one, else the environment's.
 """
 
 from __future__ import annotations
@@ -12,10 +19,14 @@ import atexit
 import hashlib
 import logging
 import os
+import re
+import signal
+import socket
 import sys
 import tempfile
 import threading
 import time
+import uuid
 
 from . import files
 
@@ -40,6 +51,12 @@ _record_path: str | None = None
 _record_mode: str | None = None
 _flusher: "_Flusher | None" = None
 _exit_registered = False
+# (rank, world size), fixed at this process's first choice (a fork child keeps its parent's).
+_rank_world: tuple[int, int] | None = None
+_started = time.time()
+
+# The run id children inherit: set by the first guarded process of a run (see run_id()).
+RUN_VARIABLE = "_AUTOTUNE_GUARD_RUN"
 
 
 def choice_entry(arch: str, qualified: str, key: str) -> str:
@@ -48,6 +65,8 @@ def choice_entry(arch: str, qualified: str, key: str) -> str:
 
 def note_choice(arch: str, qualified: str, key: str, signature: str, how: str) -> None:
     entry = choice_entry(arch, qualified, key)
+    if _rank_world is None:
+        fix_rank()
     with _lock:
         if entry in _choice_log:
             return
@@ -65,6 +84,8 @@ def note_record(arch: str, qualified: str, key: str, config: dict, signature: st
     winner was not timed in this process; ``candidates``: the declared configs, as descriptors.
     """
     global _record_arch
+    if _rank_world is None:
+        fix_rank()
     with _lock:
         _record_arch = _record_arch or arch
         _records.setdefault(qualified, {})[key] = {
@@ -78,6 +99,63 @@ def note_record(arch: str, qualified: str, key: str, config: dict, signature: st
         if top not in _packages:
             _packages[top] = files.installed_version(top)
     _changed()
+
+
+RANK_VARIABLE = "_AUTOTUNE_GUARD_RANK"  # "rank:world" of the process that started this one
+
+
+def fix_rank() -> tuple[int, int]:
+    """This process's (rank, world size), fixed at its first choice: a program that destroys its
+    process group before exit, or changes RANK, still files its evidence under the rank it chose as.
+
+    The process group's rank when there is one; else the environment's (RANK, SLURM_PROCID,
+    OMPI_COMM_WORLD_RANK); else the rank of the guarded process that started this one, when that
+    one had chosen already (the data-loader workers of an ``mp.spawn`` rank, which sets no RANK).
+    """
+    global _rank_world
+    if _rank_world is None:
+        from .distributed import _RANK_VARIABLES, initialized_dist, rank_and_world
+
+        inherited = os.environ.get(RANK_VARIABLE, "")
+        if initialized_dist() is None and inherited and not any(os.environ.get(v) for v, _ in _RANK_VARIABLES):
+            rank, _, world = inherited.partition(":")
+            _rank_world = (int(rank), int(world)) if rank.isdigit() and world.isdigit() else rank_and_world()
+        else:
+            _rank_world = rank_and_world()
+        os.environ[RANK_VARIABLE] = f"{_rank_world[0]}:{_rank_world[1]}"  # for the processes it starts
+    return _rank_world
+
+
+def fixed_rank() -> tuple[int, int] | None:
+    """(rank, world size) once fixed by the first choice, else None."""
+    return _rank_world
+
+
+def run_id() -> str:
+    """What the processes of one run share: ``AUTOTUNE_RUN_ID`` when set, else torchrun's run id
+    (``--standalone`` or ``--rdzv-id``), else Slurm's job step, else the id the first guarded
+    process of the run put in the environment at start-up for the processes it starts
+    (the ``torchrun`` launcher's workers, ``mp.spawn`` children and plain subprocesses inherit it)."""
+    if _given_run_id:
+        return _given_run_id
+    elastic = os.environ.get("TORCHELASTIC_RUN_ID", "")
+    if elastic and elastic != "none":  # "none" is torchrun's default --rdzv-id: every run has it
+        return "torchelastic:" + elastic
+    job = os.environ.get("SLURM_JOB_ID", "")
+    if job:
+        return f"slurm:{job}.{os.environ.get('SLURM_STEP_ID', '')}"
+    return inherited_run_id()
+
+
+def inherited_run_id() -> str:
+    run = os.environ.get(RUN_VARIABLE, "")
+    if not run:
+        run = os.environ[RUN_VARIABLE] = new_run_id()
+    return run
+
+
+def new_run_id() -> str:
+    return f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
 
 
 def choice_log() -> dict[str, str]:
@@ -103,13 +181,20 @@ def take_unverified() -> dict[str, str]:
         return taken
 
 
-def configure(digest_path: str | None, record_path: str | None, mode: str) -> None:
-    """Where this process's files go (from the installed policy)."""
-    global _digest_path, _record_path, _record_mode, _exit_registered
-    _digest_path, _record_path, _record_mode = digest_path, record_path, mode
+_given_run_id: str | None = None
+
+
+def configure(digest_path: str | None, record_path: str | None, mode: str, run: str | None = None) -> None:
+    """Where this process's files go, and the run id given (from the installed policy)."""
+    global _digest_path, _record_path, _record_mode, _exit_registered, _given_run_id
+    _digest_path, _record_path, _record_mode, _given_run_id = digest_path, record_path, mode, run
     if not _exit_registered:
         atexit.register(_at_exit)
+        _save_in_forked_children()
         _exit_registered = True
+    if digest_path or record_path:
+        inherited_run_id()  # children started from now on share it
+        _save_on_sigterm()
     if _choice_log or _records:
         _changed()
 
@@ -145,8 +230,15 @@ def check_writable(prefix: str, variable: str) -> None:
         raise PermissionError(f"{variable}={prefix!r}: cannot write files in {directory} ({exc.strerror})") from None
 
 
+def process_tag() -> str:
+    """What tells this process apart from any other of its rank: the host and the pid."""
+    host = re.sub(r"[^A-Za-z0-9_-]", "_", socket.gethostname().split(".")[0]) or "host"
+    return f"{host}-{os.getpid()}"
+
+
 def rank_file(prefix: str, rank: int) -> str:
-    return f"{prefix}.rank{rank}.json"
+    """This process's file under ``prefix``: ``<prefix>.rank<N>.<host>-<pid>.json``."""
+    return f"{prefix}.rank{rank}.{process_tag()}.json"
 
 
 def versions() -> dict[str, str | None]:
@@ -160,32 +252,34 @@ def versions() -> dict[str, str | None]:
 def write_files(complete: bool = False) -> None:
     """Write this rank's choices and record files now (atomically)."""
     global _final_written
-    from .distributed import rank_and_world
-
     with _write_lock:
         if _final_written and not complete:
             return  # the final state is on disk; a late background write must not replace it
         _final_written = _final_written or complete
-        rank, world = rank_and_world()
         with _lock:
             log = dict(_choice_log)
             records = {k: dict(v) for k, v in _records.items()}
             arch = _record_arch
             packages = dict(_packages)
-        _write(rank, world, log, records, arch, packages, complete)
+        if log or records:  # a process that chose nothing writes nothing
+            _write(*fix_rank(), log, records, arch, packages, complete)
 
 
-def _write(rank, world, log, records, arch, packages, complete) -> None:
+def _write(rank, world, log, records, arch, packages, complete, ended=None) -> None:
+    process = {"run_id": run_id(), "pid": os.getpid(), "host": socket.gethostname(), "started": _started,
+               "updated": time.time(), "written": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    if ended:
+        process["ended"] = ended
     if _digest_path:
         files.atomic_write_json(rank_file(_digest_path, rank), {
-            "format": files.CHOICES_FORMAT, "rank": rank, "world_size": world,
+            "format": files.CHOICES_FORMAT, "rank": rank, "world_size": world, **process,
             "digest": digest_of(log), "count": len(log), "log": log, "complete": complete,
         })
-    if _record_path and (records or complete):
+    if _record_path and records:
         files.atomic_write_json(rank_file(_record_path, rank), {
             "format": files.RECORD_FORMAT, "arch": arch or _current_arch_name(log), "rank": rank,
             "world_size": world, "mode": _record_mode, "versions": versions(), "packages": packages,
-            "kernels": records, "complete": complete, "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "kernels": records, "complete": complete, **process,
         })
 
 
@@ -220,6 +314,8 @@ def _changed() -> None:
     global _flusher
     if not (_digest_path or _record_path):
         return
+    if signal.getsignal(signal.SIGTERM) is not _on_sigterm:
+        _save_on_sigterm()  # the program set a handler of its own after install: chain that one too
     if _flusher is None or not _flusher.thread.is_alive():  # a forked child has no thread
         _flusher = _Flusher()
     _flusher.dirty.set()
@@ -227,21 +323,103 @@ def _changed() -> None:
 
 def _after_fork_in_child() -> None:
     # A lock held by the parent's writer thread at fork() would stay held forever in the child.
-    global _lock, _write_lock, _flusher
+    # The child's file holds the choices the child makes (the parent's are in the parent's file);
+    # it keeps the parent's rank and run.
+    global _lock, _write_lock, _flusher, _final_written, _started, _exited
     _lock, _write_lock, _flusher = threading.Lock(), threading.Lock(), None
+    _started, _exited = time.time(), False
+    _choice_log.clear()
+    _unverified.clear()
+    _records.clear()
+    _final_written = False
 
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def _at_exit() -> None:
-    log = choice_log()
-    if _record_mode is None:
-        return
-    from .distributed import rank_and_world
+class _ForkedChildren:
+    """multiprocessing's fork and forkserver children end with ``os._exit``, so no atexit handler
+    runs there; multiprocessing's own finalizers do, and this registers one in each child."""
 
-    logger.info("rank %d made %d autotune choices, digest %s", rank_and_world()[0], len(log), digest_of(log))
+    def __call__(self, _self=None):
+        from multiprocessing import util
+
+        util.Finalize(None, _at_exit, exitpriority=-100)
+
+
+_forked_children = _ForkedChildren()
+
+
+def _save_in_forked_children() -> None:
+    try:
+        from multiprocessing import util
+
+        util.register_after_fork(_forked_children, _ForkedChildren.__call__)
+    except Exception as exc:  # multiprocessing is optional to the guard
+        logger.debug("cannot watch multiprocessing children: %s", exc)
+
+
+_previous_sigterm = None
+
+
+def _save_on_sigterm() -> None:
+    """Write the files when SIGTERM arrives (torchrun sends it to the surviving ranks), then let
+    the handler the program had set run, or the signal's default effect happen."""
+    global _previous_sigterm
+    if threading.current_thread() is not threading.main_thread():
+        return  # only the main thread may set handlers; the background writer still keeps files current
+    try:
+        current = signal.getsignal(signal.SIGTERM)
+        if current is _on_sigterm:
+            return
+        signal.signal(signal.SIGTERM, _on_sigterm)
+        _previous_sigterm = current
+    except (ValueError, OSError) as exc:
+        logger.debug("cannot save the files on SIGTERM: %s", exc)
+
+
+def _on_sigterm(signum, frame):
+    # The interrupted main thread may hold a lock the write needs: wait a little, never forever
+    # (the copy the background writer keeps current is then what remains).
+    if _write_lock.acquire(timeout=2.0):
+        try:
+            if _lock.acquire(timeout=2.0):
+                try:
+                    log = dict(_choice_log)
+                    records = {k: dict(v) for k, v in _records.items()}
+                    arch, packages = _record_arch, dict(_packages)
+                finally:
+                    _lock.release()
+                if (log or records) and not _final_written:
+                    _write(*fix_rank(), log, records, arch, packages, False, ended="SIGTERM")
+        except Exception as exc:
+            logger.error("could not write the choices/record files on SIGTERM: %s", exc)
+        finally:
+            _write_lock.release()
+    previous = _previous_sigterm
+    if callable(previous):
+        return previous(signum, frame)
+    if previous == signal.SIG_IGN:
+        return None
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the default effect: die of SIGTERM
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+_exited = False
+
+
+def _at_exit() -> None:
+    global _exited
+    log = choice_log()
+    if _record_mode is None or _exited:
+        return  # (a spawn child may get here twice: multiprocessing's finalizer, then atexit)
+    _exited = True
+    if log:
+        logger.info("rank %d made %d autotune choices, digest %s", fix_rank()[0], len(log), digest_of(log))
+    from . import api
+
+    api.warn_ineffective_at_exit()
     if _digest_path or _record_path:
         try:
             write_files(complete=True)

@@ -43,7 +43,7 @@ import operator
 import re
 import threading
 
-from . import evidence, interception, selection
+from . import api, evidence, interception, selection
 
 logger = logging.getLogger("autotune_guard")
 
@@ -118,6 +118,8 @@ def _guarded_autotune(self, *args, **kwargs):
     if policy is None:
         return _original(self, "autotune_to_one_config")(self, *args, **kwargs)
     kernel = describe_kernel(self, args)
+    api.first_choice_of(kernel.qualified, {name for d in kernel.descriptors for name in d["kwargs"]})
+    policy = interception.active_policy()  # a late determinism request may just have made it pinned
     mode = policy.mode if policy.in_scope(kernel.qualified) else "off"
     if self.inductor_meta.get("max_autotune") or self.inductor_meta.get("max_autotune_pointwise"):
         _name_once("max-autotune", "torch.compile max-autotune: Inductor's template selection (select_algorithm) "

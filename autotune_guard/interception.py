@@ -43,7 +43,7 @@ import types
 import weakref
 from functools import cached_property
 
-from . import evidence, files, selection
+from . import api, evidence, files, selection
 from .policy import AutotunePolicy
 
 logger = logging.getLogger("autotune_guard")
@@ -120,7 +120,7 @@ def _replace(policy: AutotunePolicy | None) -> None:
         if policy is None:
             evidence.configure(None, None, None)
         else:
-            evidence.configure(policy.digest_path, policy.record_path, policy.mode)
+            evidence.configure(policy.digest_path, policy.record_path, policy.mode, policy.run_id)
         _now = _Process(policy, _now.generation + 1)
     if policy is not None and _original_run is not None:
         _chain_listener()
@@ -309,6 +309,8 @@ def _new_state(autotuner, launch=None) -> _State:
     that builds it, whose key a subclass may just have filled in ``cache`` itself."""
     lock = _lock_of(autotuner)
     with lock:
+        if autotuner.__dict__.get(_STATE_ATTR) is None:
+            api.first_launch_of(autotuner)  # not the steady path: once per autotuner (may install pinned)
         process = _now
         attrs = autotuner.__dict__
         state = attrs.get(_STATE_ATTR)

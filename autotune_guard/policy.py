@@ -7,7 +7,9 @@ silently ignores a typo leaves the program unguarded.
 
 from __future__ import annotations
 
+import difflib
 import os
+import re
 import sys
 from dataclasses import dataclass, field, fields, replace
 from typing import Mapping
@@ -113,6 +115,13 @@ def _seconds(var: str, value) -> float:
     return number
 
 
+def _token(var: str, value) -> str:
+    text = str(value).strip()
+    if not re.fullmatch(r"[A-Za-z0-9._:@+-]{1,200}", text):
+        raise PolicyError(f"{var}={value!r} is not allowed; allowed: up to 200 letters, digits and . _ : @ + -")
+    return text
+
+
 def _file_path(var: str, value) -> str | None:
     text = str(value).strip()
     return text or None
@@ -135,9 +144,15 @@ class AutotunePolicy:
     record_path: str | None = None
     verify_every: int = 0
     verify_strict: bool = False
+    run_id: str | None = None  # what the evidence files of one run share; derived when None (see evidence.run_id)
     consensus_timeout: float = DEFAULT_CONSENSUS_TIMEOUT_S
     log_level: str = "INFO"
     env_file: str | None = field(default=None, compare=False)
+    # Why the mode is what it is (logged at install); "default" means no setting chose it, so a
+    # determinism request the program makes later is looked for again at the first launch.
+    mode_from: str = field(default="AUTOTUNE_MODE", compare=False)
+    # AUTOTUNE_* names of other tools: not ours, not close to ours (named once in the log).
+    foreign: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self):
         problems = []
@@ -151,6 +166,10 @@ class AutotunePolicy:
             problems.append(f"AUTOTUNE_RECORD_PATH={self.record_path!r} ends in a separator; it is a file prefix, like runs/rec")
         if self.digest_path and self.digest_path.endswith(("/", os.sep)):
             problems.append(f"AUTOTUNE_DIGEST_PATH={self.digest_path!r} ends in a separator; it is a file prefix, like runs/choices")
+        if self.digest_path and self.record_path and \
+                os.path.abspath(self.digest_path) == os.path.abspath(self.record_path):
+            problems.append(f"AUTOTUNE_DIGEST_PATH={self.digest_path!r} and AUTOTUNE_RECORD_PATH={self.record_path!r} are one prefix: each process "
+                            "would write its choices file over its record file; give them different prefixes")
         if problems:
             raise PolicyError("; ".join(problems))
 
@@ -179,6 +198,7 @@ _VARIABLES = {
     "AUTOTUNE_VERIFY_EVERY": ("verify_every", lambda var, v: _int_at_least(var, v, 0)),
     "AUTOTUNE_VERIFY_STRICT": ("verify_strict", _bool),
     "AUTOTUNE_CONSENSUS_TIMEOUT": ("consensus_timeout", _seconds),
+    "AUTOTUNE_RUN_ID": ("run_id", lambda var, v: _token(var, v)),
     "AUTOTUNE_LOG_LEVEL": ("log_level", lambda var, v: _choice(var, v, [l.lower() for l in LOG_LEVELS]).upper()),
 }
 # Read by the bootstrap or by this module, not policy fields.
@@ -187,16 +207,65 @@ _FIELD_TO_VAR = {name: var for var, (name, _) in _VARIABLES.items()}
 KNOWN_VARIABLES = tuple(_VARIABLES) + _CONTROL_VARIABLES
 
 
-def read_env_file(path: str) -> dict[str, str]:
-    """The ``AUTOTUNE_*`` keys of a dotenv file (python-dotenv is imported only here)."""
+def close_to_ours(name: str) -> str | None:
+    """The setting an unknown ``AUTOTUNE_*`` name was probably meant to be, or None.
+
+    The rule: a name is ours, mistyped, when it is close to one of ours (difflib ratio of the
+    part after ``AUTOTUNE_`` at least 0.7: ``AUTOTUNE_MDOE``, ``AUTOTUNE_BLOCKSIZES``) or starts
+    with the same word (``AUTOTUNE_TABLE_DIR``, ``AUTOTUNE_VERIFY``); that is an error.  Any other
+    ``AUTOTUNE_*`` name (``AUTOTUNE_CACHE_DIR``) belongs to another tool: a one-line notice.
+    """
+    suffix = name[len("AUTOTUNE_"):].upper()
+    ours = {known[len("AUTOTUNE_"):]: known for known in KNOWN_VARIABLES}
+    close = difflib.get_close_matches(suffix, ours, n=1, cutoff=0.7)
+    if close:
+        return ours[close[0]]
+    first = suffix.split("_", 1)[0]
+    for known_suffix, known in ours.items():
+        if first and known_suffix.split("_", 1)[0] == first:
+            return known
+    return None
+
+
+_REFERENCE = re.compile(r"\$\{(?P<name>[^}:]*)(?::-(?P<default>[^}]*))?\}")  # python-dotenv's own syntax
+
+
+def read_env_file(path: str, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The ``AUTOTUNE_*`` keys of a dotenv file (python-dotenv is imported only here).
+
+    A line python-dotenv cannot parse, and an ``AUTOTUNE_*`` value that refers to an unset
+    variable (``${RUN_DIR}/rec`` would quietly become ``/rec``), are errors naming the file and
+    the line: python-dotenv itself would skip the one and expand the other to nothing.
+    """
+    environ = os.environ if environ is None else environ
     if not os.path.isfile(path):
         raise PolicyError(f"AUTOTUNE_ENV_FILE={path!r}: no such file")
     try:
         from dotenv import dotenv_values
-
+        from dotenv.parser import parse_stream
+    except Exception as exc:  # python-dotenv missing or broken: as loud as any bad setting
+        raise PolicyError(f"AUTOTUNE_ENV_FILE={path!r} needs python-dotenv, which cannot be imported ({exc}); "
+                          "reinstall autotune-guard's dependencies") from exc
+    try:
+        with open(path, encoding="utf-8") as src:
+            bindings = list(parse_stream(src))
         values = dotenv_values(path)
     except Exception as exc:  # unreadable file, bad encoding: name the file
         raise PolicyError(f"AUTOTUNE_ENV_FILE={path!r} cannot be read: {exc}") from exc
+    defined = set()
+    for binding in bindings:
+        if binding.error:
+            text = binding.original.string.strip()
+            raise PolicyError(f"AUTOTUNE_ENV_FILE={path!r}: line {binding.original.line} cannot be parsed "
+                              f"({text[:80]!r}); allowed: NAME=VALUE lines, # comments, blank lines")
+        if binding.key and binding.key.startswith("AUTOTUNE_") and binding.value:
+            for ref in _REFERENCE.finditer(binding.value):
+                name = ref.group("name")
+                if ref.group("default") is None and not environ.get(name) and name not in defined:
+                    raise PolicyError(f"AUTOTUNE_ENV_FILE={path!r}: line {binding.original.line}: {binding.key} "
+                                      f"refers to ${{{name}}}, which is not set (it would expand to nothing)")
+        if binding.key:
+            defined.add(binding.key)
     return {k: v for k, v in values.items() if k.startswith("AUTOTUNE_") and v is not None}
 
 
@@ -208,9 +277,15 @@ def settings_from_environment(environ: Mapping[str, str] | None = None) -> tuple
     """
     environ = os.environ if environ is None else environ
     env_file = (environ.get("AUTOTUNE_ENV_FILE") or "").strip() or None
-    settings = read_env_file(env_file) if env_file else {}
+    settings = read_env_file(env_file, environ) if env_file else {}
     settings.update({k: v for k, v in environ.items() if k.startswith("AUTOTUNE_")})
     return settings, env_file
+
+
+def disabled(settings: Mapping[str, str]) -> bool:
+    """``AUTOTUNE_DISABLE`` as the settings give it (the environment or the env file)."""
+    raw = settings.get("AUTOTUNE_DISABLE")
+    return bool(raw and str(raw).strip() and _bool("AUTOTUNE_DISABLE", raw))
 
 
 def policy_from_settings(settings: Mapping, *, deterministic: bool = False, env_file: str | None = None) -> AutotunePolicy:
@@ -220,6 +295,7 @@ def policy_from_settings(settings: Mapping, *, deterministic: bool = False, env_
     (``deterministic``, ``AUTOTUNE_DETERMINISTIC`` or torch's deterministic flag) selects pinned.
     """
     values = {}
+    foreign = []
     for name, raw in settings.items():
         var = name if name.startswith("AUTOTUNE_") else _FIELD_TO_VAR.get(name)
         if var in _CONTROL_VARIABLES:
@@ -227,18 +303,31 @@ def policy_from_settings(settings: Mapping, *, deterministic: bool = False, env_
                 _bool(var, raw)  # a typo here must not pass silently either
             continue
         if var not in _VARIABLES:
-            known = ", ".join(KNOWN_VARIABLES) if name.startswith("AUTOTUNE_") else ", ".join(_FIELD_TO_VAR)
-            raise PolicyError(f"{name}={raw!r} is not a setting autotune_guard knows; known: {known}")
+            if not name.startswith("AUTOTUNE_"):
+                raise PolicyError(f"{name}={raw!r} is not a setting autotune_guard knows; known: {', '.join(_FIELD_TO_VAR)}")
+            meant = close_to_ours(name)
+            if meant:
+                raise PolicyError(f"{name}={raw!r} is not a setting autotune_guard knows; did you mean {meant}? "
+                                  f"known: {', '.join(KNOWN_VARIABLES)}")
+            foreign.append(name)  # another tool's variable
+            continue
         if raw is None or (isinstance(raw, str) and not raw.strip()):
             continue  # an empty variable counts as unset
         field_name, parse = _VARIABLES[var]
         values[field_name] = parse(var, raw)
-    if "mode" not in values:
-        if values.get("record_path"):
-            values["mode"] = "record"
-        elif deterministic or values.get("deterministic") or _torch_deterministic():
-            values["mode"] = "pinned"
-    return AutotunePolicy(**values, env_file=env_file)
+    if "mode" in values:
+        values["mode_from"] = "AUTOTUNE_MODE"
+    elif values.get("record_path"):
+        values["mode"], values["mode_from"] = "record", "AUTOTUNE_RECORD_PATH"
+    elif deterministic or values.get("deterministic"):
+        values["mode"], values["mode_from"] = "pinned", "a determinism request (AUTOTUNE_DETERMINISTIC or install(deterministic=True))"
+    elif _torch_deterministic():
+        values["mode"], values["mode_from"] = "pinned", "torch.are_deterministic_algorithms_enabled()"
+    elif values.get("table_path"):
+        values["mode"], values["mode_from"] = "pinned", "AUTOTUNE_TABLE_PATH (tables are used by pinned mode)"
+    else:
+        values["mode_from"] = "default"
+    return AutotunePolicy(**values, env_file=env_file, foreign=tuple(sorted(foreign)))
 
 
 def policy_from_environment(environ: Mapping[str, str] | None = None, *, deterministic: bool = False) -> AutotunePolicy:
@@ -255,6 +344,37 @@ def _torch_deterministic() -> bool:
         return False
 
 
+def ineffective_settings(policy: AutotunePolicy) -> list[str]:
+    """Settings of ``policy`` that can do nothing in its mode, each as one warning line.  (Those
+    whose effect depends on the kernels that run are checked at exit: see api.)"""
+    default = AutotunePolicy()
+    found = []
+    pinned_only = [(f"AUTOTUNE_{name.upper()}", getattr(policy, name)) for name in ("on_miss", "block_sizes", "table_path")
+                   if getattr(policy, name) != getattr(default, name)]
+    if policy.mode != "pinned":
+        for var, value in pinned_only:
+            found.append(f"{var}={_show(value)} has an effect in pinned mode only, and the mode is {policy.mode} "
+                         f"(from {policy.mode_from}): it is ignored")
+    if policy.verify_strict and not policy.verify_every:
+        found.append("AUTOTUNE_VERIFY_STRICT=1 without AUTOTUNE_VERIFY_EVERY: no barrier is checked; it applies only "
+                     "where the program calls autotune_guard.verify_choices() itself")
+    if policy.consensus_timeout != default.consensus_timeout and policy.mode != "consensus":
+        found.append(f"AUTOTUNE_CONSENSUS_TIMEOUT={policy.consensus_timeout:g} has an effect in consensus mode only, "
+                     f"and the mode is {policy.mode}: it is ignored")
+    if policy.deterministic and policy.mode not in ("pinned",) and policy.mode_from == "AUTOTUNE_MODE":
+        found.append(f"AUTOTUNE_DETERMINISTIC=1 with AUTOTUNE_MODE={policy.mode}: the explicit mode wins and choices "
+                     "are not pinned")
+    return found
+
+
+def _show(value) -> str:
+    if isinstance(value, tuple) and value and isinstance(value[0], tuple):
+        return ",".join(f"{k}={v}" for k, v in value)
+    if isinstance(value, tuple):
+        return os.pathsep.join(value)
+    return str(value)
+
+
 def describe(policy: AutotunePolicy) -> str:
     """One line naming every setting that differs from the default."""
     default = AutotunePolicy()
@@ -265,4 +385,5 @@ def describe(policy: AutotunePolicy) -> str:
     return " ".join(parts)
 
 
-__all__ = ["AutotunePolicy", "PolicyError", "policy_from_environment", "policy_from_settings", "replace", "KNOWN_VARIABLES"]
+__all__ = ["AutotunePolicy", "PolicyError", "policy_from_environment", "policy_from_settings", "replace", "KNOWN_VARIABLES",
+           "close_to_ours", "disabled", "ineffective_settings"]

@@ -32,7 +32,8 @@ from . import __version__, files, selection, triton_cache_import
 
 COMMANDS = ("show", "merge", "diff", "import")
 _KIND_OF = {files.RECORD_FORMAT: "record", files.CHOICES_FORMAT: "choices", files.TABLE_FORMAT: "table"}
-_RANK_FILE = re.compile(r"\.rank(\d+)\.json$")
+# <prefix>.rank<N>.json, and <prefix>.rank<N>.<host>-<pid>.json: one file per process
+_RANK_FILE = re.compile(r"\.rank(\d+)(?:\.[A-Za-z0-9_-]+)?\.json$")
 
 
 class InputError(Exception):
@@ -87,10 +88,10 @@ def expand(arg: str) -> list[str]:
         if found:
             return _by_rank(found)
         raise InputError(f"{arg}: no file matches")
-    found = [p for p in glob.glob(glob.escape(arg) + ".rank*.json") if _RANK_FILE.search(p)]
+    found = [p for p in glob.glob(glob.escape(arg) + ".rank*.json") if _RANK_FILE.search(p[len(arg):])]
     if found:
         return _by_rank(found)
-    raise InputError(f"{arg}: no such file, and no rank files {arg}.rank<N>.json")
+    raise InputError(f"{arg}: no such file, and no rank files {arg}.rank<N>[.<host>-<pid>].json")
 
 
 def _by_rank(paths):
@@ -101,8 +102,9 @@ def _by_rank(paths):
     return sorted(paths, key=order)
 
 
-def read_sources(args, accept, command) -> list[Source]:
-    """Read every file the arguments name; refuse formats ``command`` cannot use, naming the file."""
+def read_sources(args, accept, command, all_runs=False) -> list[Source]:
+    """Read every file the arguments name; refuse formats ``command`` cannot use, naming the file.
+    Files of runs other than the latest are named on stderr and left out (unless ``all_runs``)."""
     paths = []
     for arg in args:
         for path in expand(arg):
@@ -122,17 +124,53 @@ def read_sources(args, accept, command) -> list[Source]:
             raise InputError(f"{path}: is a {kind} file; {command} reads {' and '.join(k + ' files' for k in accept)}"
                              + (" (written under AUTOTUNE_RECORD_PATH)" if accept == ("record",) else ""))
         sources.append(Source(path, kind, document))
+    if not all_runs:
+        sources, left_out = latest_run(sources)
+        for note in left_out:
+            print(f"python -m autotune_guard.report: note: {note}", file=sys.stderr)
     _label(sources)
     return sources
 
 
+def _last_written(source: Source) -> float:
+    doc = source.document
+    for name in ("updated", "started"):
+        if isinstance(doc.get(name), (int, float)) and math.isfinite(doc[name]):
+            return float(doc[name])
+    try:
+        return os.path.getmtime(source.path)
+    except OSError:
+        return 0.0
+
+
+def latest_run(sources) -> tuple[list[Source], list[str]]:
+    """The files of the latest run among ``sources`` (by run id; the run written to last), and a
+    note naming each file of another run: an earlier run into the same prefix leaves files that
+    must not be mixed in (a rank that no longer exists, a stale choice)."""
+    runs: dict = {}
+    for s in sources:
+        runs.setdefault(s.document.get("run_id"), []).append(s)
+    if len(runs) <= 1:
+        return sources, []
+    newest = {run: max(_last_written(s) for s in group) for run, group in runs.items()}
+    current = max(runs, key=lambda run: (newest[run], str(run)))
+    notes = [f"left out {s.path}: it is of run {s.document.get('run_id') or '(no run id)'} (last written "
+             f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(_last_written(s)))}), not of the latest run "
+             f"{current or '(no run id)'}; --all-runs reads every run" for s in sources if s.document.get("run_id") != current]
+    return [s for s in sources if s.document.get("run_id") == current], notes
+
+
 def _label(sources) -> None:
-    """``rank N`` where that names one file; the file's name where ranks repeat."""
-    unique_ranks = len({s.rank for s in sources}) == len(sources)
+    """``rank N`` where that names one file; ``rank N pid P`` where a rank has several processes'
+    files; else the file's name."""
+    files_of_rank = Counter(s.rank for s in sources)
+    process_ids = Counter((s.rank, s.document.get("pid"), s.kind) for s in sources)
     unique_names = len({os.path.basename(s.path) for s in sources}) == len(sources)
     for s in sources:
-        if unique_ranks:
+        if files_of_rank[s.rank] == 1:
             s.label = f"rank {s.rank}"
+        elif s.document.get("pid") is not None and process_ids[(s.rank, s.document["pid"], s.kind)] == 1:
+            s.label = f"rank {s.rank} pid {s.document['pid']}"
         else:
             s.label = os.path.basename(s.path) if unique_names else s.path
 
@@ -163,11 +201,18 @@ def _full(desc: dict) -> dict:
 
 
 def grouped(sources) -> dict[tuple, list[Choice]]:
-    groups: dict[tuple, list[Choice]] = {}
+    """Choices per (arch, kernel, key).  A rank's files are combined: where several processes of
+    one rank (a parent and the children that chose too) made the same choice it counts once
+    (the copy with timings kept), so a rank never votes twice."""
+    groups: dict[tuple, dict] = {}
     for source in sources:
         for choice in choices_of(source):
-            groups.setdefault((choice.arch, choice.kernel, choice.key), []).append(choice)
-    return dict(sorted(groups.items(), key=lambda item: tuple(_natural(part) for part in item[0])))
+            kept = groups.setdefault((choice.arch, choice.kernel, choice.key), {})
+            same = (choice.source.kind, choice.source.rank, choice.signature)
+            if same not in kept or (choice.timings and not kept[same].timings):
+                kept[same] = choice
+    return dict(sorted(((ident, list(kept.values())) for ident, kept in groups.items()),
+                       key=lambda item: tuple(_natural(part) for part in item[0])))
 
 
 def _natural(text: str):
@@ -256,7 +301,12 @@ def _describe_source(s: Source) -> str:
         count = len(doc["log"])
         parts.append(f"digest {doc['digest']}")
     parts.append(f"{count} choices")
-    parts.append("complete" if s.complete else "PARTIAL (the rank did not exit normally, or is still running)")
+    if s.complete:
+        parts.append("complete")
+    elif isinstance(doc.get("ended"), str):
+        parts.append(f"PARTIAL (ended by {doc['ended']})")
+    else:
+        parts.append("PARTIAL (the rank did not exit normally, or is still running)")
     return f"  {s.path}: " + ", ".join(parts)
 
 
@@ -305,7 +355,7 @@ def print_show(sources, rows, out) -> None:
 
 
 def cmd_show(args, out) -> int:
-    sources = read_sources(args.files, ("record", "choices"), "show")
+    sources = read_sources(args.files, ("record", "choices"), "show", args.all_runs)
     rows = analyse(sources)
     disagree = sum(not r["agree"] for r in rows)
     if args.json:
@@ -327,7 +377,7 @@ def cmd_merge(args, out) -> int:
     output = args.output
     if output.endswith(("/", os.sep)) or os.path.isdir(output):
         raise InputError(f"{output}: -o names a directory; give the table file, like {os.path.join(output, 'sm90.json')}")
-    sources = read_sources(args.files, ("record",), "merge")
+    sources = read_sources(args.files, ("record",), "merge", args.all_runs)
     if os.path.abspath(output) in {os.path.abspath(s.path) for s in sources}:
         raise InputError(f"{output}: is one of the inputs; write the table elsewhere")
     partial = [s for s in sources if not s.complete]
@@ -476,7 +526,7 @@ def _common_versions(sources) -> tuple[dict, list[str]]:
 # --- diff ---------------------------------------------------------------------------------------
 
 def cmd_diff(args, out) -> int:
-    sides = [read_sources([args.a], ("record", "choices"), "diff"), read_sources([args.b], ("record", "choices"), "diff")]
+    sides = [read_sources([side], ("record", "choices"), "diff", args.all_runs) for side in (args.a, args.b)]
     groups = [grouped(side) for side in sides]
     rows = []
     for ident in sorted(set(groups[0]) | set(groups[1]), key=lambda i: tuple(_natural(p) for p in i)):
@@ -496,8 +546,9 @@ def cmd_diff(args, out) -> int:
                      "a_ranks_disagree": len(configs[0]) > 1, "b_ranks_disagree": len(configs[1]) > 1})
     counts = Counter(r["status"] for r in rows)
     failing = sum(1 for r in rows if r["status"] == "changed" or r["a_ranks_disagree"] or r["b_ranks_disagree"])
-    # Choices files carry a digest of the whole log: equal digests, equal choices, rank by rank.
-    digests = [{s.rank: s.document["digest"] for s in side if s.kind == "choices"} for side in sides]
+    # Choices files carry a digest of the whole log: equal digests, equal choices, rank by rank
+    # (a rank whose processes left several files: the digest of their combined log).
+    digests = [_rank_digests(side) for side in sides]
     compared = {rank: {"a": digests[0][rank], "b": digests[1][rank], "same": digests[0][rank] == digests[1][rank]}
                 for rank in sorted(set(digests[0]) & set(digests[1]))}
     if args.json:
@@ -529,6 +580,22 @@ def cmd_diff(args, out) -> int:
     return 1 if args.check and failing else 0
 
 
+def _rank_digests(sources) -> dict:
+    logs: dict = {}
+    for s in sources:
+        if s.kind == "choices":
+            logs.setdefault(s.rank, []).append(s.document)
+    digests = {}
+    for rank, docs in logs.items():
+        if len(docs) == 1:
+            digests[rank] = docs[0]["digest"]
+        else:
+            from .evidence import digest_of
+
+            digests[rank] = digest_of({k: v for doc in docs for k, v in doc["log"].items()})
+    return digests
+
+
 # --- plumbing -----------------------------------------------------------------------------------
 
 def _plain(value):
@@ -558,6 +625,9 @@ def parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--json", action="store_true", help="machine-readable output")
     common.add_argument("--check", action="store_true", help="exit 1 when ranks or runs disagree (a CI gate)")
+    common.add_argument("--all-runs", action="store_true",
+                        help="read the files of every run the arguments name; by default files of runs other than "
+                             "the latest (by the run id each file carries) are named on stderr and left out")
 
     show = commands.add_parser("show", parents=[common], help="what each rank chose, per kernel and key (the default)",
                                description="Per kernel and key: what each rank chose, disagreements, the spread of "
@@ -609,7 +679,10 @@ def main(argv=None) -> int:
     try:
         return args.run(args, sys.stdout)
     except InputError as exc:
-        print(f"python -m autotune_guard.report: error: {exc}", file=sys.stderr)
+        message = " ".join(str(exc).split())  # one line, whatever a file's keys hold
+        if len(message) > 1000:
+            message = message[:1000] + " ..."
+        print(f"python -m autotune_guard.report: error: {message}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `... | head`: the reader left; nothing is wrong
         try:

@@ -98,7 +98,7 @@ def main() -> int:
     from autotune_guard import evidence
 
     evidence.write_files()
-    with open(record_path + ".rank0.json") as src:
+    with open(evidence.rank_file(record_path, 0)) as src:
         recorded = json.load(src)["kernels"]
     assert len(add_kernel.cache) == 1 and recorded, "the key was not tuned and recorded"
 

@@ -11,7 +11,8 @@ TESTS = os.path.join(REPO, "tests")
 
 def clean_env(**overrides) -> dict:
     """The current environment without AUTOTUNE_* (each test sets its own), under the interpreter."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOTUNE_")}
+    # _AUTOTUNE_GUARD_RUN too: each test's processes are a run of their own
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AUTOTUNE_", "_AUTOTUNE_GUARD_"))}
     env["TRITON_INTERPRET"] = "1"
     env["PYTHONPATH"] = TESTS  # `import kernels.demo`
     env.update({k: str(v) for k, v in overrides.items()})
@@ -40,3 +41,18 @@ def torchrun(script: str, nproc: int, *, env, args=(), timeout=300, check=True, 
     if check and proc.returncode != 0:
         raise AssertionError(f"torchrun exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-6000:]}")
     return proc
+
+
+def rank_files(prefix, rank) -> list:
+    """The evidence files the processes of one rank wrote under ``prefix``: one per process,
+    ``<prefix>.rank<N>.<host>-<pid>.json``."""
+    import glob
+
+    return sorted(glob.glob(f"{glob.escape(str(prefix))}.rank{rank}.*.json"))
+
+
+def rank_file(prefix, rank) -> str:
+    """The one evidence file of a rank that chose in one process."""
+    found = rank_files(prefix, rank)
+    assert len(found) == 1, f"rank {rank} under {prefix}: {found}"
+    return found[0]

@@ -12,7 +12,7 @@ import sys
 import sysconfig
 from concurrent.futures import ThreadPoolExecutor
 
-from support import REPO, TESTS, clean_env, last_json, run_python, torchrun
+from support import REPO, TESTS, clean_env, last_json, rank_file, run_python, torchrun
 
 # What a cold interpreter has loaded of the guard and its heavy dependencies.
 LOADED = "sorted(m for m in sys.modules if m.split('.')[0] in ('autotune_guard', 'wrapt', 'dotenv'))"
@@ -128,7 +128,7 @@ def test_every_torchrun_worker_is_guarded(tmp_path):
     assert [r["rank"] for r in ranks] == [0, 1] and len({r["pid"] for r in ranks}) == 2
     assert all(r["patched"] and r["timer_calls"] == 0 for r in ranks)
     assert ranks[0]["digest"] == ranks[1]["digest"]
-    files = {rank: json.loads((tmp_path / f"choices.rank{rank}.json").read_text()) for rank in (0, 1)}
+    files = {rank: json.loads(open(rank_file(tmp_path / "choices", rank)).read()) for rank in (0, 1)}
     assert [files[r]["digest"] for r in (0, 1)] == [ranks[0]["digest"]] * 2
     assert len(files[0]["log"]) == 3
     assert installs(proc.stdout + proc.stderr) == 2  # once per worker (the launcher never imports Triton)
@@ -147,7 +147,7 @@ r["patched"], r["same"] = getattr(Autotuner.run, "_autotune_guard", False), ag.a
 demo.add(torch.randn(256), torch.randn(256))
 r["calls_pinned"] = len(demo.TIMER_CALLS)
 r["errors"] = []
-for bad in ({"AUTOTUNE_MODE": "pined"}, {"AUTOTUNE_FOO": "1"}, {"mode": "auto", "digest_path": "/proc/autotune-guard/x"}):
+for bad in ({"AUTOTUNE_MODE": "pined"}, {"AUTOTUNE_MDOE": "pinned"}, {"mode": "auto", "digest_path": "/proc/autotune-guard/x"}):
     try:
         ag.install(bad)
         r["errors"].append(None)

@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from support import TESTS, clean_env, last_json, run_python, torchrun
+from support import TESTS, clean_env, last_json, rank_file, run_python, torchrun
 
 from autotune_guard import consensus, files
 from autotune_guard.consensus import ConsensusError
@@ -201,11 +201,11 @@ def test_ranks_agree_and_the_job_times_each_key_once(tmp_path):
 
     # Choices files: the digest covers consensus choices; records carry timings on the claimer only.
     for r in ranks:
-        doc = files.read_document(str(digest) + f".rank{r['rank']}.json")
+        doc = files.read_document(rank_file(digest, r["rank"]))
         assert doc["log"] == r["choices"] and doc["complete"] is True
     timed_on = {}
     for r in range(3):
-        doc = files.read_document(str(rec) + f".rank{r}.json")
+        doc = files.read_document(rank_file(rec, r))
         for kernel in (ADD, SCALE):
             for key, entry in doc["kernels"].get(kernel, {}).items():
                 assert entry["how"] == "consensus" and entry["signature"] == chosen[(kernel, key)]
@@ -216,7 +216,7 @@ def test_ranks_agree_and_the_job_times_each_key_once(tmp_path):
     # The job's tuning is a table for later pinned runs.
     table = tmp_path / "interpret.json"
     merged = subprocess.run([sys.executable, "-m", "autotune_guard.report", "merge",
-                             *[str(rec) + f".rank{r}.json" for r in range(3)], "-o", str(table)],
+                             *[rank_file(rec, r) for r in range(3)], "-o", str(table)],
                             env=env_for(), capture_output=True, text=True, timeout=120)
     assert merged.returncode == 0, merged.stderr
     kernels = files.read_document(str(table))["kernels"]
@@ -322,7 +322,7 @@ def test_without_a_process_group_consensus_times_like_auto_and_says_so_once(tmp_
     assert len(out["log"]) == 3 and all(v.endswith(";timed") for v in out["log"].values())
     said = [line for line in proc.stderr.splitlines() if "without a torch.distributed process group" in line]
     assert len(said) == 1 and "INFO" in said[0], proc.stderr
-    doc = files.read_document(str(tmp_path / "rec.rank0.json"))
+    doc = files.read_document(rank_file(tmp_path / "rec", 0))
     entries = [e for es in doc["kernels"].values() for e in es.values()]
     assert len(entries) == 3 and all(e["how"] == "timed" and e["timings"] for e in entries)
 

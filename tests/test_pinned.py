@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from support import clean_env, last_json, run_python
+from support import clean_env, last_json, rank_file, run_python
 
 F32 = "torch.float32"
 
@@ -194,7 +194,7 @@ def test_enumerate_exit_line_and_digest_file(tmp_path):
     exit_lines = [line for line in lines if "autotune choices" in line]
     assert len(exit_lines) == 1
     assert "rank 3" in exit_lines[0] and "made 4 autotune choices" in exit_lines[0] and result["digest"] in exit_lines[0]
-    written = json.loads((tmp_path / "runs" / "choices.rank3.json").read_text())
+    written = json.loads(open(rank_file(tmp_path / "runs" / "choices", 3)).read())
     assert written["format"] == "autotune_guard.choices/1" and written["rank"] == 3
     assert written["digest"] == result["digest"] and written["log"] == result["log"]
 

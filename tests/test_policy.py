@@ -124,8 +124,11 @@ BAD = [
     ({"AUTOTUNE_CONSENSUS_TIMEOUT": "0"}, ["positive number of seconds"]),
     ({"AUTOTUNE_CONSENSUS_TIMEOUT": "soon"}, ["positive number of seconds"]),
     ({"AUTOTUNE_LOG_LEVEL": "verbose"}, ["debug, info, warning, error"]),
+    ({"AUTOTUNE_RUN_ID": "two words"}, ["letters, digits"]),
     ({"AUTOTUNE_DISABLE": "maybe"}, ["1/0, true/false"]),
-    ({"AUTOTUNE_FOO": "1"}, ["not a setting", "AUTOTUNE_MODE", "AUTOTUNE_TABLE_PATH"]),
+    ({"AUTOTUNE_MDOE": "pinned"}, ["not a setting", "did you mean AUTOTUNE_MODE", "AUTOTUNE_TABLE_PATH"]),
+    ({"AUTOTUNE_TABLE_DIR": "tables"}, ["not a setting", "did you mean AUTOTUNE_TABLE_PATH"]),
+    ({"AUTOTUNE_RECORD_PATH": "runs/same", "AUTOTUNE_DIGEST_PATH": "runs/same"}, ["are one prefix"]),
     ({"AUTOTUNE_ENV_FILE": "/nonexistent/autotune.env"}, ["no such file"]),
 ]
 
@@ -219,8 +222,8 @@ def test_a_bad_value_in_the_env_file_names_it(tmp_path):
     env_file.write_text("AUTOTUNE_ON_MISS=sometimes\n")
     with pytest.raises(PolicyError, match=r"AUTOTUNE_ON_MISS='sometimes'.*min_cost, first, error"):
         policy_from_environment({"AUTOTUNE_ENV_FILE": str(env_file)})
-    env_file.write_text("AUTOTUNE_TYPO=1\n")
-    with pytest.raises(PolicyError, match="AUTOTUNE_TYPO"):
+    env_file.write_text("AUTOTUNE_ONMISS=first\n")
+    with pytest.raises(PolicyError, match="AUTOTUNE_ONMISS.*did you mean AUTOTUNE_ON_MISS"):
         policy_from_environment({"AUTOTUNE_ENV_FILE": str(env_file)})
 
 

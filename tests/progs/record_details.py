@@ -1,8 +1,7 @@
 """Record-mode details in one cold process (started with AUTOTUNE_RECORD_PATH=DIR/first):
 
 * which timings belong to which key when a policy is installed after keys were tuned;
-* a winner Triton took from its disk cache (3.4+) is recorded without timings;
-* the rank in file names: RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK, and the process group first.
+* a winner Triton took from its disk cache (3.4+) is recorded without timings.
 
 Prints one JSON line.  Usage: record_details.py DIR
 """
@@ -28,7 +27,7 @@ demo.add(x, x)  # key 100 tuned under the first policy
 autotune_guard.install({"AUTOTUNE_RECORD_PATH": os.path.join(tmp, "second")})
 demo.add(y, y)  # key 300 tuned under the second; key 100 is seen by it for the first time
 evidence.write_files()
-with open(os.path.join(tmp, "second.rank0.json")) as src:
+with open(evidence.rank_file(os.path.join(tmp, "second"), 0)) as src:
     result["second"] = json.load(src)["kernels"]["kernels.demo.add_kernel"]
 
 # A disk-cache hit, as Triton 3.4+ makes it: the winner and configs_timings come from JSON, as
@@ -50,21 +49,7 @@ if hasattr(demo.add_kernel, "check_disk_cache"):
     demo.add(z, z)
     result["cached_timer_calls"] = len(demo.TIMER_CALLS) - calls
     evidence.write_files()
-    with open(os.path.join(tmp, "cached.rank0.json")) as src:
+    with open(evidence.rank_file(os.path.join(tmp, "cached"), 0)) as src:
         result["cached"] = json.load(src)["kernels"]["kernels.demo.add_kernel"]
 
-# Rank in file names, without a process group: the first of these variables that is set.
-autotune_guard.install({"AUTOTUNE_RECORD_PATH": os.path.join(tmp, "ranks", "rec")})
-w = torch.arange(700, dtype=torch.float32)
-demo.add(w, w)
-for name, value in (("OMPI_COMM_WORLD_RANK", "7"), ("SLURM_PROCID", "5"), ("RANK", "3")):
-    os.environ[name] = value  # each one set is preferred over those set before it
-    evidence.write_files()
-# With a process group, its rank wins over RANK=3.
-import torch.distributed as dist
-
-dist.init_process_group("gloo", init_method="file://" + os.path.join(tmp, "pg"), rank=0, world_size=1)
-evidence.write_files()
-dist.destroy_process_group()
-result["rank_files"] = sorted(os.listdir(os.path.join(tmp, "ranks")))
 print(json.dumps(result))
