@@ -409,14 +409,37 @@ def _on_sigterm(signum, frame):
 _exited = False
 
 
+# kernel -> why autotune_guard did not govern a choice this process made for it (a library's own
+# autotuner class, Inductor's coordinate descent, ...): named when met, counted at exit.
+_ungoverned: dict[str, str] = {}
+
+
+def note_ungoverned(qualified: str, why: str) -> bool:
+    """Note a kernel whose config choice the guard did not govern; False when already noted."""
+    with _lock:
+        if qualified in _ungoverned:
+            return False
+        _ungoverned[qualified] = why
+        return True
+
+
+def ungoverned() -> dict[str, str]:
+    """The kernels whose choices this process made without the guard governing them, and why."""
+    with _lock:
+        return dict(_ungoverned)
+
+
 def _at_exit() -> None:
     global _exited
     log = choice_log()
     if _record_mode is None or _exited:
         return  # (a spawn child may get here twice: multiprocessing's finalizer, then atexit)
     _exited = True
-    if log:
-        logger.info("rank %d made %d autotune choices, digest %s", fix_rank()[0], len(log), digest_of(log))
+    missed = ungoverned()
+    if log or missed:
+        logger.info("rank %d made %d autotune choices, digest %s%s", fix_rank()[0], len(log), digest_of(log),
+                    f"; {len(missed)} not governed: {', '.join(sorted(missed)[:5])}"
+                    f"{' ...' if len(missed) > 5 else ''}" if missed else "")
     from . import api
 
     api.warn_ineffective_at_exit()

@@ -52,7 +52,6 @@ _ORIGINALS = "_autotune_guard_originals"  # on each patched class: method name -
 _lock = threading.Lock()
 _user_kernels: dict = {}  # (function name, source hash) -> (qualified, autotuner or None)
 _named: set[str] = set()  # warnings said once per process
-ungoverned: dict[str, str] = {}  # kernel name -> why the guard did not choose its config
 
 
 # --- installing ---------------------------------------------------------------------------------
@@ -108,7 +107,7 @@ def _seam_missing(what: str) -> None:
     if policy is not None and policy.on_miss == "error":
         raise selection.SelectionError(message + " (AUTOTUNE_ON_MISS=error)")
     logger.error("%s", message)
-    ungoverned["torch.compile"] = "unsupported torch"
+    evidence.note_ungoverned("torch.compile", "this torch's Inductor has no seam autotune_guard knows")
 
 
 # --- the autotuning step ------------------------------------------------------------------------
@@ -325,9 +324,8 @@ for _f in (_guarded_autotune, _kept_timings, _guarded_read_best, _guarded_save):
 
 def _ungoverned(name: str, why: str, policy) -> None:
     """A choice this process made that the guard did not govern: named once, counted at exit."""
-    if name in ungoverned:
+    if not evidence.note_ungoverned(name, why):
         return
-    ungoverned[name] = why
     message = f"torch.compile kernel {name}: {why}; autotune_guard did not govern this choice"
     if policy.on_miss == "error":
         raise selection.SelectionError("autotune_guard: " + message + " (AUTOTUNE_ON_MISS=error)")

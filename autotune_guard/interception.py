@@ -244,6 +244,7 @@ def _ungoverned(autotuner, owner) -> None:
                "in the choice log")
     if policy.mode == "pinned" and policy.on_miss == "error" and policy.in_scope(name):
         raise selection.SelectionError(f"autotune_guard: {message} (AUTOTUNE_ON_MISS=error)")
+    evidence.note_ungoverned(name, f"{cls}.run never calls Triton's Autotuner.run")
     if message not in _now.warned:
         _now.warned.add(message)
         logger.warning("%s", message)
