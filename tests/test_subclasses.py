@@ -4,10 +4,13 @@ FlagGems' ``LibTuner`` (a run of its own that never calls Triton's).  Real kerne
 TRITON_INTERPRET=1."""
 
 import logging
+import os
 
 import pytest
 import torch
 import triton
+
+from support import rank_file
 
 from kernels import seams
 
@@ -51,7 +54,7 @@ def test_record_keeps_what_the_library_chose_and_merge_refuses_a_non_candidate(g
     seams.LIBRARY_CONFIG.append(triton.Config({"BLOCK": 8}))  # not one of the kernel's candidates
     assert seams.launch(kernel, _x(100)).equal(_x(100) * 2)
     evidence.write_files(complete=True)
-    record = evidence.files.read_document(f"{prefix}.rank0.json")
+    record = evidence.files.read_document(rank_file(prefix, 0))
     entry = record["kernels"]["kernels.seams.double_body"][f"100,{F32},{F32}"]
     assert entry["how"] == "library" and entry["config"]["kwargs"] == {"BLOCK": 8} and entry["timings"] is None
     assert sorted(c["kwargs"]["BLOCK"] for c in entry["candidates"]) == [16, 32, 64, 128]
@@ -60,7 +63,7 @@ def test_record_keeps_what_the_library_chose_and_merge_refuses_a_non_candidate(g
     err = capsys.readouterr().err
     assert code == 2 and not (tmp_path / "interpret.json").exists()
     assert "kernels.seams.double_body" in err and "BLOCK=8,num_warps=4" in err and "not among" in err
-    assert "library" in err and "rec.rank0.json" in err
+    assert "library" in err and os.path.basename(rank_file(prefix, 0)) in err
 
 
 def test_pinned_leaves_the_librarys_choice_and_says_so_once_or_refuses(guard, fresh, ag_log):
