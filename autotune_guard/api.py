@@ -52,7 +52,7 @@ def _carry_out(policy: AutotunePolicy) -> None:
     evidence.configure(policy.digest_path, policy.record_path, policy.mode)
     from . import distributed
 
-    distributed.reset_cadence()
+    distributed.on_install(policy)
     logger.debug("installed policy: %s", _describe(policy))
 
 

@@ -46,10 +46,24 @@ def rank_and_world() -> tuple[int, int]:
 # after a barrier of that group (every N-th, counted per group), or where the program calls
 # verify_choices itself.  Never at the moment of choice: ranks reach kernels at different times.
 #
-# Choices travel once per group.  take_unverified() drains the process-wide list of new choices,
-# but a choice that travelled in a subgroup's check has not been compared with the ranks outside
-# that subgroup; so every choice taken is appended to ``_taken`` and each group keeps its own
-# cursor into it.  A world check therefore still carries what a pipeline-stage check already saw.
+# Three rules keep a check from ever hanging a job or touching its numbers:
+# * The cadence is read from the environment once, when torch.distributed is imported (the
+#   post-import hook that wraps the barriers), and barriers are counted from then on, per group,
+#   whether or not Triton was imported and whatever install() did later: every rank of a group
+#   counts the same barriers, so all of them check at the same one.
+# * The check's collectives run on a gloo process group of the guard's own, built from the job's
+#   Store for each of the program's groups at its first check (all its members are there), so they
+#   never share a sequence with the program's collectives nor touch its GPU or streams.  Should
+#   ranks ever disagree on a check anyway, it ends in that group's timeout, named, never in a
+#   program collective paired with the guard's.
+# * What travels is fixed-size first: one int (how many new choices the rank has), then, only
+#   when some rank has any, one all_reduce of per-bucket hashes of what each rank has seen; the
+#   entries themselves are gathered only for the buckets whose hashes differ.
+#
+# Each group keeps the set of (entry, signature) pairs its ranks have agreed to have seen
+# (``known``, identical on every member) and its per-bucket hashes.  A rank's view of a bucket is
+# ``known`` plus its own new pairs: equal views on every rank mean nothing new disagrees, and a
+# rank reaching a key late with the group's value adds nothing to its view.
 
 
 class ChoiceMismatchError(RuntimeError):
@@ -58,35 +72,67 @@ class ChoiceMismatchError(RuntimeError):
 
 
 REPORT_ENTRIES = 5  # offending entries a report spells out; the rest are counted
+BUCKETS = 256  # per-bucket hashes in a check with new choices: 2 x 256 int64 = 4 KiB each way
+_HASH_MASK = (1 << 62) - 1  # hashes and their negations fit an int64
+CHECK_TIMEOUT_S = 300.0  # the guard's group gives up (named) when a check does not complete
 
 _taken: list[tuple[str, str]] = []  # (arch|kernel|key, config signature), in the order chosen
 _groups = None  # ProcessGroup -> _GroupState (weak keys: a destroyed group takes its state along)
 _groups_by_id: dict = {}  # for group objects that cannot be weakly referenced
 _state_lock = threading.Lock()
 _hook_registered = False
+_startup = None  # (every, strict, error): the cadence read from the environment, once
+last_check: dict = {}  # what the latest check moved (bytes sent/received per rank): benchmarks read it
 
 
 class _GroupState:
-    __slots__ = ("barriers", "cursor", "reference", "flag")
+    __slots__ = ("barriers", "cursor", "reference", "known", "digests", "pending", "guard")
 
     def __init__(self):
         self.barriers = 0  # barrier calls of this group seen by this rank
-        self.cursor = 0  # _taken[:cursor] has travelled in this group
+        self.cursor = 0  # _taken[:cursor] has been looked at for this group
         # entry -> (signature, global rank that first reported it): what the group saw first for
-        # each entry, so that a rank reaching a key later is compared with the earlier ranks.
+        # each entry, so that a report can say what an earlier check found.
         self.reference: dict[str, tuple[str, int]] = {}
-        self.flag = None  # the steady-state check's one-element tensor, kept between checks
+        self.known: set = set()  # (entry, signature) pairs the group has seen, the same on every member
+        self.digests = [0] * BUCKETS  # XOR of the hashes of ``known`` by bucket
+        self.pending: set = set()  # this rank's pairs not in ``known`` yet
+        self.guard = None  # the guard's own ProcessGroupGloo for this group
+
+
+def startup_cadence() -> tuple[int, bool]:
+    """``(AUTOTUNE_VERIFY_EVERY, AUTOTUNE_VERIFY_STRICT)`` as the environment (and
+    ``AUTOTUNE_ENV_FILE``) gave them when torch.distributed was first imported; fixed from then on.
+    A bad value raises here, naming the variable: at the first barrier that would have counted."""
+    global _startup
+    if _startup is None:
+        from . import policy
+
+        try:
+            settings, env_file = policy.settings_from_environment()
+            chosen = {k: settings[k] for k in ("AUTOTUNE_VERIFY_EVERY", "AUTOTUNE_VERIFY_STRICT") if k in settings}
+            parsed = policy.policy_from_settings({**chosen, "AUTOTUNE_MODE": "auto"}, env_file=env_file)
+            _startup = (parsed.verify_every, parsed.verify_strict, None)
+        except Exception as exc:  # PolicyError: named by the parser
+            _startup = (0, False, exc)
+    every, strict, error = _startup
+    if error is not None:
+        raise error
+    return every, strict
 
 
 def wrap_barriers(module=None) -> None:
-    """Post-import hook of ``torch.distributed``: wrap ``barrier`` and ``monitored_barrier`` in
-    place, whatever the order of imports and of ``install()``; idempotent.
+    """Post-import hook of ``torch.distributed``: read the cadence and wrap ``barrier`` and
+    ``monitored_barrier`` in place, whatever the order of imports and of ``install()``; idempotent.
 
-    The wrappers look up the installed policy at every call, so they may be in place long before
-    any policy (and cost a dict lookup and a comparison while there is none or no cadence)."""
+    From here on barriers are counted per group, with or without a policy or Triton."""
     try:
         import wrapt
 
+        startup_cadence()
+    except Exception as exc:  # a post-import hook that raises would fail `import torch` itself
+        logger.error("%s", exc)  # and again, raised, at the first barrier
+    try:
         c10d = sys.modules.get("torch.distributed.distributed_c10d")
         if c10d is None:  # a torch built without distributed support
             return
@@ -100,7 +146,7 @@ def wrap_barriers(module=None) -> None:
                 original = current
                 wrapt.wrap_function_wrapper(c10d, name, hook)
             _rebind(name, original, getattr(c10d, name))
-    except Exception as exc:  # a post-import hook that raises would fail `import torch` itself
+    except Exception as exc:
         logger.error("could not wrap torch.distributed barriers (%r): AUTOTUNE_VERIFY_EVERY will not fire", exc)
 
 
@@ -120,15 +166,13 @@ def _rebind(name: str, original, wrapped) -> None:
             namespace[name] = wrapped
 
 
-def reset_cadence() -> None:
-    """Forget barrier counts, cursors and what each group agreed on: a new policy starts a new
-    choice log.  Called by every ``install()``, which is also where the barriers get wrapped when
-    the policy arrives by the API rather than through the environment's import hook."""
-    global _taken, _groups, _hook_registered
-    with _state_lock:
-        _taken = []
-        _groups = None
-        _groups_by_id.clear()
+def on_install(policy) -> None:
+    """Called by every ``install()``.  Wraps the barriers when the policy arrives by the API rather
+    than through the environment's import hook.  Barrier counts and what each group agreed on are
+    kept: a rank that installs a policy (alone, or later than the others) must still check at the
+    same barriers as the rest of its group.  A cadence given to install() that differs from the
+    start-up one is named, not applied."""
+    global _hook_registered
     if "torch.distributed" in sys.modules:
         wrap_barriers(sys.modules["torch.distributed"])
     elif not _hook_registered:
@@ -136,34 +180,43 @@ def reset_cadence() -> None:
 
         _hook_registered = True
         wrapt.register_post_import_hook(wrap_barriers, "torch.distributed")
+    if policy is not None and _startup is not None and _startup[2] is None and policy.verify_every != _startup[0]:
+        logger.warning("AUTOTUNE_VERIFY_EVERY=%d given to install() is not applied: checks follow the value the "
+                       "environment gave at start-up (%d), so that every rank counts the same barriers",
+                       policy.verify_every, _startup[0])
+
+
+def _barrier_every() -> int:
+    """The start-up cadence (a tuple read on every barrier); the named error of a bad value."""
+    startup = _startup
+    if startup is None or startup[2] is not None:
+        return startup_cadence()[0]
+    return startup[0]
 
 
 def _after_barrier(wrapped, instance, args, kwargs):
     result = wrapped(*args, **kwargs)
-    policy = _installed_policy()
-    if policy is None or not policy.verify_every:
+    every = _barrier_every()
+    if not every:
         return result
     # barrier(group=None, async_op=False, device_ids=None, timeout=None)
     if kwargs.get("async_op", args[1] if len(args) > 1 else False):
         # The barrier has not completed yet and the caller asked not to block: no check, and no
         # count either (every rank of the group makes the same calls, so all skip alike).
         return result
-    group = kwargs.get("group", args[0] if args else None)
-    device_ids = kwargs.get("device_ids", args[2] if len(args) > 2 else None)
-    _count_and_check(group, device_ids, policy.verify_every)
+    _count_and_check(kwargs.get("group", args[0] if args else None), every)
     return result
 
 
 def _after_monitored_barrier(wrapped, instance, args, kwargs):
     result = wrapped(*args, **kwargs)
-    policy = _installed_policy()
-    if policy is None or not policy.verify_every:
-        return result
-    _count_and_check(kwargs.get("group", args[0] if args else None), None, policy.verify_every)
+    every = _barrier_every()
+    if every:
+        _count_and_check(kwargs.get("group", args[0] if args else None), every)
     return result
 
 
-def _count_and_check(group, device_ids, every: int) -> None:
+def _count_and_check(group, every: int) -> None:
     dist = initialized_dist()
     if dist is None:
         return
@@ -176,29 +229,29 @@ def _count_and_check(group, device_ids, every: int) -> None:
         due = state.barriers % every == 0
         count = state.barriers
     if due:
-        _check(dist, group, device_ids, f"barrier {count} of this group")
+        _check(dist, group, f"barrier {count} of this group")
 
 
 def verify_choices(group=None) -> bool:
     """Compare the autotune choices of the ranks of ``group`` (default: the whole job).
 
     Call it where every rank of the group arrives, like a barrier.  Only the choices this rank
-    made since the group's previous check travel; they are compared with each other and with
-    what the group saw before, so once every kernel and key has been seen a check moves an empty
-    payload.  A key that some ranks never ran is not a conflict.  Returns True when the ranks
-    agree (and without a process group, or on a rank outside ``group``: nothing to compare);
-    False after logging the disagreement on the group's first rank; with
-    ``AUTOTUNE_VERIFY_STRICT=1`` raises :class:`ChoiceMismatchError` on every rank instead.
+    made since the group's previous check are compared, with each other and with what the group
+    saw before; once every kernel and key has been seen a check is one all_reduce of one int.  A
+    key that some ranks never ran is not a conflict.  Returns True when the ranks agree (and
+    without a process group, or on a rank outside ``group``: nothing to compare); False after
+    logging the disagreement on the group's first rank; with ``AUTOTUNE_VERIFY_STRICT=1`` raises
+    :class:`ChoiceMismatchError` on every rank instead.
     """
     return _check_in(group, "verify_choices()", nothing_to_compare=True)
 
 
 def maybe_verify_choices(iteration: int, group=None) -> bool | None:
-    """:func:`verify_choices` when the policy asks for a check at ``iteration`` (every
-    ``AUTOTUNE_VERIFY_EVERY``-th); None when no check ran (no policy, no cadence, not due, no
-    process group, a rank outside ``group``), so a caller can tell "agreed" from "not asked"."""
-    policy = _installed_policy()
-    if policy is None or not policy.verify_every or iteration % policy.verify_every:
+    """:func:`verify_choices` at every ``AUTOTUNE_VERIFY_EVERY``-th ``iteration`` (the start-up
+    cadence, the same on every rank); None when no check ran (no cadence, not due, no process
+    group, a rank outside ``group``), so a caller can tell "agreed" from "not asked"."""
+    every = startup_cadence()[0]
+    if not every or iteration % every:
         return None
     return _check_in(group, f"iteration {iteration}", nothing_to_compare=None)
 
@@ -210,7 +263,7 @@ def _check_in(group, where: str, nothing_to_compare):
     resolved = _resolve(dist, group) if dist is not None else None
     if resolved is None:
         return nothing_to_compare
-    return _check(dist, resolved, None, where)
+    return _check(dist, resolved, where)
 
 
 def _installed_policy():
@@ -245,7 +298,24 @@ def _state_for(group) -> _GroupState:
         return state
 
 
-def _check(dist, group, device_ids, where: str) -> bool:
+def _pair_hash(entry: str, signature: str) -> tuple[int, int]:
+    """(bucket, hash) of one choice: the bucket by the entry alone, so that two values of one
+    kernel/key always meet in one bucket."""
+    import hashlib
+
+    bucket = int.from_bytes(hashlib.blake2b(entry.encode(), digest_size=4).digest(), "little") % BUCKETS
+    value = int.from_bytes(hashlib.blake2b(f"{entry}\0{signature}".encode(), digest_size=8).digest(), "little")
+    return bucket, value & _HASH_MASK
+
+
+def _learn(state: _GroupState, pair) -> None:
+    if pair not in state.known:
+        state.known.add(pair)
+        bucket, value = _pair_hash(*pair)
+        state.digests[bucket] ^= value
+
+
+def _check(dist, group, where: str) -> bool:
     """One check in ``group`` (every rank of it calls this at the same point)."""
     from . import evidence
 
@@ -253,87 +323,121 @@ def _check(dist, group, device_ids, where: str) -> bool:
     with _state_lock:
         for entry, value in evidence.take_unverified().items():
             _taken.append((entry, value.split(";", 1)[0]))  # the config, not how it was chosen
-        end = len(_taken)
-        payload = _taken[state.cursor:end]
-    size = dist.get_world_size(group)
+        for pair in _taken[state.cursor:]:
+            if pair not in state.known:
+                state.pending.add(pair)
+        state.cursor = len(_taken)
+        pending = sorted(state.pending)
+    ranks = dist.get_process_group_ranks(group)
+    size = len(ranks)
     if size < 2:  # nobody to disagree with
-        _advance(state, end)
+        with _state_lock:
+            for pair in pending:
+                _learn(state, pair)
+                state.reference.setdefault(pair[0], (pair[1], ranks[0] if ranks else 0))
+            state.pending.clear()
         return True
     torch = sys.modules["torch"]
-    device, context = _collective_device(dist, group, device_ids)
-    with context:
-        # One small collective first: in steady state nobody has anything new, and this is all a
-        # check costs.  The objects travel only when some rank has new choices.
-        most = state.flag
-        if most is None or most.device != device:
-            most = state.flag = torch.zeros(1, dtype=torch.int64, device=device)
-        most.fill_(len(payload))
-        dist.all_reduce(most, op=dist.ReduceOp.MAX, group=group)
+    try:
+        guard = _guard_group(dist, group, state)
+        # One int first: in steady state nobody has anything new, and this is all a check costs.
+        most = torch.tensor([len(pending)], dtype=torch.int64)
+        _all_reduce_max(dist, guard, most)
+        moved = [8, 8]
         if int(most.item()) == 0:
-            _advance(state, end)
+            last_check.update(sent=moved[0], received=moved[1], buckets=0, gathered=0)
             if logger.isEnabledFor(logging.DEBUG):
                 logger.debug("verify in group of %d at %s: nothing new", size, where)
             return True
-        gathered: list = [None] * size
-        dist.all_gather_object(gathered, payload, group=group)
-    _advance(state, end)
-    ranks = dist.get_process_group_ranks(group)
+        # Per-bucket hashes of each rank's view; MAX of (h, -h) gives each bucket's max and min.
+        view = list(state.digests)
+        hashed = {pair: _pair_hash(*pair) for pair in pending}
+        for bucket, value in hashed.values():
+            view[bucket] ^= value
+        vector = torch.tensor(view + [-v for v in view], dtype=torch.int64)
+        _all_reduce_max(dist, guard, vector)
+        reduced = vector.tolist()
+        differ = {b for b in range(BUCKETS) if reduced[b] != -reduced[BUCKETS + b]}
+        moved = [moved[0] + 16 * BUCKETS, moved[1] + 16 * BUCKETS]
+        sent = [pair for pair in pending if hashed[pair][0] in differ]
+        gathered = _gather_pairs(guard, sent, size, moved) if differ else []
+    except Exception as exc:
+        raise RuntimeError(f"autotune_guard: the choice check at {where} in group {_rank_list(ranks)} did not complete "
+                           f"on every rank ({exc}); the program's own collectives are not affected") from exc
     with _state_lock:
-        conflicts = compare(gathered, ranks, state.reference)
+        # Buckets whose views agree: every rank brought the same new pairs there.
+        for pair in pending:
+            if hashed[pair][0] not in differ:
+                _learn(state, pair)
+                known = state.reference.get(pair[0])
+                if known is None or known[0] != pair[1]:
+                    state.reference[pair[0]] = (pair[1], ranks[0])
+        conflicts = compare(gathered, ranks, state.reference) if differ else {}
+        for payload in gathered:
+            for pair in payload:
+                _learn(state, tuple(pair))
+        state.pending.clear()
+    last_check.update(sent=moved[0], received=moved[1], buckets=len(differ), gathered=len(sent))
     if logger.isEnabledFor(logging.DEBUG):
         logger.debug("verify in group of %d at %s: sent %d, received %d, %d conflicts", size, where,
-                     len(payload), sum(len(p) for p in gathered), len(conflicts))
+                     len(sent), sum(len(p) for p in gathered), len(conflicts))
     if not conflicts:
         return True
     message = report(conflicts, ranks, where)
     if dist.get_rank(group) == 0:
         logger.error("%s", message)
     policy = _installed_policy()
-    if policy is not None and policy.verify_strict:
+    if startup_cadence()[1] or (policy is not None and policy.verify_strict):
         raise ChoiceMismatchError(message)
     return False
 
 
-def _advance(state: _GroupState, end: int) -> None:
-    with _state_lock:
-        state.cursor = max(state.cursor, end)
+def _attempt() -> str:
+    """The run and restart this process belongs to, in Store names: torchrun's agent keeps its Store
+    across restarts, so names of one attempt must not meet those of the next."""
+    return f"{os.environ.get('TORCHELASTIC_RUN_ID', '')}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
 
 
-_CPU = None  # torch.device("cpu"), made on first use (torch is not imported here at start-up)
+def _guard_group(dist, group, state: _GroupState):
+    """The guard's own gloo group over the members of ``group``, made at its first check (every
+    member is at that check) from the job's Store under a name of the guard's; torch's registry
+    of groups, and its group counter, are left alone."""
+    if state.guard is None:
+        from datetime import timedelta
+
+        from torch.distributed.distributed_c10d import _get_default_store
+
+        store = dist.PrefixStore(f"autotune_guard/verify/{_attempt()}/{group.group_name}/", _get_default_store())
+        state.guard = dist.ProcessGroupGloo(store, dist.get_rank(group), dist.get_world_size(group),
+                                            timedelta(seconds=CHECK_TIMEOUT_S))
+    return state.guard
 
 
-def _collective_device(dist, group, device_ids):
-    """Where the check's tensors live, and a context that makes it the current device.
+def _all_reduce_max(dist, guard, tensor) -> None:
+    options = dist.AllreduceOptions()
+    options.reduceOp = dist.ReduceOp.MAX
+    guard.allreduce([tensor], options).wait()
 
-    Object collectives on NCCL stage their bytes on ``torch.cuda.current_device()``.  The check
-    uses the device the barrier itself used (torch's own order: the barrier's ``device_ids``,
-    the device bound by ``init_process_group(device_id=...)``, else the current device), so it
-    touches no GPU that the rank's own barrier did not."""
-    from contextlib import nullcontext
 
-    global _CPU
-    c10d = sys.modules["torch.distributed.distributed_c10d"]
+def _gather_pairs(guard, pairs, size: int, moved: list) -> list:
+    """Every member's ``pairs`` (JSON, padded to the longest), in group-rank order."""
+    import json
+
     torch = sys.modules["torch"]
-    if _CPU is None:
-        _CPU = torch.device("cpu")
-    try:
-        kind = c10d._get_object_coll_device(group)
-    except Exception:  # older torch: NCCL is the one backend without CPU tensors
-        kind = "cuda" if str(dist.get_backend(group)) == "nccl" else "cpu"
-    if kind == "cpu":
-        return _CPU, nullcontext()
-    index = None
-    if device_ids:
-        index = int(device_ids[0])
-    else:
-        bound = getattr(group, "bound_device_id", None)
-        if bound is not None:
-            index = bound.index
-    if kind == "cuda":
-        if index is None:
-            index = torch.cuda.current_device()
-        return torch.device("cuda", index), torch.cuda.device(index)
-    return (torch.device(kind, index) if index is not None else torch.device(kind)), nullcontext()
+    data = json.dumps(pairs).encode()
+    length = torch.tensor([len(data)], dtype=torch.int64)
+    lengths = [torch.zeros(1, dtype=torch.int64) for _ in range(size)]
+    guard.allgather([lengths], [length]).wait()
+    sizes = [int(t.item()) for t in lengths]
+    longest = max(sizes)
+    mine = torch.zeros(longest, dtype=torch.uint8)
+    if data:
+        mine[:len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    buffers = [torch.zeros(longest, dtype=torch.uint8) for _ in range(size)]
+    guard.allgather([buffers], [mine]).wait()
+    moved[0] += 8 + longest
+    moved[1] += 8 * size + longest * size
+    return [[tuple(p) for p in json.loads(bytes(b[:n].tolist()).decode())] for b, n in zip(buffers, sizes)]
 
 
 # --- comparing and reporting (plain data) -------------------------------------------------------
