@@ -392,12 +392,6 @@ def _check(dist, group, where: str) -> bool:
     return False
 
 
-def _attempt() -> str:
-    """The run and restart this process belongs to, in Store names: torchrun's agent keeps its Store
-    across restarts, so names of one attempt must not meet those of the next."""
-    return f"{os.environ.get('TORCHELASTIC_RUN_ID', '')}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
-
-
 def _guard_group(dist, group, state: _GroupState):
     """The guard's own gloo group over the members of ``group``, made at its first check (every
     member is at that check) from the job's Store under a name of the guard's; torch's registry
@@ -407,7 +401,9 @@ def _guard_group(dist, group, state: _GroupState):
 
         from torch.distributed.distributed_c10d import _get_default_store
 
-        store = dist.PrefixStore(f"autotune_guard/verify/{_attempt()}/{group.group_name}/", _get_default_store())
+        from .consensus import attempt_scope
+
+        store = dist.PrefixStore(f"autotune_guard/verify/{attempt_scope()}/{group.group_name}/", _get_default_store())
         state.guard = dist.ProcessGroupGloo(store, dist.get_rank(group), dist.get_world_size(group),
                                             timedelta(seconds=CHECK_TIMEOUT_S))
     return state.guard
@@ -497,26 +493,10 @@ def _rank_list(ranks, limit: int = 8) -> str:
 # --- the job's c10d Store (consensus) ---------------------------------------------------------
 # Coordination goes through the Store that torchrun (or init_process_group) already started, never
 # through a collective at the moment of choice: ranks reach kernels at different times, and
-# pipeline or expert ranks run different kernels, so a collective there would deadlock.
+# pipeline or expert ranks run different kernels, so a collective there would deadlock.  The
+# protocol itself is ``consensus.decide``.
 
-_STORE_PREFIX = "autotune_guard/"
-# Waiting polls ``check`` instead of calling ``Store.wait``: a TCPStore client serves one request
-# at a time, so a blocking wait would hold up every other user of the same client in this process
-# (the process group itself, other threads) for as long as it waits (measured: a set() issued
-# during a 2 s wait took 1.8 s), and each timed-out wait logs C++ socket warnings.  A poll is one
-# round trip; the interval grows to _POLL_MAX_S, which bounds the extra latency after a publish.
-_POLL_MIN_S = 0.002
-_POLL_MAX_S = 0.05
-
-
-class StoreError(RuntimeError):
-    """The job's Store failed (unreachable, closed); a timeout is not an error here."""
-
-
-def _store_key(name: str) -> str:
-    # No attempt number in the key: torchrun gives every restart a fresh Store, and a counter
-    # per agent may differ between nodes (one that joined later), which would split the job.
-    return _STORE_PREFIX + name
+from .consensus import StoreError  # noqa: E402  (re-exported: job_store raises it)
 
 
 def job_store():
@@ -536,61 +516,3 @@ def job_store():
     except Exception as exc:
         raise StoreError(f"the default process group is initialized but its Store cannot be reached "
                          f"(torch.distributed.distributed_c10d._get_default_store: {exc!r})") from exc
-
-
-def store_claim(store, name: str, rank: int) -> bool:
-    """Atomically claim ``name``; True for exactly one caller in the job (any thread of any rank).
-
-    The winner then names itself under ``name/owner``, so that a rank whose wait runs out can say
-    which rank died or hung.
-    """
-    try:
-        won = store.add(_store_key(name + "/claim"), 1) == 1
-        if won:
-            store.set(_store_key(name + "/owner"), str(rank))
-        return won
-    except Exception as exc:
-        raise StoreError(f"claiming {name}: {exc}") from exc
-
-
-def store_owner(store, name: str) -> int | None:
-    """The rank that claimed ``name``, if it named itself (never blocks)."""
-    value = store_get(store, name + "/owner")
-    return int(value) if value is not None and value.lstrip("-").isdigit() else None
-
-
-def store_set(store, name: str, value: str) -> None:
-    try:
-        store.set(_store_key(name), value)
-    except Exception as exc:
-        raise StoreError(f"publishing {name}: {exc}") from exc
-
-
-def store_get(store, name: str) -> str | None:
-    """The value under ``name`` now, or None when there is none yet (never blocks)."""
-    key = _store_key(name)
-    try:
-        if not store.check([key]):
-            return None
-        return store.get(key).decode()
-    except Exception as exc:
-        raise StoreError(f"reading {name}: {exc}") from exc
-
-
-def store_wait(store, name: str, timeout_s: float) -> str | None:
-    """The value published under ``name``, or None when none came within ``timeout_s`` seconds;
-    StoreError when the Store itself fails.  Explicit deadline: the Store's own timeout (the
-    process group's, often 10 or 30 minutes) plays no part."""
-    import time
-
-    deadline = time.monotonic() + timeout_s
-    interval = _POLL_MIN_S
-    while True:
-        value = store_get(store, name)
-        if value is not None:
-            return value
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return None
-        time.sleep(min(interval, left))
-        interval = min(interval * 1.5, _POLL_MAX_S)
