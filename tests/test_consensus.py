@@ -14,6 +14,7 @@ import re
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -384,3 +385,18 @@ def test_a_distributed_job_before_init_process_group_is_warned_about(tmp_path):
     proc = run_python(code, env=env_for(RANK=1, WORLD_SIZE=4))
     said = [line for line in proc.stderr.splitlines() if "not initialized yet" in line]
     assert len(said) == 1 and "WARNING" in said[0] and "world size 4" in said[0], proc.stderr
+
+
+# --- a restarted job starts clean ------------------------------------------------------------------
+
+def test_after_the_claimer_is_sigkilled_a_max_restarts_restart_tunes_agrees_and_finishes(tmp_path):
+    start = time.monotonic()
+    proc = torchrun(os.path.join(PROGS, "consensus_restart.py"), 2, args=[str(tmp_path)], timeout=240,
+                    extra=("--max-restarts=1", "--monitor-interval=1"), env=env_for(AUTOTUNE_CONSENSUS_TIMEOUT=120))
+    elapsed = time.monotonic() - start
+    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    assert [r["attempt"] for r in results] == [1, 1]  # attempt 0 died; attempt 1 finished
+    assert results[0]["choices"] == results[1]["choices"] and len(results[0]["choices"]) == 1
+    assert list(results[0]["choices"].values())[0].endswith(";consensus")
+    assert [r["timer_calls"] for r in results] == [0, 3]  # rank 1 tuned again, in attempt 1, once
+    assert results[0]["seconds"] < 30 and elapsed < 120, (elapsed, proc.stderr[-3000:])
