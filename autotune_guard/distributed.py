@@ -11,6 +11,8 @@ import os
 import sys
 import threading
 
+from .consensus import StoreError  # job_store raises it
+
 logger = logging.getLogger("autotune_guard")
 
 _RANK_VARIABLES = (("RANK", "WORLD_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS"), ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"))
@@ -330,6 +332,7 @@ def _check(dist, group, where: str) -> bool:
         pending = sorted(state.pending)
     ranks = dist.get_process_group_ranks(group)
     size = len(ranks)
+    hashed = {pair: _pair_hash(*pair) for pair in pending}
     if size < 2:  # nobody to disagree with
         with _state_lock:
             for pair in pending:
@@ -337,33 +340,17 @@ def _check(dist, group, where: str) -> bool:
                 state.reference.setdefault(pair[0], (pair[1], ranks[0] if ranks else 0))
             state.pending.clear()
         return True
-    torch = sys.modules["torch"]
     try:
-        guard = _guard_group(dist, group, state)
-        # One int first: in steady state nobody has anything new, and this is all a check costs.
-        most = torch.tensor([len(pending)], dtype=torch.int64)
-        _all_reduce_max(dist, guard, most)
-        moved = [8, 8]
-        if int(most.item()) == 0:
-            last_check.update(sent=moved[0], received=moved[1], buckets=0, gathered=0)
-            if logger.isEnabledFor(logging.DEBUG):
-                logger.debug("verify in group of %d at %s: nothing new", size, where)
-            return True
-        # Per-bucket hashes of each rank's view; MAX of (h, -h) gives each bucket's max and min.
-        view = list(state.digests)
-        hashed = {pair: _pair_hash(*pair) for pair in pending}
-        for bucket, value in hashed.values():
-            view[bucket] ^= value
-        vector = torch.tensor(view + [-v for v in view], dtype=torch.int64)
-        _all_reduce_max(dist, guard, vector)
-        reduced = vector.tolist()
-        differ = {b for b in range(BUCKETS) if reduced[b] != -reduced[BUCKETS + b]}
-        moved = [moved[0] + 16 * BUCKETS, moved[1] + 16 * BUCKETS]
-        sent = [pair for pair in pending if hashed[pair][0] in differ]
-        gathered = _gather_pairs(guard, sent, size, moved) if differ else []
+        differ, gathered, moved = exchange(_guard_group(dist, group, state), size, state.digests, hashed)
     except Exception as exc:
         raise RuntimeError(f"autotune_guard: the choice check at {where} in group {_rank_list(ranks)} did not complete "
                            f"on every rank ({exc}); the program's own collectives are not affected") from exc
+    if differ is None:
+        last_check.update(sent=moved[0], received=moved[1], buckets=0, gathered=0)
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug("verify in group of %d at %s: nothing new", size, where)
+        return True
+    sent = [pair for pair in pending if hashed[pair][0] in differ]
     with _state_lock:
         # Buckets whose views agree: every rank brought the same new pairs there.
         for pair in pending:
@@ -379,8 +366,12 @@ def _check(dist, group, where: str) -> bool:
         state.pending.clear()
     last_check.update(sent=moved[0], received=moved[1], buckets=len(differ), gathered=len(sent))
     if logger.isEnabledFor(logging.DEBUG):
-        logger.debug("verify in group of %d at %s: sent %d, received %d, %d conflicts", size, where,
-                     len(sent), sum(len(p) for p in gathered), len(conflicts))
+        if differ:
+            logger.debug("verify in group of %d at %s: sent %d, received %d, %d conflicts", size, where,
+                         len(sent), sum(len(p) for p in gathered), len(conflicts))
+        else:
+            logger.debug("verify in group of %d at %s: %d new entries agreed by their bucket hashes, nothing "
+                         "gathered", size, where, len(pending))
     if not conflicts:
         return True
     message = report(conflicts, ranks, where)
@@ -409,7 +400,40 @@ def _guard_group(dist, group, state: _GroupState):
     return state.guard
 
 
-def _all_reduce_max(dist, guard, tensor) -> None:
+def exchange(guard, size: int, digests: list, hashed: dict):
+    """The collectives of one check, on the guard's group ``guard`` of ``size`` ranks, every member
+    calling it at the same point.  ``digests``: the group's per-bucket hashes of what it knows (the
+    same on every member); ``hashed``: this rank's new pairs -> (bucket, hash).
+
+    Returns ``(differ, gathered, moved)``: the buckets whose views differ (None when no rank had
+    anything new: one all_reduce of one int was the whole check), every member's new pairs in those
+    buckets (in group-rank order; empty when none differ), and ``[bytes sent, bytes received]`` by
+    this rank, payloads only.  Fixed-size unless some bucket differs."""
+    import torch
+
+    # One int first: in steady state nobody has anything new, and this is all a check costs.
+    most = torch.tensor([len(hashed)], dtype=torch.int64)
+    _all_reduce_max(guard, most)
+    moved = [8, 8]
+    if int(most.item()) == 0:
+        return None, [], moved
+    # Per-bucket hashes of each rank's view; MAX of (h, -h) gives each bucket's max and min.
+    view = list(digests)
+    for bucket, value in hashed.values():
+        view[bucket] ^= value
+    vector = torch.tensor(view + [-v for v in view], dtype=torch.int64)
+    _all_reduce_max(guard, vector)
+    reduced = vector.tolist()
+    differ = {b for b in range(BUCKETS) if reduced[b] != -reduced[BUCKETS + b]}
+    moved = [moved[0] + 16 * BUCKETS, moved[1] + 16 * BUCKETS]
+    if not differ:
+        return differ, [], moved
+    sent = sorted(pair for pair, (bucket, _) in hashed.items() if bucket in differ)
+    return differ, _gather_pairs(guard, sent, size, moved), moved
+
+
+def _all_reduce_max(guard, tensor) -> None:
+    dist = sys.modules["torch.distributed"]
     options = dist.AllreduceOptions()
     options.reduceOp = dist.ReduceOp.MAX
     guard.allreduce([tensor], options).wait()
@@ -495,9 +519,6 @@ def _rank_list(ranks, limit: int = 8) -> str:
 # through a collective at the moment of choice: ranks reach kernels at different times, and
 # pipeline or expert ranks run different kernels, so a collective there would deadlock.  The
 # protocol itself is ``consensus.decide``.
-
-from .consensus import StoreError  # noqa: E402  (re-exported: job_store raises it)
-
 
 def job_store():
     """The default process group's Store, or None when this process is not distributed.

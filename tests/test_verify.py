@@ -272,6 +272,11 @@ def test_ranks_importing_triton_late_or_never_or_installing_alone_check_at_the_s
     assert [where.split(":")[0] for _, where in checks(proc.stderr, who)] == [
         f"barrier {n} of this group" for n in range(every, 7, every)], proc.stderr[-3000:]
     assert reports(proc.stderr) == []
+    first = checks(proc.stderr, who)[0][1]
+    if scenario == "no_triton":  # rank 0's 2 entries meet rank 1's empty set: those buckets are gathered
+        assert first.endswith("sent 2, received 2, 0 conflicts"), first
+    if scenario == "install_one":  # the same 2 entries on both ranks: the fixed-size hashes suffice
+        assert first.endswith("2 new entries agreed by their bucket hashes, nothing gathered"), first
     if scenario == "install_one":  # a cadence of 1 differs from the start-up one only when every is 3
         assert ("AUTOTUNE_VERIFY_EVERY=1 given to install() is not applied" in proc.stderr) == (every != 1)
 
