@@ -359,22 +359,36 @@ def _check(dist, group, where: str) -> bool:
                 known = state.reference.get(pair[0])
                 if known is None or known[0] != pair[1]:
                     state.reference[pair[0]] = (pair[1], ranks[0])
-        conflicts = compare(gathered, ranks, state.reference) if differ else {}
-        for payload in gathered:
-            for pair in payload:
-                _learn(state, tuple(pair))
         state.pending.clear()
+        verdict = None
+        if differ and dist.get_rank(group) == 0:  # the group's first rank compares and tells the others
+            reference = dict(state.reference)
+            conflicts = compare(gathered, ranks, reference)
+            verdict = {"pairs": sorted({tuple(p) for payload in gathered for p in payload}),
+                       "reference": {e: v for e, v in reference.items() if state.reference.get(e) != v},
+                       "conflicts": len(conflicts), "report": report(conflicts, ranks, where) if conflicts else None}
+    if differ:
+        try:
+            verdict = _broadcast_verdict(state.guard, verdict, moved)
+        except Exception as exc:
+            raise RuntimeError(f"autotune_guard: the choice check at {where} in group {_rank_list(ranks)} did not "
+                               f"complete on every rank ({exc}); the program's own collectives are not affected") from exc
+        with _state_lock:
+            for entry, (signature, rank) in verdict["reference"].items():
+                state.reference[entry] = (signature, rank)
+            for pair in verdict["pairs"]:
+                _learn(state, tuple(pair))
     last_check.update(sent=moved[0], received=moved[1], buckets=len(differ), gathered=len(sent))
     if logger.isEnabledFor(logging.DEBUG):
         if differ:
             logger.debug("verify in group of %d at %s: sent %d, received %d, %d conflicts", size, where,
-                         len(sent), sum(len(p) for p in gathered), len(conflicts))
+                         len(sent), len(verdict["pairs"]), verdict["conflicts"])
         else:
             logger.debug("verify in group of %d at %s: %d new entries agreed by their bucket hashes, nothing "
                          "gathered", size, where, len(pending))
-    if not conflicts:
+    message = verdict and verdict["report"]
+    if not message:
         return True
-    message = report(conflicts, ranks, where)
     if dist.get_rank(group) == 0:
         logger.error("%s", message)
     policy = _installed_policy()
@@ -406,9 +420,10 @@ def exchange(guard, size: int, digests: list, hashed: dict):
     same on every member); ``hashed``: this rank's new pairs -> (bucket, hash).
 
     Returns ``(differ, gathered, moved)``: the buckets whose views differ (None when no rank had
-    anything new: one all_reduce of one int was the whole check), every member's new pairs in those
-    buckets (in group-rank order; empty when none differ), and ``[bytes sent, bytes received]`` by
-    this rank, payloads only.  Fixed-size unless some bucket differs."""
+    anything new: one all_reduce of one int was the whole check), on the group's first rank every
+    member's new pairs in those buckets (in group-rank order; elsewhere, and when none differ,
+    empty), and ``[bytes sent, bytes received]`` by this rank, payloads only.  Fixed-size unless
+    some bucket differs; then only the first rank receives more than the group's verdict."""
     import torch
 
     # One int first: in steady state nobody has anything new, and this is all a check costs.
@@ -429,7 +444,7 @@ def exchange(guard, size: int, digests: list, hashed: dict):
     if not differ:
         return differ, [], moved
     sent = sorted(pair for pair, (bucket, _) in hashed.items() if bucket in differ)
-    return differ, _gather_pairs(guard, sent, size, moved), moved
+    return differ, _to_first_rank(guard, sent, size, moved), moved
 
 
 def _all_reduce_max(guard, tensor) -> None:
@@ -439,25 +454,54 @@ def _all_reduce_max(guard, tensor) -> None:
     guard.allreduce([tensor], options).wait()
 
 
-def _gather_pairs(guard, pairs, size: int, moved: list) -> list:
-    """Every member's ``pairs`` (JSON, padded to the longest), in group-rank order."""
+def _to_first_rank(guard, pairs, size: int, moved: list) -> list:
+    """Every member's ``pairs`` at group rank 0, in group-rank order (elsewhere: []).  Sizes go by
+    ``gather``, and only members with something to say send it: nothing is padded, and a member
+    receives nothing here."""
+    import json
+
+    dist, torch = sys.modules["torch.distributed"], sys.modules["torch"]
+    first = guard.rank() == 0
+    data = json.dumps(pairs).encode()
+    length = torch.tensor([len(pairs) and len(data)], dtype=torch.int64)
+    lengths = [torch.zeros(1, dtype=torch.int64) for _ in range(size)] if first else []
+    options = dist.GatherOptions()
+    options.rootRank = 0
+    guard.gather([lengths] if first else [], [length], options).wait()
+    moved[0] += 8
+    if not first:
+        if pairs:
+            guard.send([torch.frombuffer(bytearray(data), dtype=torch.uint8)], 0, 0).wait()
+            moved[0] += len(data)
+        return []
+    gathered = [pairs]
+    for member in range(1, size):
+        count = int(lengths[member].item())
+        if not count:
+            gathered.append([])
+            continue
+        buffer = torch.empty(count, dtype=torch.uint8)
+        guard.recv([buffer], member, 0).wait()
+        gathered.append([tuple(p) for p in json.loads(bytes(buffer.tolist()).decode())])
+        moved[1] += count
+    moved[1] += 8 * size
+    return gathered
+
+
+def _broadcast_verdict(guard, verdict, moved: list):
+    """Group rank 0's ``verdict`` (JSON-able) on every member."""
     import json
 
     torch = sys.modules["torch"]
-    data = json.dumps(pairs).encode()
+    first = guard.rank() == 0
+    data = json.dumps(verdict).encode() if first else b""
     length = torch.tensor([len(data)], dtype=torch.int64)
-    lengths = [torch.zeros(1, dtype=torch.int64) for _ in range(size)]
-    guard.allgather([lengths], [length]).wait()
-    sizes = [int(t.item()) for t in lengths]
-    longest = max(sizes)
-    mine = torch.zeros(longest, dtype=torch.uint8)
-    if data:
-        mine[:len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-    buffers = [torch.zeros(longest, dtype=torch.uint8) for _ in range(size)]
-    guard.allgather([buffers], [mine]).wait()
-    moved[0] += 8 + longest
-    moved[1] += 8 * size + longest * size
-    return [[tuple(p) for p in json.loads(bytes(b[:n].tolist()).decode())] for b, n in zip(buffers, sizes)]
+    guard.broadcast([length]).wait()
+    buffer = torch.frombuffer(bytearray(data), dtype=torch.uint8) if first else \
+        torch.empty(int(length.item()), dtype=torch.uint8)
+    guard.broadcast([buffer]).wait()
+    moved[0 if first else 1] += 8 + int(length.item())
+    return verdict if first else json.loads(bytes(buffer.tolist()).decode())
 
 
 # --- comparing and reporting (plain data) -------------------------------------------------------
