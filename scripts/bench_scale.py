@@ -107,16 +107,16 @@ def one_decision(server_port, variant, waiters, tune_s, name):
 
     stores = [client() for _ in range(waiters)]  # connections made before the clock starts
 
-    warm = threading.Lock()
+    # A rank opens its waiting connection (a clone of its Store) once, at its first wait.  Here they
+    # are opened before the clock starts, one after another: many clients of one process
+    # connecting at once make torch's TCPStore client back off for seconds (an artifact of
+    # threads as ranks), which would be measured instead of the protocol.
+    waiting = [client() for _ in range(waiters)] if variant == "event" else []
     ready = threading.Barrier(waiters + 1)
 
     def waiter(i):
         if variant == "event":
-            # A rank opens its waiting connection once, at its first wait; here, one thread at a
-            # time before the clock starts (many clients of one process connecting at once make
-            # torch's TCPStore client back off for 5 s: an artifact of threads as ranks).
-            with warm:
-                consensus._clone(stores[i])
+            consensus._clones.__dict__.setdefault("by_store", {})[id(stores[i])] = waiting[i]
         ready.wait(120)
         claimed.wait(30)
         if variant == "event":
