@@ -64,16 +64,18 @@ def test_a_decision_is_named_by_arch_kernel_and_key_only():
 
 
 def test_a_published_winner_is_followed_by_signature():
-    payload = consensus.decode(consensus.encode_winner(3, SIGS[2], {"kwargs": {"BLOCK": 128}}, SIGS, True), WHAT)
-    assert payload["rank"] == 3 and payload["timed"] is True
+    published = consensus.encode_winner(3, SIGS[2], SIGS)
+    payload = consensus.decode(published, WHAT)
+    # minimal: the winner and the hash of the candidate list, not the list
+    assert set(payload) == {"format", "rank", "winner", "candidates_hash"} and payload["rank"] == 3
     assert consensus.follow(payload, SIGS, WHAT) == 2
     assert consensus.follow(payload, SIGS[::-1], WHAT) == 0  # another order of the same candidates
 
 
 def test_differing_candidates_claimer_failure_and_garbage_are_refused_with_names():
-    payload = consensus.decode(consensus.encode_winner(1, SIGS[0], {}, SIGS, True), WHAT)
-    with pytest.raises(ConsensusError) as info:
-        consensus.follow(payload, SIGS[1:] + ["BLOCK=256,num_warps=8"], WHAT)
+    payload = consensus.decode(consensus.encode_winner(1, SIGS[0], SIGS), WHAT)
+    with pytest.raises(ConsensusError) as info:  # the claimer's list, read from its own key, names the differences
+        consensus.follow(payload, SIGS[1:] + ["BLOCK=256,num_warps=8"], WHAT, theirs=SIGS)
     message = str(info.value)
     assert WHAT in message and "rank 1" in message and "differ" in message
     assert "only here: BLOCK=256,num_warps=8" in message and "only on rank 1: BLOCK=32,num_warps=4" in message
@@ -87,6 +89,12 @@ def test_differing_candidates_claimer_failure_and_garbage_are_refused_with_names
     message = consensus.timeout_message(WHAT, 4, 2.5)
     assert WHAT in message and "rank 4" in message and "2.5 s" in message and "AUTOTUNE_CONSENSUS_TIMEOUT" in message
     assert "died before naming itself" in consensus.timeout_message(WHAT, None, 600)
+    identity = consensus.claimer_identity(7)
+    assert re.search(r"rank 7 \(pid \d+ on [^)]+\) claimed", consensus.timeout_message(WHAT, identity, 600))
+    died = consensus.decode(consensus.encode_death(identity, 5.4), WHAT)
+    with pytest.raises(ConsensusError, match=r"rank 7 \(pid \d+ on [^)]+\), which claimed this tuning, stopped "
+                                             r"signalling that it is alive \(5.4 s without a heartbeat\)"):
+        consensus.follow(died, SIGS, WHAT)
 
 
 # --- consensus.decide against a real TCPStore, threads as ranks ----------------------------------
