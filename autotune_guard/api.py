@@ -53,7 +53,7 @@ def _carry_out(policy: AutotunePolicy) -> None:
     configure_logging(policy.log_level)
     from . import distributed
 
-    distributed.reset_cadence()
+    distributed.on_install(policy)
     _started_with(policy)
 
 

@@ -1,8 +1,11 @@
-"""Consensus mode as plain data: what a decision is called in the job's Store, what is published
-under that name, and the errors a rank raises when it cannot follow the job's decision.
+"""Consensus: one rank tunes a (kernel, key) for the whole job and the others follow, through the
+job's c10d Store.  :func:`decide` is the whole protocol; it knows nothing of Triton's ``Autotuner``
+(``interception`` calls it for ``@triton.autotune``, and any other tuner can: it takes the
+candidates' signatures and a ``tune()`` callable).
 
-Nothing here imports torch or Triton: ``interception`` (Triton) and ``distributed`` (the Store)
-use these functions, and the tests drive them directly.
+Nothing here imports torch or Triton: the Store is any object with the c10d ``Store`` methods
+(``compare_set``, ``add``, ``set``, ``get``, ``check``, ``wait``, ``clone``), and the tests drive
+the rules directly.
 
 A decision is one (arch, kernel, tuning key).  Its Store name deliberately leaves the candidate
 list out: ranks whose candidate lists differ for the same key must meet under the same name, so
@@ -14,10 +17,21 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Sequence
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from typing import Callable, Sequence
 
-PAYLOAD_FORMAT = "autotune_guard.consensus/1"
+logger = logging.getLogger("autotune_guard")
+
+PAYLOAD_FORMAT = "autotune_guard.consensus/2"
 NAMESPACE = "consensus/"
+STORE_PREFIX = "autotune_guard/"
+BEAT_S = 0.5  # a claimer bumps its beat counter this often while it tunes
+DEAD_AFTER_S = 5.0  # no beat for this long: the claimer died (or lost the Store) before publishing
 
 
 class ConsensusError(RuntimeError):
@@ -38,18 +52,22 @@ def candidates_hash(signatures: Sequence[str]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def encode_winner(rank: int, signature: str, config: dict, signatures: Sequence[str], timed: bool) -> str:
-    """What a claimer publishes after tuning.  The candidate list goes along so that a rank whose
-    list differs can say which candidates differ."""
-    return json.dumps({
-        "format": PAYLOAD_FORMAT, "rank": rank, "winner": signature, "config": config,
-        "candidates_hash": candidates_hash(signatures), "candidates": sorted(set(signatures)), "timed": timed,
-    }, sort_keys=True)
+def encode_winner(rank: int, signature: str, signatures: Sequence[str]) -> str:
+    """What a claimer publishes after tuning: the winner and the hash of its candidate list; the
+    list itself goes under a key of its own, read only by a rank whose hash differs."""
+    return json.dumps({"format": PAYLOAD_FORMAT, "rank": rank, "winner": signature,
+                       "candidates_hash": candidates_hash(signatures)}, sort_keys=True)
 
 
 def encode_failure(rank: int, error: str) -> str:
     """What a claimer publishes when its tuning raised: waiters fail now, not at the timeout."""
     return json.dumps({"format": PAYLOAD_FORMAT, "rank": rank, "error": error}, sort_keys=True)
+
+
+def encode_death(claimer: str, silent_s: float) -> str:
+    """What the watching waiter publishes when the claimer stopped beating: every waiter fails now."""
+    return json.dumps({"format": PAYLOAD_FORMAT, "rank": claimer_rank(claimer), "claimer": claimer,
+                       "died": round(silent_s, 1)}, sort_keys=True)
 
 
 def decode(text: str, what: str) -> dict:
@@ -64,16 +82,22 @@ def decode(text: str, what: str) -> dict:
     return payload
 
 
-def follow(payload: dict, signatures: Sequence[str], what: str) -> int:
+def follow(payload: dict, signatures: Sequence[str], what: str, theirs: Sequence[str] | None = None) -> int:
     """Index (into ``signatures``, this rank's live candidates after pruning) of the published
-    winner; raises ConsensusError when the claimer failed or the candidate lists differ."""
+    winner; raises ConsensusError when the claimer failed or died, or the candidate lists differ
+    (``theirs``: the claimer's list, when it could be read, to name the differences)."""
     claimer = payload.get("rank", "?")
+    if "died" in payload:
+        raise ConsensusError(f"autotune_guard consensus: {what}: {describe_claimer(payload.get('claimer', ''))}, which "
+                             f"claimed this tuning, stopped signalling that it is alive ({payload['died']:g} s without "
+                             "a heartbeat) before publishing a winner: it died or lost the Store. This rank will not "
+                             "pick a config of its own")
     if "error" in payload:
         raise ConsensusError(f"autotune_guard consensus: {what}: rank {claimer}, which claimed this tuning, failed "
                              f"while timing ({payload['error']}); this rank will not pick a config of its own")
     mine = candidates_hash(signatures)
     if payload.get("candidates_hash") != mine:
-        theirs = set(payload.get("candidates") or ())
+        theirs = set(theirs or ())
         ours = set(signatures)
         raise ConsensusError(
             f"autotune_guard consensus: {what}: this rank's candidates after pruning differ from those rank "
@@ -87,8 +111,11 @@ def follow(payload: dict, signatures: Sequence[str], what: str) -> int:
     return list(signatures).index(winner)
 
 
-def timeout_message(what: str, claimer: int | None, timeout_s: float) -> str:
-    who = f"rank {claimer}" if claimer is not None else "a rank that died before naming itself"
+def timeout_message(what: str, claimer, timeout_s: float) -> str:
+    if isinstance(claimer, str):
+        who = describe_claimer(claimer)
+    else:
+        who = f"rank {claimer}" if claimer is not None else "a rank that died before naming itself"
     return (f"autotune_guard consensus: {what}: {who} claimed this tuning but published no winner within "
             f"{timeout_s:g} s (AUTOTUNE_CONSENSUS_TIMEOUT); it died or hung. This rank will not pick a config "
             "of its own")
@@ -105,3 +132,218 @@ def _few(items, limit: int = 4) -> str:
         return "none"
     shown = ", ".join(items[:limit])
     return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
+
+# --- the protocol over the job's Store ----------------------------------------------------------
+# Per decision, under STORE_PREFIX + the attempt + the decision name:
+#   claim       compare_set from "" to the claimer's identity: claiming and naming are one request
+#   beat        the claimer's heartbeat counter, bumped every BEAT_S while it tunes
+#   waiters     add(1) by each waiter; the first one watches the beat, the others block in wait()
+#   candidates  the claimer's candidate list (read only on a hash mismatch)
+#   result      the winner (or the claimer's error, or the watcher's death notice), set once
+# A waiter makes 4 requests per decision whatever the tuning time (claim, waiters, wait, get);
+# only the watching waiter polls, once per BEAT_S.
+
+
+class StoreError(RuntimeError):
+    """The job's Store failed (unreachable, closed); a timeout is not an error here."""
+
+
+def attempt_scope() -> str:
+    """This run and restart in Store names: torchrun's agent keeps its Store across restarts, so
+    the names of one attempt must never meet those of the next (a dead claimer's claim included)."""
+    return f"{os.environ.get('TORCHELASTIC_RUN_ID', 'none')}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+
+
+def claimer_identity(rank: int) -> str:
+    """Unique per claim (two threads of one rank are two claimers), readable in errors."""
+    return f"{rank}|{os.getpid()}|{socket.gethostname()}|{uuid.uuid4().hex[:8]}"
+
+
+def claimer_rank(identity: str):
+    head = identity.split("|", 1)[0]
+    return int(head) if head.lstrip("-").isdigit() else head
+
+
+def describe_claimer(identity: str) -> str:
+    parts = identity.split("|")
+    if len(parts) < 3:
+        return f"rank {identity or '?'}"
+    return f"rank {parts[0]} (pid {parts[1]} on {parts[2]})"
+
+
+def decide(store, what: str, name: str, rank: int, signatures: Sequence[str], tune: Callable, timeout: float):
+    """One consensus decision: ``(index, tuned_here, tune_result)``.
+
+    ``store``: the job's c10d Store.  ``what``: how errors name the decision (kernel, key, arch).
+    ``name``: the decision's name, the same on every rank (:func:`decision_name`).  ``rank``: this
+    process's rank, for errors.  ``signatures``: this rank's candidates after pruning, as
+    ``selection.signature`` text, in any order.  ``tune()``: times the candidates here and returns
+    the winner's signature, or ``(signature, anything)``; it runs on exactly one thread of one rank
+    per decision and attempt; what it raises is published to the waiters and re-raised here.
+    ``timeout``: seconds a waiter waits for a live claimer's winner.
+
+    Returns the winner's index in ``signatures`` (None only when ``tune()``'s winner is not one of
+    them, which is logged), whether ``tune()`` ran here, and what it returned (None when not).
+    Raises :class:`ConsensusError`, never returning a config of this rank's own, when the claimer's
+    tuning failed, when the claimer died or lost the Store (within ``DEAD_AFTER_S`` seconds, named),
+    when a live claimer publishes nothing within ``timeout``, when the candidate lists differ, or
+    when the Store fails.  Nothing here is a collective: ranks may decide in any order, or never.
+    """
+    key = f"{STORE_PREFIX}{attempt_scope()}/{name}"
+    me = claimer_identity(rank)
+    try:
+        holder = _text(store.compare_set(key + "/claim", "", me))
+    except Exception as exc:
+        raise ConsensusError(store_lost_message(what, exc)) from exc
+    if holder == me:
+        return _tune_for_the_job(store, what, key, rank, signatures, tune)
+    try:
+        published = _wait_for_result(store, what, key, holder, timeout)
+        payload = decode(published, what)
+        theirs = None
+        if "winner" in payload and payload.get("candidates_hash") != candidates_hash(signatures):
+            theirs = json.loads(_text(store.get(key + "/candidates")))
+    except StoreError as exc:
+        raise ConsensusError(store_lost_message(what, exc)) from exc
+    except Exception as exc:
+        if isinstance(exc, ConsensusError):
+            raise
+        raise ConsensusError(store_lost_message(what, exc)) from exc
+    return follow(payload, signatures, what, theirs), False, None
+
+
+def _tune_for_the_job(store, what, key, rank, signatures, tune):
+    _beats.start(store, key + "/beat")
+    try:
+        try:
+            returned = tune()
+        except BaseException as exc:
+            try:  # the waiters fail now, with the reason, rather than at the timeout
+                store.set(key + "/result", encode_failure(rank, repr(exc)[:500]))
+            except Exception as publish_error:
+                logger.error("consensus: %s: could not tell the other ranks that tuning failed: %s", what, publish_error)
+            raise
+        signature = returned if isinstance(returned, str) else returned[0]
+        try:
+            store.set(key + "/candidates", json.dumps(sorted(set(signatures))))
+            store.set(key + "/result", encode_winner(rank, signature, signatures))
+        except Exception as exc:
+            raise ConsensusError(f"autotune_guard consensus: {what}: tuned here but could not publish the winner: "
+                                 f"{exc}") from exc
+    finally:
+        _beats.stop(key + "/beat")
+    if signature not in signatures:
+        logger.warning("consensus: %s: the tuner's winner %s is not among the candidates after pruning", what, signature)
+        return None, True, returned
+    return list(signatures).index(signature), True, returned
+
+
+def _wait_for_result(store, what, key, holder, timeout):
+    """The published value.  The first waiter watches the claimer's heartbeat and, when it stops,
+    publishes a death notice that wakes every waiter; the others block in ``wait`` on a clone of
+    the Store (a TCPStore client serves one request at a time: a blocking wait on the shared one
+    would hold up the process group's own requests)."""
+    from datetime import timedelta
+
+    result = key + "/result"
+    try:
+        watcher = int(store.add(key + "/waiters", 1)) == 1
+        if watcher:
+            return _watch(store, what, key, holder, timeout)
+        waiting = _clone(store)
+        try:
+            waiting.wait([result], timedelta(seconds=timeout))
+        except Exception as exc:
+            _forget_clone(store)
+            if "timeout" in str(exc).lower() and type(exc).__name__ != "DistNetworkError":
+                raise ConsensusError(timeout_message(what, holder, timeout)) from exc
+            raise StoreError(f"waiting for {result}: {exc}") from exc
+        return _text(store.get(result))
+    except (ConsensusError, StoreError):
+        raise
+    except Exception as exc:
+        raise StoreError(f"waiting for {result}: {exc}") from exc
+
+
+def _watch(store, what, key, holder, timeout):
+    result, beat = key + "/result", key + "/beat"
+    start = time.monotonic()
+    last_beat, last_change = None, start
+    while True:
+        if store.check([result]):
+            return _text(store.get(result))
+        now = time.monotonic()
+        count = int(store.add(beat, 0))
+        if count != last_beat:
+            last_beat, last_change = count, now
+        elif now - last_change > DEAD_AFTER_S:
+            # compare_set: a winner published at this very moment is not overwritten
+            return _text(store.compare_set(result, "", encode_death(holder, now - last_change)))
+        if now - start > timeout:
+            raise ConsensusError(timeout_message(what, holder, timeout))
+        time.sleep(BEAT_S)
+
+
+class _Beats:
+    """One daemon thread per process bumps the beat counter of every decision this process is
+    tuning, on a clone of the Store (the tuning thread may hold the shared client)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._keys: dict = {}  # beat key -> store
+        self._wake = threading.Event()
+        self._thread = None
+
+    def start(self, store, key: str) -> None:
+        store.add(key, 1)  # a first beat before tuning starts
+        with self._lock:
+            self._keys[key] = store
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="autotune_guard-consensus-beat", daemon=True)
+                self._thread.start()
+
+    def stop(self, key: str) -> None:
+        with self._lock:
+            self._keys.pop(key, None)
+
+    def _run(self):
+        clones: dict = {}
+        while True:
+            time.sleep(BEAT_S)
+            with self._lock:
+                keys = list(self._keys.items())
+            for key, store in keys:
+                try:
+                    beating = clones.get(id(store))
+                    if beating is None:
+                        beating = clones[id(store)] = _clone_of(store)
+                    beating.add(key, 1)
+                except Exception as exc:  # the Store is gone: the waiters will see the beat stop
+                    logger.debug("consensus: heartbeat %s failed: %s", key, exc)
+
+
+_beats = _Beats()
+_clones = threading.local()
+
+
+def _clone_of(store):
+    clone = getattr(store, "clone", None)
+    return clone() if clone is not None else store
+
+
+def _clone(store):
+    cache = _clones.__dict__.setdefault("by_store", {})
+    clone = cache.get(id(store))
+    if clone is None:
+        clone = cache[id(store)] = _clone_of(store)
+    return clone
+
+
+def _forget_clone(store) -> None:
+    _clones.__dict__.get("by_store", {}).pop(id(store), None)
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, (bytes, bytearray)) else str(value)

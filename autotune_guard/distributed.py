@@ -11,6 +11,8 @@ import os
 import sys
 import threading
 
+from .consensus import StoreError  # job_store raises it
+
 logger = logging.getLogger("autotune_guard")
 
 _RANK_VARIABLES = (("RANK", "WORLD_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS"), ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"))
@@ -46,10 +48,24 @@ def rank_and_world() -> tuple[int, int]:
 # after a barrier of that group (every N-th, counted per group), or where the program calls
 # verify_choices itself.  Never at the moment of choice: ranks reach kernels at different times.
 #
-# Choices travel once per group.  take_unverified() drains the process-wide list of new choices,
-# but a choice that travelled in a subgroup's check has not been compared with the ranks outside
-# that subgroup; so every choice taken is appended to ``_taken`` and each group keeps its own
-# cursor into it.  A world check therefore still carries what a pipeline-stage check already saw.
+# Three rules keep a check from ever hanging a job or touching its numbers:
+# * The cadence is read from the environment once, when torch.distributed is imported (the
+#   post-import hook that wraps the barriers), and barriers are counted from then on, per group,
+#   whether or not Triton was imported and whatever install() did later: every rank of a group
+#   counts the same barriers, so all of them check at the same one.
+# * The check's collectives run on a gloo process group of the guard's own, built from the job's
+#   Store for each of the program's groups at its first check (all its members are there), so they
+#   never share a sequence with the program's collectives nor touch its GPU or streams.  Should
+#   ranks ever disagree on a check anyway, it ends in that group's timeout, named, never in a
+#   program collective paired with the guard's.
+# * What travels is fixed-size first: one int (how many new choices the rank has), then, only
+#   when some rank has any, one all_reduce of per-bucket hashes of what each rank has seen; the
+#   entries themselves are gathered only for the buckets whose hashes differ.
+#
+# Each group keeps the set of (entry, signature) pairs its ranks have agreed to have seen
+# (``known``, identical on every member) and its per-bucket hashes.  A rank's view of a bucket is
+# ``known`` plus its own new pairs: equal views on every rank mean nothing new disagrees, and a
+# rank reaching a key late with the group's value adds nothing to its view.
 
 
 class ChoiceMismatchError(RuntimeError):
@@ -58,35 +74,67 @@ class ChoiceMismatchError(RuntimeError):
 
 
 REPORT_ENTRIES = 5  # offending entries a report spells out; the rest are counted
+BUCKETS = 256  # per-bucket hashes in a check with new choices: 2 x 256 int64 = 4 KiB each way
+_HASH_MASK = (1 << 62) - 1  # hashes and their negations fit an int64
+CHECK_TIMEOUT_S = 300.0  # the guard's group gives up (named) when a check does not complete
 
 _taken: list[tuple[str, str]] = []  # (arch|kernel|key, config signature), in the order chosen
 _groups = None  # ProcessGroup -> _GroupState (weak keys: a destroyed group takes its state along)
 _groups_by_id: dict = {}  # for group objects that cannot be weakly referenced
 _state_lock = threading.Lock()
 _hook_registered = False
+_startup = None  # (every, strict, error): the cadence read from the environment, once
+last_check: dict = {}  # what the latest check moved (bytes sent/received per rank): benchmarks read it
 
 
 class _GroupState:
-    __slots__ = ("barriers", "cursor", "reference", "flag")
+    __slots__ = ("barriers", "cursor", "reference", "known", "digests", "pending", "guard")
 
     def __init__(self):
         self.barriers = 0  # barrier calls of this group seen by this rank
-        self.cursor = 0  # _taken[:cursor] has travelled in this group
+        self.cursor = 0  # _taken[:cursor] has been looked at for this group
         # entry -> (signature, global rank that first reported it): what the group saw first for
-        # each entry, so that a rank reaching a key later is compared with the earlier ranks.
+        # each entry, so that a report can say what an earlier check found.
         self.reference: dict[str, tuple[str, int]] = {}
-        self.flag = None  # the steady-state check's one-element tensor, kept between checks
+        self.known: set = set()  # (entry, signature) pairs the group has seen, the same on every member
+        self.digests = [0] * BUCKETS  # XOR of the hashes of ``known`` by bucket
+        self.pending: set = set()  # this rank's pairs not in ``known`` yet
+        self.guard = None  # the guard's own ProcessGroupGloo for this group
+
+
+def startup_cadence() -> tuple[int, bool]:
+    """``(AUTOTUNE_VERIFY_EVERY, AUTOTUNE_VERIFY_STRICT)`` as the environment (and
+    ``AUTOTUNE_ENV_FILE``) gave them when torch.distributed was first imported; fixed from then on.
+    A bad value raises here, naming the variable: at the first barrier that would have counted."""
+    global _startup
+    if _startup is None:
+        from . import policy
+
+        try:
+            settings, env_file = policy.settings_from_environment()
+            chosen = {k: settings[k] for k in ("AUTOTUNE_VERIFY_EVERY", "AUTOTUNE_VERIFY_STRICT") if k in settings}
+            parsed = policy.policy_from_settings({**chosen, "AUTOTUNE_MODE": "auto"}, env_file=env_file)
+            _startup = (parsed.verify_every, parsed.verify_strict, None)
+        except Exception as exc:  # PolicyError: named by the parser
+            _startup = (0, False, exc)
+    every, strict, error = _startup
+    if error is not None:
+        raise error
+    return every, strict
 
 
 def wrap_barriers(module=None) -> None:
-    """Post-import hook of ``torch.distributed``: wrap ``barrier`` and ``monitored_barrier`` in
-    place, whatever the order of imports and of ``install()``; idempotent.
+    """Post-import hook of ``torch.distributed``: read the cadence and wrap ``barrier`` and
+    ``monitored_barrier`` in place, whatever the order of imports and of ``install()``; idempotent.
 
-    The wrappers look up the installed policy at every call, so they may be in place long before
-    any policy (and cost a dict lookup and a comparison while there is none or no cadence)."""
+    From here on barriers are counted per group, with or without a policy or Triton."""
     try:
         import wrapt
 
+        startup_cadence()
+    except Exception as exc:  # a post-import hook that raises would fail `import torch` itself
+        logger.error("%s", exc)  # and again, raised, at the first barrier
+    try:
         c10d = sys.modules.get("torch.distributed.distributed_c10d")
         if c10d is None:  # a torch built without distributed support
             return
@@ -100,7 +148,7 @@ def wrap_barriers(module=None) -> None:
                 original = current
                 wrapt.wrap_function_wrapper(c10d, name, hook)
             _rebind(name, original, getattr(c10d, name))
-    except Exception as exc:  # a post-import hook that raises would fail `import torch` itself
+    except Exception as exc:
         logger.error("could not wrap torch.distributed barriers (%r): AUTOTUNE_VERIFY_EVERY will not fire", exc)
 
 
@@ -120,15 +168,13 @@ def _rebind(name: str, original, wrapped) -> None:
             namespace[name] = wrapped
 
 
-def reset_cadence() -> None:
-    """Forget barrier counts, cursors and what each group agreed on: a new policy starts a new
-    choice log.  Called by every ``install()``, which is also where the barriers get wrapped when
-    the policy arrives by the API rather than through the environment's import hook."""
-    global _taken, _groups, _hook_registered
-    with _state_lock:
-        _taken = []
-        _groups = None
-        _groups_by_id.clear()
+def on_install(policy) -> None:
+    """Called by every ``install()``.  Wraps the barriers when the policy arrives by the API rather
+    than through the environment's import hook.  Barrier counts and what each group agreed on are
+    kept: a rank that installs a policy (alone, or later than the others) must still check at the
+    same barriers as the rest of its group.  A cadence given to install() that differs from the
+    start-up one is named, not applied."""
+    global _hook_registered
     if "torch.distributed" in sys.modules:
         wrap_barriers(sys.modules["torch.distributed"])
     elif not _hook_registered:
@@ -136,34 +182,43 @@ def reset_cadence() -> None:
 
         _hook_registered = True
         wrapt.register_post_import_hook(wrap_barriers, "torch.distributed")
+    if policy is not None and _startup is not None and _startup[2] is None and policy.verify_every != _startup[0]:
+        logger.warning("AUTOTUNE_VERIFY_EVERY=%d given to install() is not applied: checks follow the value the "
+                       "environment gave at start-up (%d), so that every rank counts the same barriers",
+                       policy.verify_every, _startup[0])
+
+
+def _barrier_every() -> int:
+    """The start-up cadence (a tuple read on every barrier); the named error of a bad value."""
+    startup = _startup
+    if startup is None or startup[2] is not None:
+        return startup_cadence()[0]
+    return startup[0]
 
 
 def _after_barrier(wrapped, instance, args, kwargs):
     result = wrapped(*args, **kwargs)
-    policy = _installed_policy()
-    if policy is None or not policy.verify_every:
+    every = _barrier_every()
+    if not every:
         return result
     # barrier(group=None, async_op=False, device_ids=None, timeout=None)
     if kwargs.get("async_op", args[1] if len(args) > 1 else False):
         # The barrier has not completed yet and the caller asked not to block: no check, and no
         # count either (every rank of the group makes the same calls, so all skip alike).
         return result
-    group = kwargs.get("group", args[0] if args else None)
-    device_ids = kwargs.get("device_ids", args[2] if len(args) > 2 else None)
-    _count_and_check(group, device_ids, policy.verify_every)
+    _count_and_check(kwargs.get("group", args[0] if args else None), every)
     return result
 
 
 def _after_monitored_barrier(wrapped, instance, args, kwargs):
     result = wrapped(*args, **kwargs)
-    policy = _installed_policy()
-    if policy is None or not policy.verify_every:
-        return result
-    _count_and_check(kwargs.get("group", args[0] if args else None), None, policy.verify_every)
+    every = _barrier_every()
+    if every:
+        _count_and_check(kwargs.get("group", args[0] if args else None), every)
     return result
 
 
-def _count_and_check(group, device_ids, every: int) -> None:
+def _count_and_check(group, every: int) -> None:
     dist = initialized_dist()
     if dist is None:
         return
@@ -176,29 +231,29 @@ def _count_and_check(group, device_ids, every: int) -> None:
         due = state.barriers % every == 0
         count = state.barriers
     if due:
-        _check(dist, group, device_ids, f"barrier {count} of this group")
+        _check(dist, group, f"barrier {count} of this group")
 
 
 def verify_choices(group=None) -> bool:
     """Compare the autotune choices of the ranks of ``group`` (default: the whole job).
 
     Call it where every rank of the group arrives, like a barrier.  Only the choices this rank
-    made since the group's previous check travel; they are compared with each other and with
-    what the group saw before, so once every kernel and key has been seen a check moves an empty
-    payload.  A key that some ranks never ran is not a conflict.  Returns True when the ranks
-    agree (and without a process group, or on a rank outside ``group``: nothing to compare);
-    False after logging the disagreement on the group's first rank; with
-    ``AUTOTUNE_VERIFY_STRICT=1`` raises :class:`ChoiceMismatchError` on every rank instead.
+    made since the group's previous check are compared, with each other and with what the group
+    saw before; once every kernel and key has been seen a check is one all_reduce of one int.  A
+    key that some ranks never ran is not a conflict.  Returns True when the ranks agree (and
+    without a process group, or on a rank outside ``group``: nothing to compare); False after
+    logging the disagreement on the group's first rank; with ``AUTOTUNE_VERIFY_STRICT=1`` raises
+    :class:`ChoiceMismatchError` on every rank instead.
     """
     return _check_in(group, "verify_choices()", nothing_to_compare=True)
 
 
 def maybe_verify_choices(iteration: int, group=None) -> bool | None:
-    """:func:`verify_choices` when the policy asks for a check at ``iteration`` (every
-    ``AUTOTUNE_VERIFY_EVERY``-th); None when no check ran (no policy, no cadence, not due, no
-    process group, a rank outside ``group``), so a caller can tell "agreed" from "not asked"."""
-    policy = _installed_policy()
-    if policy is None or not policy.verify_every or iteration % policy.verify_every:
+    """:func:`verify_choices` at every ``AUTOTUNE_VERIFY_EVERY``-th ``iteration`` (the start-up
+    cadence, the same on every rank); None when no check ran (no cadence, not due, no process
+    group, a rank outside ``group``), so a caller can tell "agreed" from "not asked"."""
+    every = startup_cadence()[0]
+    if not every or iteration % every:
         return None
     return _check_in(group, f"iteration {iteration}", nothing_to_compare=None)
 
@@ -210,7 +265,7 @@ def _check_in(group, where: str, nothing_to_compare):
     resolved = _resolve(dist, group) if dist is not None else None
     if resolved is None:
         return nothing_to_compare
-    return _check(dist, resolved, None, where)
+    return _check(dist, resolved, where)
 
 
 def _installed_policy():
@@ -245,7 +300,24 @@ def _state_for(group) -> _GroupState:
         return state
 
 
-def _check(dist, group, device_ids, where: str) -> bool:
+def _pair_hash(entry: str, signature: str) -> tuple[int, int]:
+    """(bucket, hash) of one choice: the bucket by the entry alone, so that two values of one
+    kernel/key always meet in one bucket."""
+    import hashlib
+
+    bucket = int.from_bytes(hashlib.blake2b(entry.encode(), digest_size=4).digest(), "little") % BUCKETS
+    value = int.from_bytes(hashlib.blake2b(f"{entry}\0{signature}".encode(), digest_size=8).digest(), "little")
+    return bucket, value & _HASH_MASK
+
+
+def _learn(state: _GroupState, pair) -> None:
+    if pair not in state.known:
+        state.known.add(pair)
+        bucket, value = _pair_hash(*pair)
+        state.digests[bucket] ^= value
+
+
+def _check(dist, group, where: str) -> bool:
     """One check in ``group`` (every rank of it calls this at the same point)."""
     from . import evidence
 
@@ -253,87 +325,183 @@ def _check(dist, group, device_ids, where: str) -> bool:
     with _state_lock:
         for entry, value in evidence.take_unverified().items():
             _taken.append((entry, value.split(";", 1)[0]))  # the config, not how it was chosen
-        end = len(_taken)
-        payload = _taken[state.cursor:end]
-    size = dist.get_world_size(group)
-    if size < 2:  # nobody to disagree with
-        _advance(state, end)
-        return True
-    torch = sys.modules["torch"]
-    device, context = _collective_device(dist, group, device_ids)
-    with context:
-        # One small collective first: in steady state nobody has anything new, and this is all a
-        # check costs.  The objects travel only when some rank has new choices.
-        most = state.flag
-        if most is None or most.device != device:
-            most = state.flag = torch.zeros(1, dtype=torch.int64, device=device)
-        most.fill_(len(payload))
-        dist.all_reduce(most, op=dist.ReduceOp.MAX, group=group)
-        if int(most.item()) == 0:
-            _advance(state, end)
-            if logger.isEnabledFor(logging.DEBUG):
-                logger.debug("verify in group of %d at %s: nothing new", size, where)
-            return True
-        gathered: list = [None] * size
-        dist.all_gather_object(gathered, payload, group=group)
-    _advance(state, end)
+        for pair in _taken[state.cursor:]:
+            if pair not in state.known:
+                state.pending.add(pair)
+        state.cursor = len(_taken)
+        pending = sorted(state.pending)
     ranks = dist.get_process_group_ranks(group)
-    with _state_lock:
-        conflicts = compare(gathered, ranks, state.reference)
-    if logger.isEnabledFor(logging.DEBUG):
-        logger.debug("verify in group of %d at %s: sent %d, received %d, %d conflicts", size, where,
-                     len(payload), sum(len(p) for p in gathered), len(conflicts))
-    if not conflicts:
+    size = len(ranks)
+    hashed = {pair: _pair_hash(*pair) for pair in pending}
+    if size < 2:  # nobody to disagree with
+        with _state_lock:
+            for pair in pending:
+                _learn(state, pair)
+                state.reference.setdefault(pair[0], (pair[1], ranks[0] if ranks else 0))
+            state.pending.clear()
         return True
-    message = report(conflicts, ranks, where)
+    try:
+        differ, gathered, moved = exchange(_guard_group(dist, group, state), size, state.digests, hashed)
+    except Exception as exc:
+        raise RuntimeError(f"autotune_guard: the choice check at {where} in group {_rank_list(ranks)} did not complete "
+                           f"on every rank ({exc}); the program's own collectives are not affected") from exc
+    if differ is None:
+        last_check.update(sent=moved[0], received=moved[1], buckets=0, gathered=0)
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug("verify in group of %d at %s: nothing new", size, where)
+        return True
+    sent = [pair for pair in pending if hashed[pair][0] in differ]
+    with _state_lock:
+        # Buckets whose views agree: every rank brought the same new pairs there.
+        for pair in pending:
+            if hashed[pair][0] not in differ:
+                _learn(state, pair)
+                known = state.reference.get(pair[0])
+                if known is None or known[0] != pair[1]:
+                    state.reference[pair[0]] = (pair[1], ranks[0])
+        state.pending.clear()
+        verdict = None
+        if differ and dist.get_rank(group) == 0:  # the group's first rank compares and tells the others
+            reference = dict(state.reference)
+            conflicts = compare(gathered, ranks, reference)
+            verdict = {"pairs": sorted({tuple(p) for payload in gathered for p in payload}),
+                       "reference": {e: v for e, v in reference.items() if state.reference.get(e) != v},
+                       "conflicts": len(conflicts), "report": report(conflicts, ranks, where) if conflicts else None}
+    if differ:
+        try:
+            verdict = _broadcast_verdict(state.guard, verdict, moved)
+        except Exception as exc:
+            raise RuntimeError(f"autotune_guard: the choice check at {where} in group {_rank_list(ranks)} did not "
+                               f"complete on every rank ({exc}); the program's own collectives are not affected") from exc
+        with _state_lock:
+            for entry, (signature, rank) in verdict["reference"].items():
+                state.reference[entry] = (signature, rank)
+            for pair in verdict["pairs"]:
+                _learn(state, tuple(pair))
+    last_check.update(sent=moved[0], received=moved[1], buckets=len(differ), gathered=len(sent))
+    if logger.isEnabledFor(logging.DEBUG):
+        if differ:
+            logger.debug("verify in group of %d at %s: sent %d, received %d, %d conflicts", size, where,
+                         len(sent), len(verdict["pairs"]), verdict["conflicts"])
+        else:
+            logger.debug("verify in group of %d at %s: %d new entries agreed by their bucket hashes, nothing "
+                         "gathered", size, where, len(pending))
+    message = verdict and verdict["report"]
+    if not message:
+        return True
     if dist.get_rank(group) == 0:
         logger.error("%s", message)
     policy = _installed_policy()
-    if policy is not None and policy.verify_strict:
+    if startup_cadence()[1] or (policy is not None and policy.verify_strict):
         raise ChoiceMismatchError(message)
     return False
 
 
-def _advance(state: _GroupState, end: int) -> None:
-    with _state_lock:
-        state.cursor = max(state.cursor, end)
+def _guard_group(dist, group, state: _GroupState):
+    """The guard's own gloo group over the members of ``group``, made at its first check (every
+    member is at that check) from the job's Store under a name of the guard's; torch's registry
+    of groups, and its group counter, are left alone."""
+    if state.guard is None:
+        from datetime import timedelta
+
+        from torch.distributed.distributed_c10d import _get_default_store
+
+        from .consensus import attempt_scope
+
+        store = dist.PrefixStore(f"autotune_guard/verify/{attempt_scope()}/{group.group_name}/", _get_default_store())
+        state.guard = dist.ProcessGroupGloo(store, dist.get_rank(group), dist.get_world_size(group),
+                                            timedelta(seconds=CHECK_TIMEOUT_S))
+    return state.guard
 
 
-_CPU = None  # torch.device("cpu"), made on first use (torch is not imported here at start-up)
+def exchange(guard, size: int, digests: list, hashed: dict):
+    """The collectives of one check, on the guard's group ``guard`` of ``size`` ranks, every member
+    calling it at the same point.  ``digests``: the group's per-bucket hashes of what it knows (the
+    same on every member); ``hashed``: this rank's new pairs -> (bucket, hash).
+
+    Returns ``(differ, gathered, moved)``: the buckets whose views differ (None when no rank had
+    anything new: one all_reduce of one int was the whole check), on the group's first rank every
+    member's new pairs in those buckets (in group-rank order; elsewhere, and when none differ,
+    empty), and ``[bytes sent, bytes received]`` by this rank, payloads only.  Fixed-size unless
+    some bucket differs; then only the first rank receives more than the group's verdict."""
+    import torch
+
+    # One int first: in steady state nobody has anything new, and this is all a check costs.
+    most = torch.tensor([len(hashed)], dtype=torch.int64)
+    _all_reduce_max(guard, most)
+    moved = [8, 8]
+    if int(most.item()) == 0:
+        return None, [], moved
+    # Per-bucket hashes of each rank's view; MAX of (h, -h) gives each bucket's max and min.
+    view = list(digests)
+    for bucket, value in hashed.values():
+        view[bucket] ^= value
+    vector = torch.tensor(view + [-v for v in view], dtype=torch.int64)
+    _all_reduce_max(guard, vector)
+    reduced = vector.tolist()
+    differ = {b for b in range(BUCKETS) if reduced[b] != -reduced[BUCKETS + b]}
+    moved = [moved[0] + 16 * BUCKETS, moved[1] + 16 * BUCKETS]
+    if not differ:
+        return differ, [], moved
+    sent = sorted(pair for pair, (bucket, _) in hashed.items() if bucket in differ)
+    return differ, _to_first_rank(guard, sent, size, moved), moved
 
 
-def _collective_device(dist, group, device_ids):
-    """Where the check's tensors live, and a context that makes it the current device.
+def _all_reduce_max(guard, tensor) -> None:
+    dist = sys.modules["torch.distributed"]
+    options = dist.AllreduceOptions()
+    options.reduceOp = dist.ReduceOp.MAX
+    guard.allreduce([tensor], options).wait()
 
-    Object collectives on NCCL stage their bytes on ``torch.cuda.current_device()``.  The check
-    uses the device the barrier itself used (torch's own order: the barrier's ``device_ids``,
-    the device bound by ``init_process_group(device_id=...)``, else the current device), so it
-    touches no GPU that the rank's own barrier did not."""
-    from contextlib import nullcontext
 
-    global _CPU
-    c10d = sys.modules["torch.distributed.distributed_c10d"]
+def _to_first_rank(guard, pairs, size: int, moved: list) -> list:
+    """Every member's ``pairs`` at group rank 0, in group-rank order (elsewhere: []).  Sizes go by
+    ``gather``, and only members with something to say send it: nothing is padded, and a member
+    receives nothing here."""
+    import json
+
+    dist, torch = sys.modules["torch.distributed"], sys.modules["torch"]
+    first = guard.rank() == 0
+    data = json.dumps(pairs).encode()
+    length = torch.tensor([len(pairs) and len(data)], dtype=torch.int64)
+    lengths = [torch.zeros(1, dtype=torch.int64) for _ in range(size)] if first else []
+    options = dist.GatherOptions()
+    options.rootRank = 0
+    guard.gather([lengths] if first else [], [length], options).wait()
+    moved[0] += 8
+    if not first:
+        if pairs:
+            guard.send([torch.frombuffer(bytearray(data), dtype=torch.uint8)], 0, 0).wait()
+            moved[0] += len(data)
+        return []
+    gathered = [pairs]
+    for member in range(1, size):
+        count = int(lengths[member].item())
+        if not count:
+            gathered.append([])
+            continue
+        buffer = torch.empty(count, dtype=torch.uint8)
+        guard.recv([buffer], member, 0).wait()
+        gathered.append([tuple(p) for p in json.loads(bytes(buffer.tolist()).decode())])
+        moved[1] += count
+    moved[1] += 8 * size
+    return gathered
+
+
+def _broadcast_verdict(guard, verdict, moved: list):
+    """Group rank 0's ``verdict`` (JSON-able) on every member."""
+    import json
+
     torch = sys.modules["torch"]
-    if _CPU is None:
-        _CPU = torch.device("cpu")
-    try:
-        kind = c10d._get_object_coll_device(group)
-    except Exception:  # older torch: NCCL is the one backend without CPU tensors
-        kind = "cuda" if str(dist.get_backend(group)) == "nccl" else "cpu"
-    if kind == "cpu":
-        return _CPU, nullcontext()
-    index = None
-    if device_ids:
-        index = int(device_ids[0])
-    else:
-        bound = getattr(group, "bound_device_id", None)
-        if bound is not None:
-            index = bound.index
-    if kind == "cuda":
-        if index is None:
-            index = torch.cuda.current_device()
-        return torch.device("cuda", index), torch.cuda.device(index)
-    return (torch.device(kind, index) if index is not None else torch.device(kind)), nullcontext()
+    first = guard.rank() == 0
+    data = json.dumps(verdict).encode() if first else b""
+    length = torch.tensor([len(data)], dtype=torch.int64)
+    guard.broadcast([length]).wait()
+    buffer = torch.frombuffer(bytearray(data), dtype=torch.uint8) if first else \
+        torch.empty(int(length.item()), dtype=torch.uint8)
+    guard.broadcast([buffer]).wait()
+    moved[0 if first else 1] += 8 + int(length.item())
+    return verdict if first else json.loads(bytes(buffer.tolist()).decode())
 
 
 # --- comparing and reporting (plain data) -------------------------------------------------------
@@ -393,27 +561,8 @@ def _rank_list(ranks, limit: int = 8) -> str:
 # --- the job's c10d Store (consensus) ---------------------------------------------------------
 # Coordination goes through the Store that torchrun (or init_process_group) already started, never
 # through a collective at the moment of choice: ranks reach kernels at different times, and
-# pipeline or expert ranks run different kernels, so a collective there would deadlock.
-
-_STORE_PREFIX = "autotune_guard/"
-# Waiting polls ``check`` instead of calling ``Store.wait``: a TCPStore client serves one request
-# at a time, so a blocking wait would hold up every other user of the same client in this process
-# (the process group itself, other threads) for as long as it waits (measured: a set() issued
-# during a 2 s wait took 1.8 s), and each timed-out wait logs C++ socket warnings.  A poll is one
-# round trip; the interval grows to _POLL_MAX_S, which bounds the extra latency after a publish.
-_POLL_MIN_S = 0.002
-_POLL_MAX_S = 0.05
-
-
-class StoreError(RuntimeError):
-    """The job's Store failed (unreachable, closed); a timeout is not an error here."""
-
-
-def _store_key(name: str) -> str:
-    # No attempt number in the key: torchrun gives every restart a fresh Store, and a counter
-    # per agent may differ between nodes (one that joined later), which would split the job.
-    return _STORE_PREFIX + name
-
+# pipeline or expert ranks run different kernels, so a collective there would deadlock.  The
+# protocol itself is ``consensus.decide``.
 
 def job_store():
     """The default process group's Store, or None when this process is not distributed.
@@ -432,61 +581,3 @@ def job_store():
     except Exception as exc:
         raise StoreError(f"the default process group is initialized but its Store cannot be reached "
                          f"(torch.distributed.distributed_c10d._get_default_store: {exc!r})") from exc
-
-
-def store_claim(store, name: str, rank: int) -> bool:
-    """Atomically claim ``name``; True for exactly one caller in the job (any thread of any rank).
-
-    The winner then names itself under ``name/owner``, so that a rank whose wait runs out can say
-    which rank died or hung.
-    """
-    try:
-        won = store.add(_store_key(name + "/claim"), 1) == 1
-        if won:
-            store.set(_store_key(name + "/owner"), str(rank))
-        return won
-    except Exception as exc:
-        raise StoreError(f"claiming {name}: {exc}") from exc
-
-
-def store_owner(store, name: str) -> int | None:
-    """The rank that claimed ``name``, if it named itself (never blocks)."""
-    value = store_get(store, name + "/owner")
-    return int(value) if value is not None and value.lstrip("-").isdigit() else None
-
-
-def store_set(store, name: str, value: str) -> None:
-    try:
-        store.set(_store_key(name), value)
-    except Exception as exc:
-        raise StoreError(f"publishing {name}: {exc}") from exc
-
-
-def store_get(store, name: str) -> str | None:
-    """The value under ``name`` now, or None when there is none yet (never blocks)."""
-    key = _store_key(name)
-    try:
-        if not store.check([key]):
-            return None
-        return store.get(key).decode()
-    except Exception as exc:
-        raise StoreError(f"reading {name}: {exc}") from exc
-
-
-def store_wait(store, name: str, timeout_s: float) -> str | None:
-    """The value published under ``name``, or None when none came within ``timeout_s`` seconds;
-    StoreError when the Store itself fails.  Explicit deadline: the Store's own timeout (the
-    process group's, often 10 or 30 minutes) plays no part."""
-    import time
-
-    deadline = time.monotonic() + timeout_s
-    interval = _POLL_MIN_S
-    while True:
-        value = store_get(store, name)
-        if value is not None:
-            return value
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return None
-        time.sleep(min(interval, left))
-        interval = min(interval * 1.5, _POLL_MAX_S)

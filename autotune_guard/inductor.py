@@ -211,44 +211,28 @@ def _timed(self, kernel, args, kwargs, policy, how: str) -> str:
 
 def _consensus(self, kernel, args, kwargs, policy):
     """One rank of the job times this kernel through Inductor's own path and publishes the
-    winner in the job's Store; the others pin it (eager consensus's protocol and names, so an
-    eager and a compiled call of one kernel and key share one decision)."""
+    winner in the job's Store; the others pin it (``consensus.decide``, eager consensus's protocol
+    and decision names, so an eager and a compiled call of one kernel and key share one decision)."""
     from . import consensus, distributed
 
     what = f"kernel {kernel.qualified} key ({kernel.key}) arch {kernel.arch}"
     signatures = [selection.signature(d) for d in kernel.descriptors]
     try:
         store = distributed.job_store()
-    except distributed.StoreError as exc:
+    except consensus.StoreError as exc:
         raise consensus.ConsensusError(f"autotune_guard consensus: {what}: {exc}") from exc
     if store is None:
         _name_once("consensus-alone", "AUTOTUNE_MODE=consensus without a torch.distributed process group: "
                    "torch.compile kernels are timed by this process alone, as in auto mode", level=logging.INFO)
         _timed(self, kernel, args, kwargs, policy, "timed")
-        return None
+        return
     name = consensus.decision_name(kernel.arch, kernel.qualified, kernel.key)
-    rank = distributed.rank_and_world()[0]
-    try:
-        if distributed.store_claim(store, name, rank):
-            try:
-                signature = _timed(self, kernel, args, kwargs, policy, "consensus")
-            except BaseException as exc:
-                distributed.store_set(store, name + "/result", consensus.encode_failure(rank, repr(exc)[:500]))
-                raise
-            config = interception.compact(kernel.descriptors[signatures.index(signature)])
-            distributed.store_set(store, name + "/result",
-                                  consensus.encode_winner(rank, signature, config, signatures, True))
-            return None
-        published = distributed.store_wait(store, name + "/result", policy.consensus_timeout)
-        if published is None:
-            claimer = distributed.store_owner(store, name)
-            raise consensus.ConsensusError(consensus.timeout_message(what, claimer, policy.consensus_timeout))
-    except distributed.StoreError as exc:
-        raise consensus.ConsensusError(consensus.store_lost_message(what, exc)) from exc
-    index = consensus.follow(consensus.decode(published, what), signatures, what)
-    _keep(self, index)
-    evidence.note_choice(kernel.arch, kernel.qualified, kernel.key, signatures[index], "consensus")
-    return None
+    index, tuned_here, _ = consensus.decide(store, what, name, distributed.rank_and_world()[0], signatures,
+                                            lambda: _timed(self, kernel, args, kwargs, policy, "consensus"),
+                                            policy.consensus_timeout)
+    if not tuned_here:
+        _keep(self, index)
+        evidence.note_choice(kernel.arch, kernel.qualified, kernel.key, signatures[index], "consensus")
 
 
 def _keep(self, index: int, release: bool = True) -> None:

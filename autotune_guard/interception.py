@@ -689,7 +689,7 @@ def _consensus_gate(autotuner, key):
 
 
 def _consensus_decide(autotuner, state, key, args, kwargs):
-    """The config to pin for ``key``, or _Launched when this thread tuned it."""
+    """The config to pin for ``key``, or _Launched when this thread tuned it (``consensus.decide``)."""
     from . import consensus, distributed
 
     policy = _now.policy
@@ -705,62 +705,32 @@ def _consensus_decide(autotuner, state, key, args, kwargs):
     with state.lock:  # pruning sets autotuner.nargs for the call, like Triton's own run does
         candidates = _candidates(autotuner, args, kwargs)
     signatures = [selection.signature(descriptor(c)) for c in candidates]
-    name = consensus.decision_name(arch, state.qualified, text)
-    rank = distributed.rank_and_world()[0]
-    try:
-        if distributed.store_claim(store, name, rank):
-            return _consensus_tune(autotuner, state, key, text, arch, args, kwargs, candidates, signatures,
-                                   store, name, rank)
-        published = distributed.store_wait(store, name + "/result", policy.consensus_timeout)
-        if published is None:
-            claimer = distributed.store_owner(store, name)
-            raise consensus.ConsensusError(consensus.timeout_message(what, claimer, policy.consensus_timeout))
-    except distributed.StoreError as exc:
-        raise consensus.ConsensusError(consensus.store_lost_message(what, exc)) from exc
-    payload = consensus.decode(published, what)
-    index = consensus.follow(payload, signatures, what)
+    index, tuned_here, tuned = consensus.decide(
+        store, what, consensus.decision_name(arch, state.qualified, text), distributed.rank_and_world()[0],
+        signatures, lambda: _consensus_tune(autotuner, state, key, args, kwargs, candidates), policy.consensus_timeout)
+    if tuned_here:
+        signature, (result, winner, measured) = tuned
+        if index is not None:  # the live object, so that its hooks survive (not a disk-cache copy)
+            winner = candidates[index]
+        state.selected[key] = winner
+        _consensus_evidence(autotuner, state, arch, text, winner, signature, measured, "consensus")
+        logger.debug("consensus %s key (%s) -> %s (tuned here for the job)", state.qualified, text, signature)
+        return _Launched(result)
     config = candidates[index]
     state.selected[key] = config
     _consensus_evidence(autotuner, state, arch, text, config, signatures[index], None, "consensus")
-    logger.debug("consensus %s key (%s) -> %s (tuned by rank %s)", state.qualified, text, signatures[index],
-                 payload.get("rank"))
+    logger.debug("consensus %s key (%s) -> %s (tuned by another rank)", state.qualified, text, signatures[index])
     return config
 
 
-def _consensus_tune(autotuner, state, key, text, arch, args, kwargs, candidates, signatures, store, name, rank):
-    """This thread claimed the decision: Triton times the candidates, the winner is published."""
-    from . import consensus, distributed
-
-    try:
-        if len(candidates) == 1:  # pruning left one: nothing to time (Triton < 3.8 would time it)
-            result, winner, measured = _run_pinned(autotuner, state, candidates[0], args, kwargs), candidates[0], None
-        else:
-            result, winner, measured = _triton_tunes(autotuner, state, key, args, kwargs)
-    except BaseException as exc:
-        # Waiters fail now with the reason rather than at the timeout.
-        try:
-            distributed.store_set(store, name + "/result", consensus.encode_failure(rank, repr(exc)[:500]))
-        except Exception as publish_error:
-            logger.error("consensus: could not tell the other ranks that tuning %s failed: %s", state.qualified,
-                         publish_error)
-        raise
-    desc = descriptor(winner)
-    signature = selection.signature(desc)
-    if signature in signatures:  # the live object, so that its hooks survive (not a disk-cache copy)
-        winner = candidates[signatures.index(signature)]
+def _consensus_tune(autotuner, state, key, args, kwargs, candidates):
+    """``tune()`` for ``consensus.decide``: Triton times the candidates (that launch is the tuning
+    launch); returns the winner's signature and (launch result, winner, Triton's timings)."""
+    if len(candidates) == 1:  # pruning left one: nothing to time (Triton < 3.8 would time it)
+        result, winner, measured = _run_pinned(autotuner, state, candidates[0], args, kwargs), candidates[0], None
     else:
-        logger.warning("consensus: Triton's winner %s for %s key (%s) is not among the candidates after pruning",
-                       signature, state.qualified, text)
-    try:
-        distributed.store_set(store, name + "/result",
-                              consensus.encode_winner(rank, signature, compact(desc), signatures, measured is not None))
-    except distributed.StoreError as exc:
-        raise consensus.ConsensusError(f"autotune_guard consensus: kernel {state.qualified} key ({text}) arch "
-                                       f"{arch}: tuned here but could not publish the winner: {exc}") from exc
-    state.selected[key] = winner
-    _consensus_evidence(autotuner, state, arch, text, winner, signature, measured, "consensus")
-    logger.debug("consensus %s key (%s) -> %s (tuned here for the job)", state.qualified, text, signature)
-    return _Launched(result)
+        result, winner, measured = _triton_tunes(autotuner, state, key, args, kwargs)
+    return selection.signature(descriptor(winner)), (result, winner, measured)
 
 
 def _consensus_alone(autotuner, state, key, text, arch, args, kwargs):

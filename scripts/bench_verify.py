@@ -49,7 +49,7 @@ def worker(args) -> None:
     import triton  # noqa: F401  (install() applies the policy to Triton's autotuner)
 
     import autotune_guard
-    from autotune_guard import evidence
+    from autotune_guard import distributed, evidence
 
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -92,7 +92,9 @@ def worker(args) -> None:
         names = names[round_ % len(names):] + names[:round_ % len(names)]
         for name in names:
             policy, call, iters = variants[name]
-            autotune_guard.install(policy)
+            # The cadence is fixed at start-up for a program (every rank must count alike); the
+            # benchmark switches it between variants, on every rank at the same point.
+            distributed._startup = (policy["AUTOTUNE_VERIFY_EVERY"], False, None)
             wrapped()  # a first check after install() takes what is new; steady state starts after it
             for _ in range(3):
                 plain()

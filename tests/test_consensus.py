@@ -10,9 +10,11 @@ TCPStore in a cold process.
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -62,16 +64,18 @@ def test_a_decision_is_named_by_arch_kernel_and_key_only():
 
 
 def test_a_published_winner_is_followed_by_signature():
-    payload = consensus.decode(consensus.encode_winner(3, SIGS[2], {"kwargs": {"BLOCK": 128}}, SIGS, True), WHAT)
-    assert payload["rank"] == 3 and payload["timed"] is True
+    published = consensus.encode_winner(3, SIGS[2], SIGS)
+    payload = consensus.decode(published, WHAT)
+    # minimal: the winner and the hash of the candidate list, not the list
+    assert set(payload) == {"format", "rank", "winner", "candidates_hash"} and payload["rank"] == 3
     assert consensus.follow(payload, SIGS, WHAT) == 2
     assert consensus.follow(payload, SIGS[::-1], WHAT) == 0  # another order of the same candidates
 
 
 def test_differing_candidates_claimer_failure_and_garbage_are_refused_with_names():
-    payload = consensus.decode(consensus.encode_winner(1, SIGS[0], {}, SIGS, True), WHAT)
-    with pytest.raises(ConsensusError) as info:
-        consensus.follow(payload, SIGS[1:] + ["BLOCK=256,num_warps=8"], WHAT)
+    payload = consensus.decode(consensus.encode_winner(1, SIGS[0], SIGS), WHAT)
+    with pytest.raises(ConsensusError) as info:  # the claimer's list, read from its own key, names the differences
+        consensus.follow(payload, SIGS[1:] + ["BLOCK=256,num_warps=8"], WHAT, theirs=SIGS)
     message = str(info.value)
     assert WHAT in message and "rank 1" in message and "differ" in message
     assert "only here: BLOCK=256,num_warps=8" in message and "only on rank 1: BLOCK=32,num_warps=4" in message
@@ -85,66 +89,116 @@ def test_differing_candidates_claimer_failure_and_garbage_are_refused_with_names
     message = consensus.timeout_message(WHAT, 4, 2.5)
     assert WHAT in message and "rank 4" in message and "2.5 s" in message and "AUTOTUNE_CONSENSUS_TIMEOUT" in message
     assert "died before naming itself" in consensus.timeout_message(WHAT, None, 600)
+    identity = consensus.claimer_identity(7)
+    assert re.search(r"rank 7 \(pid \d+ on [^)]+\) claimed", consensus.timeout_message(WHAT, identity, 600))
+    died = consensus.decode(consensus.encode_death(identity, 5.4), WHAT)
+    with pytest.raises(ConsensusError, match=r"rank 7 \(pid \d+ on [^)]+\), which claimed this tuning, stopped "
+                                             r"signalling that it is alive \(5.4 s without a heartbeat\)"):
+        consensus.follow(died, SIGS, WHAT)
 
 
-# --- the Store helpers against a real TCPStore ---------------------------------------------------
+# --- consensus.decide against a real TCPStore, threads as ranks ----------------------------------
 
-STORE_RUN = """
-import json, threading, time
+DECIDE_RUN = """
+import collections, json, threading, time
 from datetime import timedelta
 import torch.distributed as dist
-from autotune_guard import distributed as d
+from autotune_guard import consensus as c, distributed as d
 out = {"job_store": repr(d.job_store())}  # not distributed: no Store, and no error
 server = dist.TCPStore("127.0.0.1", 0, 1, True, timedelta(seconds=30), wait_for_workers=False)
-store = dist.PrefixStore("default_pg", dist.TCPStore("127.0.0.1", server.port, 1, False, timedelta(seconds=30)))
-won, go = [], threading.Barrier(8)
-def claim(rank):
-    go.wait()
-    if d.store_claim(store, "consensus/x", rank):
-        won.append(rank)
-threads = [threading.Thread(target=claim, args=(r,)) for r in range(8)]
-[t.start() for t in threads]; [t.join() for t in threads]
-out["winners"] = won
-out["owner"] = d.store_owner(store, "consensus/x")
-out["owner_unclaimed"] = d.store_owner(store, "consensus/y")
-out["get_missing"] = d.store_get(store, "consensus/x/result")
-start = time.monotonic()
-out["wait_missing"] = d.store_wait(store, "consensus/x/result", 0.3)
-out["wait_missing_s"] = time.monotonic() - start
-def publish():
-    time.sleep(0.3)
-    d.store_set(store, "consensus/x/result", "the winner")
-threading.Thread(target=publish).start()
-start = time.monotonic()
-out["wait_published"] = d.store_wait(store, "consensus/x/result", 10)
-out["wait_published_s"] = time.monotonic() - start
-# While one thread waits, the same client serves others at once (a blocking Store.wait would not).
-def long_wait():
-    d.store_wait(store, "consensus/never", 1.5)
-waiter = threading.Thread(target=long_wait); waiter.start(); time.sleep(0.1)
-start = time.monotonic()
-d.store_set(store, "consensus/other", "1")
-out["set_during_wait_s"] = time.monotonic() - start
-waiter.join()
-del server  # the Store's host goes away
-try:
-    d.store_wait(store, "consensus/z", 5)
-    out["dead"] = None
-except d.StoreError as exc:
-    out["dead"] = str(exc)
+base = dist.PrefixStore("default_pg", dist.TCPStore("127.0.0.1", server.port, 1, False, timedelta(seconds=30)))
+calls = collections.Counter()
+
+class Counting:  # counts the Store requests each thread makes (clone() opens a connection: not counted)
+    def __init__(self, store):
+        self.store = store
+    def __getattr__(self, name):
+        method = getattr(self.store, name)
+        def call(*args):
+            if name == "clone":
+                return Counting(method(*args))
+            calls[threading.current_thread().name] += 1
+            return method(*args)
+        return call
+
+store = Counting(base)
+SIGS = ["BLOCK=32", "BLOCK=64", "BLOCK=128"]
+
+def run_ranks(name, tune, ranks, timeout, signatures=lambda r: SIGS, during=None):
+    results, go = {}, threading.Barrier(ranks)
+    def rank(r):
+        go.wait()
+        start = time.monotonic()
+        try:
+            results[r] = ["ok", list(c.decide(store, "kernel k key (1) arch a", name, r, signatures(r), tune, timeout))]
+        except Exception as exc:
+            results[r] = [type(exc).__name__, str(exc)]
+        results[r].append(round(time.monotonic() - start, 2))
+    threads = [threading.Thread(target=rank, args=(r,), name=f"{name}-{r}") for r in range(ranks)]
+    [t.start() for t in threads]
+    if during:
+        during()
+    [t.join() for t in threads]
+    return [results[r] for r in range(ranks)]
+
+tuned = []
+def tune():
+    tuned.append(1)
+    time.sleep(1.0)
+    return "BLOCK=64", "launch result"
+out["agree"] = run_ranks("consensus/a", tune, 8, 30, lambda r: SIGS[::-1] if r % 2 else SIGS)
+out["tuned"] = len(tuned)
+out["requests"] = sorted(n for t, n in calls.items() if t.startswith("consensus/a-"))
+def broken():
+    time.sleep(0.5)
+    raise RuntimeError("out of memory")
+out["failed"] = run_ranks("consensus/b", broken, 3, 30)
+def slow():
+    time.sleep(3.0)
+    return "BLOCK=32"
+out["timeout"] = run_ranks("consensus/c", slow, 3, 1.0)
+out["differ"] = run_ranks("consensus/d", lambda: "BLOCK=32", 2, 30, lambda r: SIGS if r == 0 else SIGS[1:] + ["BLOCK=256"])
+def lose_store():
+    time.sleep(0.5)
+    global server
+    del server
+out["dead"] = run_ranks("consensus/e", slow, 3, 30, during=lose_store)
 print(json.dumps(out))
 """
 
 
-def test_store_claim_owner_wait_and_a_dead_store():
-    out = last_json(run_python(STORE_RUN, env=env_for()).stdout)
+def test_decide_one_tunes_the_others_follow_with_4_requests_and_every_failure_is_named():
+    out = last_json(run_python(DECIDE_RUN, env=env_for()).stdout)
     assert out["job_store"] == "None"
-    assert len(out["winners"]) == 1 and out["owner"] == out["winners"][0]  # exactly one claimer, named
-    assert out["owner_unclaimed"] is None and out["get_missing"] is None
-    assert out["wait_missing"] is None and 0.3 <= out["wait_missing_s"] < 1.5  # an explicit deadline
-    assert out["wait_published"] == "the winner" and 0.25 <= out["wait_published_s"] < 0.6  # polled promptly
-    assert out["set_during_wait_s"] < 0.5
-    assert out["dead"] and "consensus/z" in out["dead"]
+    # 8 threads as ranks, candidate lists in two orders: exactly one tuned; all follow its winner
+    assert out["tuned"] == 1
+    tuned = [r for r in out["agree"] if r[1][1] is True]
+    assert len(tuned) == 1 and tuned[0][1][2] == ["BLOCK=64", "launch result"]
+    for status, (index, tuned_here, result), _ in out["agree"]:
+        assert status == "ok" and tuned_here == (result is not None)
+    assert [r[1][0] for r in out["agree"]] == [1, 1] * 4  # BLOCK=64 in either order
+    # event-driven: every waiter but the one watching the claimer's heartbeat made 4 requests, and
+    # so did the claimer (claim, first beat, candidates, result), however long the tuning took
+    assert out["requests"][:7] == [4] * 7 and out["requests"][7] > 4, out["requests"]
+    # the claimer's tuning raised: it sees its own error, the waiters its name and reason at once
+    assert sum(r[0] == "RuntimeError" and "out of memory" in r[1] for r in out["failed"]) == 1
+    for status, message, seconds in out["failed"]:
+        if status == "ConsensusError":
+            assert "kernel k key (1) arch a" in message and "failed while timing (RuntimeError('out of memory')" in message
+            assert seconds < 3
+    assert sum(r[0] == "ConsensusError" for r in out["failed"]) == 2
+    # a live claimer slower than the timeout: both kinds of waiter (watching, blocked) time out, naming it
+    waiters = [r for r in out["timeout"] if r[0] == "ConsensusError"]
+    assert len(waiters) == 2 and sum(r[0] == "ok" for r in out["timeout"]) == 1
+    for _, message, seconds in waiters:
+        assert re.search(r"rank \d \(pid \d+ on [^)]+\) claimed this tuning but published no winner within 1 s", message)
+        assert 1 <= seconds < 3
+    # differing candidate lists: refused, the differences named from the claimer's published list
+    refused = [r for r in out["differ"] if r[0] == "ConsensusError"]
+    assert len(refused) == 1 and all("differ" in m and "BLOCK=256" in m for _, m, _ in refused)
+    # the Store's host goes away while they wait: every waiter says so within seconds
+    lost = [r for r in out["dead"] if r[0] == "ConsensusError" and "the job's Store failed" in r[1]]
+    assert len(lost) >= 2 and all(seconds < 5 for _, _, seconds in lost), out["dead"]
 
 
 # --- a real job: agreement, one timing pass per key, uneven coverage, records ------------------
@@ -256,17 +310,23 @@ def _waiter(tmp_path, rank):
     return json.loads((tmp_path / f"rank{rank}.json").read_text())
 
 
-def test_a_killed_claimer_fails_the_waiters_with_its_name_within_the_timeout(tmp_path):
-    codes, outputs = _ranks_by_hand(tmp_path, 3, ["kill"], 4)
-    assert codes[1] == -9, outputs[1][1][-3000:]
+@pytest.mark.parametrize("point", ["kill_after_claim", "kill", "kill_before_publish", "publish_fails"])
+def test_a_claimer_that_dies_or_fails_at_any_point_is_named_within_seconds(tmp_path, point):
+    """The timeout is 60 s: the waiters learn from the claimer's stopped heartbeat, not from it."""
+    codes, outputs = _ranks_by_hand(tmp_path, 3, [point], 60)
+    if point.startswith("kill"):
+        assert codes[1] == -9, outputs[1][1][-3000:]
+    else:  # alive, and its own launch says why it could not publish
+        assert "tuned here but could not publish the winner" in outputs[1][1], outputs[1][1][-3000:]
     for rank in (0, 2):
         assert codes[rank] == 0, outputs[rank][1][-3000:]
         result = _waiter(tmp_path, rank)
         assert result["type"] == "ConsensusError" and not result["ran"]
         message = result["error"]
         assert "kernel __main__.victim_kernel key (1000,torch.float32,torch.float32) arch interpret" in message
-        assert "rank 1 claimed this tuning but published no winner within 4 s" in message
-        assert 4 <= result["seconds"] < 4 + 3
+        assert re.search(r"rank 1 \(pid \d+ on [^)]+\), which claimed this tuning, stopped signalling that it is "
+                         r"alive \([\d.]+ s without a heartbeat\)", message), message
+        assert result["seconds"] < 12, result
 
 
 def test_a_dead_store_host_fails_the_waiters_at_once(tmp_path):
@@ -289,7 +349,8 @@ def test_a_hung_claimer_under_torchrun_fails_the_waiters_within_the_timeout(tmp_
     for rank in (0, 2):
         result = _waiter(tmp_path, rank)
         assert result["type"] == "ConsensusError" and not result["ran"], proc.stderr[-3000:]
-        assert "rank 1 claimed this tuning but published no winner within 3 s" in result["error"]
+        assert re.search(r"rank 1 \(pid \d+ on [^)]+\) claimed this tuning but published no winner within 3 s",
+                         result["error"]), result["error"]
         assert "__main__.victim_kernel key (1000,torch.float32,torch.float32)" in result["error"]
         assert 3 <= result["seconds"] < 3 + 3
 
@@ -332,3 +393,18 @@ def test_a_distributed_job_before_init_process_group_is_warned_about(tmp_path):
     proc = run_python(code, env=env_for(RANK=1, WORLD_SIZE=4))
     said = [line for line in proc.stderr.splitlines() if "not initialized yet" in line]
     assert len(said) == 1 and "WARNING" in said[0] and "world size 4" in said[0], proc.stderr
+
+
+# --- a restarted job starts clean ------------------------------------------------------------------
+
+def test_after_the_claimer_is_sigkilled_a_max_restarts_restart_tunes_agrees_and_finishes(tmp_path):
+    start = time.monotonic()
+    proc = torchrun(os.path.join(PROGS, "consensus_restart.py"), 2, args=[str(tmp_path)], timeout=240,
+                    extra=("--max-restarts=1", "--monitor-interval=1"), env=env_for(AUTOTUNE_CONSENSUS_TIMEOUT=120))
+    elapsed = time.monotonic() - start
+    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    assert [r["attempt"] for r in results] == [1, 1]  # attempt 0 died; attempt 1 finished
+    assert results[0]["choices"] == results[1]["choices"] and len(results[0]["choices"]) == 1
+    assert list(results[0]["choices"].values())[0].endswith(";consensus")
+    assert [r["timer_calls"] for r in results] == [0, 3]  # rank 1 tuned again, in attempt 1, once
+    assert results[0]["seconds"] < 30 and elapsed < 120, (elapsed, proc.stderr[-3000:])

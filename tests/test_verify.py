@@ -13,6 +13,8 @@ import socket
 import subprocess
 import sys
 
+import pytest
+
 from support import TESTS, clean_env, last_json, run_python, torchrun
 
 from autotune_guard.distributed import compare, report
@@ -133,9 +135,10 @@ def test_pinned_without_chaos_uneven_coverage_and_subgroups_agree():
         assert [size for size, _ in seen].count(4) == 2, seen
         assert all(where.startswith("barrier 2 ") or where.startswith("barrier 4 ") for _, where in seen), seen
     # The world check carries again what the pair checks already compared (per-group cursors):
-    # ranks 0, 1, 2 bring one entry each, rank 3 (no choices at all) none.
+    # ranks 0, 1, 2 bring one entry each (two of them the same pair), rank 3 (no choices at all)
+    # none; the group's first rank compares and every rank receives the 2 distinct pairs.
     world_first = [where for size, where in checks(proc.stderr, 3) if size == 4][0]
-    assert "sent 0, received 3, 0 conflicts" in world_first
+    assert "sent 0, received 2, 0 conflicts" in world_first
 
 
 def test_chaos_is_caught_in_the_world_check_between_ranks_of_different_subgroups():
@@ -201,18 +204,39 @@ def test_two_nodes_on_localhost_are_one_job():
 
 # --- one process: wrapping, cadence, no process group --------------------------------------------
 
-def test_install_after_an_alias_wraps_it_and_cadence_counts_per_group():
-    # No AUTOTUNE_* at start-up: the program installs the policy itself, after taking an alias.
-    proc = run_python(open(prog("verify_inprocess.py")).read())
+def test_cadence_counts_from_the_first_barrier_and_install_neither_resets_nor_changes_it():
+    proc = run_python(open(prog("verify_inprocess.py")).read(), env=clean_env(AUTOTUNE_VERIFY_EVERY=2))
     out = last_json(proc.stdout)
-    assert out["armed_at_start"] is False
-    assert out["checks_without_cadence"] == 0
+    assert out["armed_at_start"] is True and out["triton_at_first_barrier"] is False
     assert out["wrapped"] == {"dist.barrier": True, "c10d.barrier": True, "alias": True, "monitored": True}
     assert out["one_layer"] and out["same_object"]
-    # every 2nd barrier of each group; the async barrier is not counted, monitored_barrier is
+    # every 2nd barrier of each group, the first world barrier (before Triton) counted; the async
+    # barrier is not counted, monitored_barrier is; install() restarted nothing
     assert out["fired"] == [[True, "barrier 2 of this group"], [False, "barrier 2 of this group"],
                             [True, "barrier 4 of this group"]]
     assert out["verify_choices"] is True and out["maybe_due"] is True and out["maybe_not_due"] is None
+    assert "AUTOTUNE_VERIFY_EVERY=5 given to install() is not applied" in proc.stderr
+    assert "start-up (2)" in proc.stderr
+
+
+def test_a_cadence_given_only_to_install_is_named_and_fires_nothing():
+    # No AUTOTUNE_* at start-up: install() wraps the barriers (an alias taken before is rebound),
+    # but a cadence that some ranks might not share is not applied.
+    proc = run_python(
+        "import json, sys, tempfile, torch.distributed as dist\n"
+        "from torch.distributed import barrier\n"
+        "import triton, autotune_guard\n"
+        "from autotune_guard import distributed\n"
+        "fired = []\n"
+        "distributed._check = lambda d, g, where: fired.append(where) or True\n"
+        "dist.init_process_group('gloo', init_method='file://' + tempfile.mktemp(), rank=0, world_size=1)\n"
+        "autotune_guard.install({'AUTOTUNE_MODE': 'pinned', 'AUTOTUNE_VERIFY_EVERY': 1})\n"
+        "import torch.distributed.distributed_c10d as c10d\n"
+        "wrapped = sys.modules['__main__'].barrier is c10d.barrier and hasattr(c10d.barrier, '_self_wrapper')\n"
+        "for _ in range(3): barrier()\n"
+        "print(json.dumps([wrapped, fired, autotune_guard.maybe_verify_choices(3)]))\n")
+    assert last_json(proc.stdout) == [True, [], None]
+    assert "AUTOTUNE_VERIFY_EVERY=1 given to install() is not applied" in proc.stderr, proc.stderr
 
 
 def test_triton_imported_first_and_no_process_group():
@@ -225,3 +249,44 @@ def test_triton_imported_first_and_no_process_group():
         "print(json.dumps([before, hasattr(dist.barrier, '_self_wrapper'), autotune_guard.verify_choices(),\n"
         "                  autotune_guard.maybe_verify_choices(0)]))\n", env=env)
     assert last_json(proc.stdout) == [False, True, True, None]
+
+
+# --- ranks that differ in what they imported and when: no hang, the program's values intact -------
+
+def mixed(scenario, every, steps=6, **settings):
+    """verify_mixed.py on 2 ranks; a hang fails within the timeout (gloo's own is 30 min)."""
+    return torchrun(prog("verify_mixed.py"), 2, args=[scenario, str(steps)], timeout=150, check=False,
+                    env=verify_env(AUTOTUNE_VERIFY_EVERY=every, AUTOTUNE_LOG_LEVEL="debug", **settings))
+
+
+@pytest.mark.parametrize("scenario,every", [("no_triton", 1), ("no_triton", 3), ("late", 1), ("late", 3),
+                                            ("install_one", 1), ("install_one", 3)])
+def test_ranks_importing_triton_late_or_never_or_installing_alone_check_at_the_same_barriers(scenario, every):
+    proc = mixed(scenario, every)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
+    assert "WRONG" not in proc.stdout  # the program's own all_reduce / all_gather were never paired with a check
+    assert done(proc.stdout) == {0, 1}, proc.stdout
+    assert f"DONE rank 1 triton {scenario != 'no_triton'}" in proc.stdout
+    # checked at every `every`-th barrier, counted from the first, in every scenario (rank 1 never
+    # logs without Triton; rank 0's install() sets the log level back to info)
+    who = 1 if scenario == "install_one" else 0
+    assert [where.split(":")[0] for _, where in checks(proc.stderr, who)] == [
+        f"barrier {n} of this group" for n in range(every, 7, every)], proc.stderr[-3000:]
+    assert reports(proc.stderr) == []
+    first = checks(proc.stderr, who)[0][1]
+    if scenario == "no_triton":  # rank 0's 2 entries meet rank 1's empty set: those buckets are gathered
+        assert first.endswith("sent 2, received 2, 0 conflicts"), first
+    if scenario == "install_one":  # the same 2 entries on both ranks: the fixed-size hashes suffice
+        assert first.endswith("2 new entries agreed by their bucket hashes, nothing gathered"), first
+    if scenario == "install_one":  # a cadence of 1 differs from the start-up one only when every is 3
+        assert ("AUTOTUNE_VERIFY_EVERY=1 given to install() is not applied" in proc.stderr) == (every != 1)
+
+
+def test_chaos_on_a_rank_that_imports_triton_late_is_still_caught():
+    proc = mixed("late", 1, AUTOTUNE_CHAOS=1, AUTOTUNE_VERIFY_STRICT=1)
+    assert proc.returncode != 0 and "WRONG" not in proc.stdout
+    for rank in (0, 1):
+        assert f"[rank{rank}]: autotune_guard.distributed.ChoiceMismatchError: {REPORT} 0,1 at barrier 3 of" in proc.stderr, \
+            proc.stderr[-4000:]
+    found = reports(proc.stderr)
+    assert len(found) == 1 and "an earlier check, rank 0:" in found[0] and f"{ADD} key (300," in found[0]

@@ -2,9 +2,16 @@
 inside its timer.  The other ranks must fail with an error naming the kernel, the key and rank 1,
 within AUTOTUNE_CONSENSUS_TIMEOUT, and must not run a config of their own.
 
-usage: consensus_claimer_lost.py OUT_DIR kill|hang [CLAIMER]
+usage: consensus_claimer_lost.py OUT_DIR HOW [CLAIMER]
 
-* kill: rank 1 SIGKILLs itself.  Run with ranks started by hand (env:// with rank 0 hosting the
+HOW is where in the protocol the claimer stops:
+* kill_after_claim: SIGKILL right after its claim, before its first heartbeat;
+* kill: SIGKILL inside its timer, while tuning;
+* kill_before_publish: SIGKILL after tuning, before publishing the winner;
+* publish_fails: alive, but publishing the winner fails (its launch raises; nothing is published);
+* hang: sleeps for an hour inside its timer, alive (its heartbeat goes on).
+
+* kill*: rank 1 dies.  Run with ranks started by hand (env:// with rank 0 hosting the
   Store), because torchrun would tear the waiters down as soon as rank 1 dies.
 * kill with CLAIMER=0: the claimer is also the rank that hosts the Store; the waiters lose the
   Store itself and must say so (not wait out the timeout against a Store that is gone).
@@ -31,14 +38,32 @@ CLAIMER = int(sys.argv[3]) if len(sys.argv) > 3 else 1
 STORE = []
 
 
-def claimer_timer(kernel_call, quantiles):
-    # Only the claimer ever times.  Let the waiters go, then never publish.
+def let_the_waiters_go_then(stop):
     STORE[0].set("test/claimed", str(RANK))
-    if HOW == "kill":
-        time.sleep(1.0)  # the waiters are waiting by now (not still reading "test/claimed")
+    time.sleep(1.0)  # the waiters are waiting by now (not still reading "test/claimed")
+    if stop == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
-    time.sleep(3600)
+    raise RuntimeError("the Store refused the winner (on purpose)")
+
+
+def claimer_timer(kernel_call, quantiles):
+    # Only the claimer ever times.
+    if HOW == "kill":
+        let_the_waiters_go_then("kill")
+    if HOW == "hang":
+        STORE[0].set("test/claimed", str(RANK))
+        time.sleep(3600)
     return [1.0, 1.0, 1.0]
+
+
+def stop_at(point):
+    """Make the claimer stop at ``point`` of the real protocol (autotune_guard.consensus)."""
+    from autotune_guard import consensus
+
+    if point == "kill_after_claim":
+        consensus._beats.start = lambda store, key: let_the_waiters_go_then("kill")
+    elif point in ("kill_before_publish", "publish_fails"):
+        consensus.encode_winner = lambda *args: let_the_waiters_go_then("kill" if point == "kill_before_publish" else "fail")
 
 
 @triton.autotune(configs=[triton.Config({"BLOCK": b}) for b in (32, 64, 128)], key=["n"], do_bench=claimer_timer)
@@ -64,6 +89,7 @@ def main():
     store = _get_default_store()
     STORE.append(store)
     if RANK == CLAIMER:
+        stop_at(HOW)
         launch()  # claims (the others wait for "test/claimed"), then dies or hangs in the timer
         sys.exit("the claimer returned from a launch it should never have finished")
     store.wait(["test/claimed"])

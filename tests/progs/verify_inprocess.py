@@ -1,36 +1,36 @@
-"""One process, a 1-rank gloo world, the policy installed through the API after the program took
-an alias of the barrier.  Counts checks by replacing the module's ``_check`` (a 1-rank check has
-nobody to compare with, so what is observed here is when checks fire, not what they find).
-Prints one JSON line."""
+"""One process, a 1-rank gloo world, AUTOTUNE_VERIFY_EVERY=2 in the environment at start-up.
+Barriers are counted from the first one, before Triton is imported and before any policy, and
+install() neither restarts the count nor changes the cadence.  Counts checks by replacing the
+module's ``_check`` (a 1-rank check has nobody to compare with, so what is observed here is when
+checks fire, not what they find).  Prints one JSON line."""
 
 import json
 import sys
 import tempfile
 
-import torch  # noqa: F401  (no AUTOTUNE_* at start-up: nothing is armed until install())
+import torch  # noqa: F401
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
-from torch.distributed import barrier  # an alias taken before autotune_guard was ever installed
+from torch.distributed import barrier  # an alias taken after the import hook wrapped it
 
-out = {"armed_at_start": hasattr(dist.barrier, "_self_wrapper")}
+out = {"armed_at_start": hasattr(dist.barrier, "_self_wrapper"), "triton_at_first_barrier": None}
 
-import triton  # noqa: E402,F401
-
-import autotune_guard  # noqa: E402
 from autotune_guard import distributed  # noqa: E402
 
 fired = []
 real_check = distributed._check
-distributed._check = lambda d, group, device_ids, where: fired.append((group is dist.group.WORLD, where)) or True
+distributed._check = lambda d, group, where: fired.append((group is dist.group.WORLD, where)) or True
 
 dist.init_process_group("gloo", init_method="file://" + tempfile.mktemp(), rank=0, world_size=1)
-autotune_guard.install({"AUTOTUNE_MODE": "pinned"})  # no cadence: barriers only count nothing
-for _ in range(3):
-    dist.barrier()
-out["checks_without_cadence"] = len(fired)
+barrier()                          # world 1: before Triton and before any policy
+out["triton_at_first_barrier"] = "triton" in sys.modules
 
-autotune_guard.install({"AUTOTUNE_MODE": "pinned", "AUTOTUNE_VERIFY_EVERY": 2})
-autotune_guard.install({"AUTOTUNE_MODE": "pinned", "AUTOTUNE_VERIFY_EVERY": 2})  # idempotent wrapping
+import triton  # noqa: E402,F401
+
+import autotune_guard  # noqa: E402
+
+autotune_guard.install({"AUTOTUNE_MODE": "pinned"})  # keeps the count
+autotune_guard.install({"AUTOTUNE_MODE": "pinned", "AUTOTUNE_VERIFY_EVERY": 5})  # not applied: named in the log
 out["wrapped"] = {name: getattr(f, "_self_wrapper", None) is not None for name, f in
                   (("dist.barrier", dist.barrier), ("c10d.barrier", c10d.barrier), ("alias", barrier),
                    ("monitored", dist.monitored_barrier))}
@@ -38,7 +38,6 @@ out["one_layer"] = not hasattr(c10d.barrier.__wrapped__, "_self_wrapper")
 out["same_object"] = dist.barrier is c10d.barrier is barrier
 
 sub = dist.new_group([0])
-barrier()                          # world 1
 c10d.barrier(sub)                  # sub 1
 dist.barrier(group=dist.group.WORLD)  # world 2 -> check
 dist.barrier(async_op=True).wait()    # not counted: the caller asked not to block
