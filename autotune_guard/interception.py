@@ -27,6 +27,7 @@ from .policy import AutotunePolicy
 logger = logging.getLogger("autotune_guard")
 
 MIN_TRITON = (3, 3)
+NEWEST_TESTED_TRITON = (3, 9)  # the newest release the suite runs against; a newer one warns once
 _STATE_ATTR = "_autotune_guard_state"
 _MISSING = object()
 
@@ -38,6 +39,7 @@ _arch_name: str | None = None
 _tables: dict[str, dict] = {}  # arch -> {kernel: {key: entry}}
 _config_defaults: dict | None = None
 _warned: set[str] = set()
+_warned_newer = False
 
 
 # --- installing ---------------------------------------------------------------------------------
@@ -75,6 +77,7 @@ def patch(autotuner_module) -> None:
 
 
 def check_supported(autotuner_module) -> None:
+    global _warned_newer
     import triton
 
     version = getattr(triton, "__version__", "0")
@@ -85,6 +88,13 @@ def check_supported(autotuner_module) -> None:
             f"autotune_guard supports Triton {MIN_TRITON[0]}.{MIN_TRITON[1]} and newer; this is Triton {version}. "
             "Set AUTOTUNE_DISABLE=1 to run unguarded."
         )
+    if numbers > NEWEST_TESTED_TRITON and not _warned_newer:
+        # Still guarded: the patch checks the methods it needs above; a newer release may change
+        # what they do, so the user hears it once per process.
+        _warned_newer = True
+        newest = ".".join(map(str, NEWEST_TESTED_TRITON))
+        logger.warning("Triton %s is newer than %s, the newest release autotune_guard is tested with; "
+                       "it is guarded all the same (AUTOTUNE_DISABLE=1 runs unguarded)", version, newest)
 
 
 def _guarded_init(self, *args, **kwargs):
