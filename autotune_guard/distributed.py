@@ -284,6 +284,9 @@ def _check(dist, group, device_ids, where: str) -> bool:
         logger.debug("verify in group of %d at %s: sent %d, received %d, %d conflicts", size, where,
                      len(payload), sum(len(p) for p in gathered), len(conflicts))
     if not conflicts:
+        if dist.get_rank(group) == 0:  # the success line; only checks that compared new entries log it
+            logger.info("autotune choices agree across the ranks of group %s at %s: %d kernel/key entries checked, "
+                        "all agree", _rank_list(ranks), where, len(state.reference))
         return True
     message = report(conflicts, ranks, where)
     if dist.get_rank(group) == 0:
