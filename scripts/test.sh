@@ -10,7 +10,7 @@
 #
 # A (Python, Triton) pair the package index has no wheel for is skipped with one line; any other
 # failure, and a pytest run that collected no test (exit 5), fails the script. At the end: one
-# line per pair. Venvs live in $AUTOTUNE_GUARD_VENVS (default ~/.cache/autotune_guard/venvs) and
+# line per pair. Venvs live in $GUARD_VENVS (default ~/.cache/autotune_guard/venvs) and
 # are reused while their torch and Triton stay the same.
 set -uo pipefail
 cd "$(dirname "$0")/.."

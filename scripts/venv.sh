@@ -7,7 +7,8 @@
 # build where the index or a wheel directory offers one, else the CUDA build and its nvidia-*
 # libraries, several GB), then the Triton under test replaces the one torch brought.
 
-VENVS="${AUTOTUNE_GUARD_VENVS:-${XDG_CACHE_HOME:-$HOME/.cache}/autotune_guard/venvs}"
+# Not an AUTOTUNE_* name: the guard refuses AUTOTUNE_* names it does not know.
+VENVS="${GUARD_VENVS:-${XDG_CACHE_HOME:-$HOME/.cache}/autotune_guard/venvs}"
 TORCH="${TORCH:-2.13.0}"
 VENV_DEPS=(numpy pytest hatchling wrapt python-dotenv)
 SKIPPED=3  # guard_venv's status for a pair the index has no wheel for
@@ -39,7 +40,6 @@ guard_venv() {
   stamp="$venv/.autotune_guard-setup"
   want="torch==$TORCH triton==$triton ${VENV_DEPS[*]}"
   if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-    echo "--- setting up $venv ($want)"
     mkdir -p "$VENVS" && "$python" -m venv --clear "$venv" || return 1
     local pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
     for wanted in "triton $triton" "torch $TORCH"; do
@@ -49,6 +49,7 @@ guard_venv() {
         return $SKIPPED
       fi
     done
+    echo "--- setting up $venv ($want)"
     "${pip[@]}" "torch==$TORCH" || return 1
     "${pip[@]}" --no-deps "triton==$triton" || return 1
     "${pip[@]}" "${VENV_DEPS[@]}" || return 1
@@ -58,7 +59,7 @@ guard_venv() {
   "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation --force-reinstall . \
     || return 1
   VENV_PY="$venv/bin/python"
-  "$VENV_PY" - "$venv" <<'EOF' || return 1
+  AUTOTUNE_DISABLE=1 "$VENV_PY" - "$venv" <<'EOF' || return 1
 import os, subprocess, sys, sysconfig
 import torch, triton
 def size(path):
