@@ -53,7 +53,6 @@ guard_venv() {
     "${pip[@]}" "torch==$TORCH" || return 1
     "${pip[@]}" --no-deps "triton==$triton" || return 1
     "${pip[@]}" "${VENV_DEPS[@]}" || return 1
-    echo "    (a pip note that torch asks for another triton is expected: the Triton under test replaces it)"
     echo "$want" >"$stamp"
   fi
   "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation --force-reinstall . \
