@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+import triton
 
 from support import clean_env, run_python
 
@@ -72,7 +73,8 @@ def test_show_reads_a_table_merged_from_a_real_record(tmp_path):
 
     code, out, err = cli("show", tmp_path / "interpret.json")
     assert code == 0 and err == "", err
-    assert "table, arch interpret, triton 3.9.0" in out and "2 entries, merged by vote from 1 file" in out
+    assert f"table, arch interpret, triton {triton.__version__}" in out  # the Triton the record was made with
+    assert "2 entries, merged by vote from 1 file" in out
     for (kernel, key), sig in expected.items():
         assert f"{kernel}  [arch interpret]" in out and f"{sig}  [table]" in out
 
