@@ -388,6 +388,9 @@ def _check(dist, group, where: str) -> bool:
                          "gathered", size, where, len(pending))
     message = verdict and verdict["report"]
     if not message:
+        if dist.get_rank(group) == 0 and pending:  # the success line, for checks that compared new entries
+            logger.info("autotune choices agree across the ranks of group %s at %s: %d kernel/key entries checked, "
+                        "all agree", _rank_list(ranks), where, len(state.reference))
         return True
     if dist.get_rank(group) == 0:
         logger.error("%s", message)

@@ -50,6 +50,7 @@ logger = logging.getLogger("autotune_guard")
 
 MIN_TRITON = (3, 3)
 PRUNING_PINS = (3, 8)  # from here on Triton caches a pruning result of one config without timing
+NEWEST_TESTED_TRITON = (3, 9)  # the newest release the suite runs against; a newer one warns once
 _STATE_ATTR = "_autotune_guard_state"
 _LOCK_ATTR = "_autotune_guard_lock"
 _PROBED_ATTR = "_autotune_guard_probed"
@@ -87,6 +88,7 @@ _heard = threading.local()  # what Triton's listener last said in this thread
 _arch_name: str | None = None
 _config_defaults: dict | None = None
 _init_needs_timer = False
+_warned_newer = False
 
 
 # --- installing ---------------------------------------------------------------------------------
@@ -149,6 +151,7 @@ def patch(autotuner_module) -> None:
 
 def check_supported(autotuner_module) -> tuple:
     """Triton's (major, minor); raises for a release this package does not support."""
+    global _warned_newer
     import triton
 
     version = getattr(triton, "__version__", "0")
@@ -159,6 +162,13 @@ def check_supported(autotuner_module) -> tuple:
             f"autotune_guard supports Triton {MIN_TRITON[0]}.{MIN_TRITON[1]} and newer; this is Triton {version}. "
             "Set AUTOTUNE_DISABLE=1 to run unguarded."
         )
+    if numbers > NEWEST_TESTED_TRITON and not _warned_newer:
+        # Still guarded: the patch checks the methods it needs above; a newer release may change
+        # what they do, so the user hears it once per process.
+        _warned_newer = True
+        newest = ".".join(map(str, NEWEST_TESTED_TRITON))
+        logger.warning("Triton %s is newer than %s, the newest release autotune_guard is tested with; "
+                       "it is guarded all the same (AUTOTUNE_DISABLE=1 runs unguarded)", version, newest)
     return numbers
 
 

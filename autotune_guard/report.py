@@ -1,14 +1,15 @@
 """``python -m autotune_guard.report``: read record and choices files, merge records into a table,
 compare two runs.
 
-    python -m autotune_guard.report [show] FILES...              what each rank chose, per kernel and key
+    python -m autotune_guard.report [show] FILES...              what each rank chose (or a table holds), per kernel and key
     python -m autotune_guard.report merge FILES... -o TABLE.json  records -> a table for pinned mode
     python -m autotune_guard.report diff RUN_A RUN_B             two runs' choices: same, changed, only in one
     python -m autotune_guard.report import [CACHE_DIR] --arch A -o TABLE.json   Triton's autotune disk cache -> a table
 
 A FILE (and each side of ``diff``) is a file, a glob pattern, or the prefix given to
 ``AUTOTUNE_RECORD_PATH`` / ``AUTOTUNE_DIGEST_PATH`` (``runs/rec`` reads ``runs/rec.rank*.json``).
-Human-readable output by default, ``--json`` for machines.  Exit status: 0 done, 1 ranks or runs
+Human-readable output by default, ``--json`` for machines, ``--format markdown`` for a CI job
+summary or a pull-request comment (show and diff).  Exit status: 0 done, 1 ranks or runs
 disagree and ``--check`` was given, 2 unusable input (one line on stderr naming the file).
 
 This is the CLI's own output, so it prints; it never imports Triton or torch.
@@ -147,17 +148,19 @@ def latest_run(sources) -> tuple[list[Source], list[str]]:
     """The files of the latest run among ``sources`` (by run id; the run written to last), and a
     note naming each file of another run: an earlier run into the same prefix leaves files that
     must not be mixed in (a rank that no longer exists, a stale choice)."""
+    tables = [s for s in sources if s.kind == "table"]  # a table belongs to no run
+    sources = [s for s in sources if s.kind != "table"]
     runs: dict = {}
     for s in sources:
         runs.setdefault(s.document.get("run_id"), []).append(s)
     if len(runs) <= 1:
-        return sources, []
+        return sources + tables, []
     newest = {run: max(_last_written(s) for s in group) for run, group in runs.items()}
     current = max(runs, key=lambda run: (newest[run], str(run)))
     notes = [f"left out {s.path}: it is of run {s.document.get('run_id') or '(no run id)'} (last written "
              f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(_last_written(s)))}), not of the latest run "
              f"{current or '(no run id)'}; --all-runs reads every run" for s in sources if s.document.get("run_id") != current]
-    return [s for s in sources if s.document.get("run_id") == current], notes
+    return [s for s in sources if s.document.get("run_id") == current] + tables, notes
 
 
 def _label(sources) -> None:
@@ -167,7 +170,9 @@ def _label(sources) -> None:
     process_ids = Counter((s.rank, s.document.get("pid"), s.kind) for s in sources)
     unique_names = len({os.path.basename(s.path) for s in sources}) == len(sources)
     for s in sources:
-        if files_of_rank[s.rank] == 1:
+        if s.kind == "table":
+            s.label = f"table {os.path.basename(s.path)}"
+        elif files_of_rank[s.rank] == 1:
             s.label = f"rank {s.rank}"
         elif s.document.get("pid") is not None and process_ids[(s.rank, s.document["pid"], s.kind)] == 1:
             s.label = f"rank {s.rank} pid {s.document['pid']}"
@@ -177,6 +182,8 @@ def _label(sources) -> None:
 
 def choices_of(source: Source) -> list[Choice]:
     doc = source.document
+    if source.kind == "table":
+        return table_choices(source)
     if source.kind == "record":
         found = []
         for kernel, entries in doc["kernels"].items():
@@ -193,6 +200,14 @@ def choices_of(source: Source) -> list[Choice]:
         signature, _, how = value.rpartition(";")
         found.append(Choice(source, arch, kernel, key, signature, how))
     return found
+
+
+def table_choices(source: Source) -> list[Choice]:
+    """A table's entries as choices (``how`` is ``table``), so ``show`` lays them beside what ranks
+    chose.  A field the table leaves out is left out of the signature too (Triton's default)."""
+    doc = source.document
+    return [Choice(source, doc["arch"], kernel, key, selection.signature(_full(desc)), "table")
+            for kernel, entries in doc["kernels"].items() for key, desc in entries.items()]
 
 
 def _full(desc: dict) -> dict:
@@ -290,6 +305,8 @@ def analyse(sources) -> list[dict]:
 
 def _describe_source(s: Source) -> str:
     doc = s.document
+    if s.kind == "table":
+        return f"  {s.path}: {_describe_table(doc)}"
     parts = [s.kind, f"rank {s.rank}" + (f" of {doc['world_size']}" if isinstance(doc.get("world_size"), int) else "")]
     if s.kind == "record":
         parts.append(f"arch {doc['arch']}")
@@ -308,6 +325,18 @@ def _describe_source(s: Source) -> str:
     else:
         parts.append("PARTIAL (the rank did not exit normally, or is still running)")
     return f"  {s.path}: " + ", ".join(parts)
+
+
+def _describe_table(doc: dict) -> str:
+    count = sum(len(e) for e in doc["kernels"].values())
+    parts = [f"table, arch {doc['arch']}"]
+    parts += [f"{name} {doc[name]}" for name in ("triton", "torch") if isinstance(doc.get(name), str)]
+    parts.append(f"{count} entr{'y' if count == 1 else 'ies'}")
+    source = doc.get("source")
+    if isinstance(source, dict) and isinstance(source.get("files"), list):
+        parts.append(f"merged by {source.get('rule', '?')} from {len(source['files'])} file"
+                     f"{'s' * (len(source['files']) != 1)}")
+    return ", ".join(parts)
 
 
 def _ms(value) -> str:
@@ -355,14 +384,82 @@ def print_show(sources, rows, out) -> None:
 
 
 def cmd_show(args, out) -> int:
-    sources = read_sources(args.files, ("record", "choices"), "show", args.all_runs)
+    sources = read_sources(args.files, ("record", "choices", "table"), "show", args.all_runs)
     rows = analyse(sources)
     disagree = sum(not r["agree"] for r in rows)
-    if args.json:
+    if args.json or args.format == "json":
         _dump({"files": [_source_json(s) for s in sources], "keys": rows, "disagreements": disagree}, out)
+    elif args.format == "markdown":
+        print_show_markdown(sources, rows, out)
     else:
         print_show(sources, rows, out)
     return 1 if args.check and disagree else 0
+
+
+# --- markdown (a CI job summary, a pull-request comment) -----------------------------------------
+
+def _md(text) -> str:
+    """Text for a markdown table cell, as code."""
+    return "`" + str(text).replace("`", "'").replace("|", "\\|") + "`"
+
+
+def _labels(labels: list[str], limit: int = 8) -> str:
+    return ", ".join(labels[:limit]) + (f" and {len(labels) - limit} more" if len(labels) > limit else "")
+
+
+def print_show_markdown(sources, rows, out) -> None:
+    """Disagreements first, in a table; the keys where every file agrees folded away below them."""
+    disagree = [r for r in rows if not r["agree"]]
+    agree = [r for r in rows if r["agree"]]
+    kernels = len({(r["arch"], r["kernel"]) for r in rows})
+    if len(sources) == 1:  # nothing to compare: what the one file holds
+        verdict = f"{len(rows)} kernel/key entr{'y' if len(rows) == 1 else 'ies'} in {os.path.basename(sources[0].path)}"
+    elif disagree:
+        verdict = f"{len(disagree)} of {len(rows)} kernel/key entries DISAGREE"
+    else:
+        verdict = f"all {len(rows)} kernel/key entries agree across {len(sources)} files"
+    print(f"### autotune_guard: {verdict}\n", file=out)
+    print(f"{kernels} kernel{'s' * (kernels != 1)}, {len(rows)} key{'s' * (len(rows) != 1)}, "
+          f"{len(sources)} file{'s' * (len(sources) != 1)}:\n", file=out)
+    for s in sources:
+        print(f"- {_describe_source(s).strip()}", file=out)
+    if disagree:
+        print("\n| kernel | key | arch | what each file chose |\n|---|---|---|---|", file=out)
+        for r in disagree:
+            by_config: dict[str, list[str]] = {}
+            for e in r["choices"]:
+                by_config.setdefault(e["config"], []).append(e["label"])
+            chosen = "<br>".join(f"{_md(sig)}: {_labels(labels)}"
+                                 for sig, labels in sorted(by_config.items(), key=lambda kv: (-len(kv[1]), kv[0])))
+            print(f"| {_md(r['kernel'])} | {_md(r['key'])} | {r['arch']} | {chosen} |", file=out)
+    if agree:
+        if len(sources) > 1:
+            print(f"\n<details><summary>{len(agree)} kernel/key entr{'y' if len(agree) == 1 else 'ies'} where every "
+                  "file agrees</summary>", file=out)
+        print("\n| kernel | key | arch | config | files |\n|---|---|---|---|---|", file=out)
+        for r in agree:
+            print(f"| {_md(r['kernel'])} | {_md(r['key'])} | {r['arch']} | {_md(next(iter(r['configs'])))} | "
+                  f"{len(r['choices'])} |", file=out)
+        if len(sources) > 1:
+            print("\n</details>", file=out)
+
+
+def print_diff_markdown(sides, rows, counts, failing, out) -> None:
+    """Changed keys and keys whose ranks disagree, in a table; the unchanged ones only counted."""
+    verdict = f"{failing} kernel/key entr{'y' if failing == 1 else 'ies'} CHANGED or disagreeing" if failing \
+        else "no autotune choice changed"
+    print(f"### autotune_guard diff: {verdict}\n", file=out)
+    for name, side in zip("AB", sides):
+        print(f"- {name}: {', '.join(s.path for s in side)}", file=out)
+    print(f"\n{counts['same']} same, {counts['changed']} changed, {counts['only in A']} only in A, "
+          f"{counts['only in B']} only in B", file=out)
+    shown = [r for r in rows if r["status"] != "same"]
+    if shown:
+        print("\n| kernel | key | arch | status | A | B |\n|---|---|---|---|---|---|", file=out)
+        for r in shown:
+            status = r["status"] + "".join(f", {n.upper()}'s ranks disagree" for n in "ab" if r[f"{n}_ranks_disagree"])
+            a, b = ("<br>".join(_md(sig) for sig in r[n]) or "—" for n in "ab")
+            print(f"| {_md(r['kernel'])} | {_md(r['key'])} | {r['arch']} | {status} | {a} | {b} |", file=out)
 
 
 def _source_json(s: Source) -> dict:
@@ -551,7 +648,9 @@ def cmd_diff(args, out) -> int:
     digests = [_rank_digests(side) for side in sides]
     compared = {rank: {"a": digests[0][rank], "b": digests[1][rank], "same": digests[0][rank] == digests[1][rank]}
                 for rank in sorted(set(digests[0]) & set(digests[1]))}
-    if args.json:
+    if args.format == "markdown":
+        print_diff_markdown(sides, rows, counts, failing, out)
+    elif args.json or args.format == "json":
         _dump({"a": [s.path for s in sides[0]], "b": [s.path for s in sides[1]], "keys": rows,
                "counts": dict(counts), "digests": {str(rank): d for rank, d in compared.items()},
                "disagreements": failing}, out)
@@ -630,9 +729,12 @@ def parser() -> argparse.ArgumentParser:
                              "the latest (by the run id each file carries) are named on stderr and left out")
 
     show = commands.add_parser("show", parents=[common], help="what each rank chose, per kernel and key (the default)",
-                               description="Per kernel and key: what each rank chose, disagreements, the spread of "
-                                           "measured times, and the slowdown of the min-cost config vs the winner.")
-    show.add_argument("files", nargs="+", metavar="FILE", help="record or choices files (or prefixes)")
+                               description="Per kernel and key: what each rank chose (or a table holds), "
+                                           "disagreements, the spread of measured times, and the slowdown of the "
+                                           "min-cost config vs the winner.")
+    show.add_argument("files", nargs="+", metavar="FILE", help="record, choices or table files (or prefixes)")
+    show.add_argument("--format", choices=("text", "json", "markdown"), default="text",
+                      help="markdown: a CI job summary or a pull-request comment (--json is --format json)")
     show.set_defaults(run=cmd_show)
 
     merge = commands.add_parser("merge", parents=[common], help="merge record files into a table",
@@ -650,6 +752,8 @@ def parser() -> argparse.ArgumentParser:
     diff = commands.add_parser("diff", parents=[common], help="compare two runs' choices",
                                description="Per kernel and key: same, changed, only in A, only in B. Each run is a "
                                            "file, a glob pattern or a rank-file prefix.")
+    diff.add_argument("--format", choices=("text", "json", "markdown"), default="text",
+                      help="markdown: a pull-request comment (--json is --format json)")
     diff.add_argument("a", metavar="RUN_A")
     diff.add_argument("b", metavar="RUN_B")
     diff.set_defaults(run=cmd_diff)

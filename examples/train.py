@@ -1,10 +1,10 @@
 """An ordinary distributed program with autotuned Triton kernels: it knows nothing of
 autotune_guard.  Run it under torchrun; on a CPU-only machine with TRITON_INTERPRET=1.
 
-Each step launches a row-sum reduction whose candidates tile the sum differently (so different
-configs give different floating-point bits) and an elementwise kernel, then calls
-``dist.barrier()``.  Each rank prints the hash of its results: equal hashes mean the ranks ran
-the same tilings.
+Each step launches a float32 row sum whose candidates add the floats in different orders (so
+different configs give different bits) and an elementwise kernel, then calls ``dist.barrier()``.
+Every rank has the same data; each prints the hash of its results: different hashes mean the
+ranks computed different numbers from the same input.
 """
 
 import hashlib
@@ -19,9 +19,10 @@ import triton
 import triton.language as tl
 
 
-# Under the interpreter the candidates' CPU times differ far more than GPU candidates' do, so the
-# demo adds the jitter of a busy GPU (DEMO_TIMER_JITTER, default +-60%) to make the noise visible.
-JITTER = float(os.environ.get("DEMO_TIMER_JITTER", "0.6"))
+# Under the interpreter a candidate's CPU time says little about a GPU; the row sum's candidates do
+# the same work, so, as on a GPU, noise picks the winner. DEMO_TIMER_JITTER (default +-20%) adds the
+# run-to-run noise of a shared GPU to make that visible on a quiet CPU.
+JITTER = float(os.environ.get("DEMO_TIMER_JITTER", "0.2"))
 
 
 def wall_clock_timer(kernel_call, quantiles):
@@ -35,18 +36,19 @@ def wall_clock_timer(kernel_call, quantiles):
 
 
 @triton.autotune(
-    configs=[triton.Config({"BLOCK": b}, num_warps=w) for b in (64, 128, 256, 512) for w in (2, 4)],
+    configs=[triton.Config({"BLOCK": b}) for b in (64, 128, 256, 512)],
     key=["n_cols"],
     do_bench=wall_clock_timer,
 )
 @triton.jit
-def row_sum_kernel(x_ptr, out_ptr, n_cols, BLOCK: tl.constexpr):
+def row_sum_kernel(x_ptr, out_ptr, n_cols, N_POW2: tl.constexpr, BLOCK: tl.constexpr):
+    # The row as an (N_POW2 // BLOCK, BLOCK) tile, summed down its columns, then across: BLOCK sets
+    # the order in which the floats are added, so each candidate gives other low bits, for the
+    # same work.
     row = tl.program_id(0)
-    acc = tl.zeros([BLOCK], dtype=tl.float32)
-    for start in range(0, n_cols, BLOCK):
-        offs = start + tl.arange(0, BLOCK)
-        acc += tl.load(x_ptr + row * n_cols + offs, mask=offs < n_cols, other=0.0)
-    tl.store(out_ptr + row, tl.sum(acc, axis=0))
+    offs = tl.arange(0, N_POW2 // BLOCK)[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
+    tile = tl.load(x_ptr + row * n_cols + offs, mask=offs < n_cols, other=0.0)
+    tl.store(out_ptr + row, tl.sum(tl.sum(tile, axis=0), axis=0))
 
 
 @triton.autotune(
@@ -63,7 +65,7 @@ def axpy_kernel(x_ptr, y_ptr, out_ptr, alpha, n, BLOCK: tl.constexpr):
 
 def row_sum(x):
     out = torch.empty(x.shape[0], dtype=torch.float32)
-    row_sum_kernel[(x.shape[0],)](x, out, x.shape[1])
+    row_sum_kernel[(x.shape[0],)](x, out, x.shape[1], N_POW2=triton.next_power_of_2(x.shape[1]))
     return out
 
 

@@ -1,50 +1,70 @@
 #!/usr/bin/env bash
-# Set up and run the demonstration on a fresh CPU-only machine: an unmodified 3-rank torchrun
-# program (examples/train.py) with autotuned Triton kernels under Triton's interpreter, in each
-# mode, with the evidence read back by `python -m autotune_guard.report`.
-#   bash scripts/demo.sh          (about 2 minutes on 2 cores)
+# The problem and the fix, on a CPU-only machine: an unmodified 3-rank torchrun program
+# (examples/train.py: a float32 row sum whose candidates add in different orders) under Triton's
+# interpreter, in each mode, with the evidence read back by `python -m autotune_guard.report`.
+#   bash scripts/demo.sh          (about 2 minutes on 2 cores, once the venv exists)
+# The venv is the tests' one for (python3, Triton 3.9.0) (scripts/venv.sh), made on first use.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/venv.sh
 PYTHON="${PYTHON:-python3}"
-venv=.venv-demo
-[ -x "$venv/bin/python" ] || "$PYTHON" -m venv "$venv"
-"$venv/bin/python" -m pip install -q --disable-pip-version-check torch==2.13.0 triton==3.9.0 numpy hatchling wrapt python-dotenv
-"$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation --force-reinstall .
+guard_venv "$PYTHON" 3.9.0 || { echo "demo: could not set up a venv for $PYTHON with Triton 3.9.0" >&2; exit 1; }
 
 export TRITON_INTERPRET=1 OMP_NUM_THREADS=1
 runs=$(mktemp -d /tmp/autotune-guard-demo.XXXXXX)
-py="$PWD/$venv/bin/python"
-job() { (cd "$runs" && "$py" -m torch.distributed.run --standalone --nproc-per-node 3 "$OLDPWD/examples/train.py" 2>&1 \
-          | grep -v -e '^W[0-9]' -e '^\*\*\*' -e 'OMP_NUM_THREADS') }
-report() { (cd "$runs" && "$py" -m autotune_guard.report "$@") }
+train="$PWD/examples/train.py"
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+report() { (cd "$runs" && "$VENV_PY" -m autotune_guard.report "$@"); }
 
-step "1. auto: Triton times on every rank; the ranks may choose differently"
-AUTOTUNE_MODE=auto AUTOTUNE_DIGEST_PATH=auto/choices job
-report show auto/choices.rank*.json || true
+# job NAME: the program under torchrun with 3 ranks; its output (less torchrun's own warnings) is
+# kept in $runs/NAME.log. Returns torchrun's exit status.
+job() {
+  local status=0
+  (cd "$runs" && "$VENV_PY" -m torch.distributed.run --standalone --nproc-per-node 3 "$train") >"$runs/$1.raw" 2>&1 \
+    || status=$?
+  grep -v -e '^W[0-9]' -e '^\*\*\*' -e 'OMP_NUM_THREADS' "$runs/$1.raw" >"$runs/$1.log" || true
+  return $status
+}
+hashes() { grep -o 'result hash [0-9a-f]*' "$runs/$1.log" | sort -u | wc -l; }
+
+step "1. auto: Triton times the candidates on every rank; same data, yet the ranks compute different numbers"
+AUTOTUNE_MODE=auto AUTOTUNE_VERIFY_EVERY=1 AUTOTUNE_DIGEST_PATH=auto/choices job auto
+cat "$runs/auto.log"
+n=$(hashes auto)
+echo "-> 3 ranks, $n different result hash(es)$([ "$n" = 1 ] && echo ' (this time the noise happened to agree; run again)')"
+report show auto/choices || true
 
 step "2. record the winners, merge them into a table"
-AUTOTUNE_RECORD_PATH=rec/rec job
-report merge rec/rec.rank*.json -o tables/interpret.json
-report show rec/rec.rank*.json || true
+AUTOTUNE_RECORD_PATH=rec/rec job record
+report merge rec/rec -o tables/interpret.json
+report show tables/interpret.json
 
-step "3. pinned from that table: no timing, every rank the same, checked at each barrier"
+step "3. pinned from that table: no timing, every rank the same config, checked at every barrier"
 AUTOTUNE_MODE=pinned AUTOTUNE_TABLE_PATH=tables AUTOTUNE_ON_MISS=error AUTOTUNE_VERIFY_EVERY=1 \
-  AUTOTUNE_VERIFY_STRICT=1 AUTOTUNE_DIGEST_PATH=pinned/choices job
-report show --check pinned/choices.rank*.json
+  AUTOTUNE_VERIFY_STRICT=1 AUTOTUNE_DIGEST_PATH=pinned/choices job pinned
+cat "$runs/pinned.log"
+n=$(hashes pinned)
+echo "-> 3 ranks, $n result hash"
+[ "$n" = 1 ] || { echo "pinned ranks computed different numbers" >&2; exit 1; }
+report show --check pinned/choices
 
-step "4. consensus: rank that meets a kernel first tunes it for the job, the others pin its winner"
-AUTOTUNE_MODE=consensus AUTOTUNE_DIGEST_PATH=consensus/choices job
-report show --check consensus/choices.rank*.json
+step "4. consensus: the rank that meets a kernel first tunes it for the job, the others pin its winner"
+AUTOTUNE_MODE=consensus AUTOTUNE_DIGEST_PATH=consensus/choices job consensus
+cat "$runs/consensus.log"
+echo "-> 3 ranks, $(hashes consensus) result hash"
+report show --check consensus/choices
 
-step "5. positive control: AUTOTUNE_CHAOS=1 makes ranks differ on purpose; the verifier stops the job"
-if AUTOTUNE_MODE=pinned AUTOTUNE_CHAOS=1 AUTOTUNE_VERIFY_EVERY=1 AUTOTUNE_VERIFY_STRICT=1 job > "$runs/chaos.log"; then
+step "5. positive control: AUTOTUNE_CHAOS=1 makes the ranks differ on purpose; the verifier stops the job"
+if AUTOTUNE_MODE=pinned AUTOTUNE_CHAOS=1 AUTOTUNE_VERIFY_EVERY=1 AUTOTUNE_VERIFY_STRICT=1 job chaos; then
   echo "chaos was NOT caught" >&2; exit 1
 fi
-grep -A3 -m1 'ERROR' "$runs/chaos.log"
-echo "ranks that stopped with ChoiceMismatchError: $(grep -c '^\[rank[0-9]*\]: .*ChoiceMismatchError:' "$runs/chaos.log" || true) of 3"
-echo "(the job failed on purpose: the verifier caught the divergent choices; full log: $runs/chaos.log)"
+# The verifier's report (the ERROR record and its lines), not the ranks' tracebacks.
+awk '/autotune_guard\[rank [0-9]+\] ERROR/ {shown = 1; print; next} shown && /^  / {print; next} {shown = 0}' \
+  "$runs/chaos.log"
+stopped=$(grep -c '^\[rank[0-9]*\]: .*ChoiceMismatchError:' "$runs/chaos.log" || true)
+echo "-> the job stopped at its first barrier: $stopped of 3 ranks raised ChoiceMismatchError, no result hash"
+echo "   (ranks' tracebacks in $runs/chaos.log)"
 
-step "6. the two runs compared: auto vs pinned"
+step "6. the two runs compared: auto vs pinned (add --format markdown for a CI job summary)"
 report diff auto/choices pinned/choices || true
 echo; echo "files of this demo: $runs"

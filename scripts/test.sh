@@ -1,22 +1,60 @@
 #!/usr/bin/env bash
-# Set up and run the test suite on a fresh machine: one virtual environment per Triton release
-# (the oldest and the newest supported), torch pinned to the CPU build, autotune_guard installed
-# as a regular package so that its .pth really runs at every interpreter start.
-#   bash scripts/test.sh                  # Triton 3.9.0 and 3.3.1
-#   TRITONS=3.9.0 bash scripts/test.sh -k pinned   # one release, pytest arguments passed on
-set -euo pipefail
+# Set up and run the test suite on a fresh machine: one virtual environment per (Python, Triton),
+# outside the checkout (scripts/venv.sh: torch first, then the Triton under test over it), with
+# autotune_guard installed as a regular package so that its .pth really runs in every process.
+#
+#   bash scripts/test.sh                      # Triton 3.9.0 and 3.3.1 (newest, oldest) with python3: CI
+#   bash scripts/test.sh --all                # every Triton minor 3.3 ... 3.9 (latest patch of each)
+#   PYTHONS="python3.11 python3.12" bash scripts/test.sh
+#   TRITONS=3.9.0 bash scripts/test.sh -k pinned   # one release; other arguments go to pytest
+#
+# A (Python, Triton) pair the package index has no wheel for is skipped with one line; any other
+# failure, and a pytest run that collected no test (exit 5), fails the script. At the end: one
+# line per pair. Venvs live in $GUARD_VENVS (default ~/.cache/autotune_guard/venvs) and
+# are reused while their torch and Triton stay the same.
+set -uo pipefail
 cd "$(dirname "$0")/.."
-PYTHON="${PYTHON:-python3}"
+source scripts/venv.sh
+
+ALL_TRITONS="3.3.1 3.4.0 3.5.1 3.6.0 3.7.1 3.8.0 3.9.0"
 TRITONS="${TRITONS:-3.9.0 3.3.1}"
-status=0
-for triton in $TRITONS; do
-  venv=".venv-test-$triton"
-  echo "=== Triton $triton ($venv)"
-  [ -x "$venv/bin/python" ] || "$PYTHON" -m venv "$venv"
-  "$venv/bin/python" -m pip install -q --disable-pip-version-check \
-    torch==2.13.0 "triton==$triton" numpy pytest hatchling wrapt python-dotenv
-  "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation --force-reinstall .
-  # Run from outside the checkout so the installed package, not the source tree, is imported.
-  (cd tests && TRITON_INTERPRET=1 "../$venv/bin/python" -m pytest -p no:cacheprovider -q "$@" .) || status=1
+PYTHONS="${PYTHONS:-python3}"
+pytest_args=()
+for arg in "$@"; do
+  case "$arg" in
+    --all) TRITONS="$ALL_TRITONS" ;;
+    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    *) pytest_args+=("$arg") ;;
+  esac
 done
-exit $status
+
+summary=() failed=0 ran=0
+for python in $PYTHONS; do
+  for triton in $TRITONS; do
+    echo "=== $python, Triton $triton"
+    start=$SECONDS
+    guard_venv "$python" "$triton"
+    case $? in
+      0) ;;
+      "$SKIPPED") summary+=("skipped  $python, Triton $triton: no wheel"); continue ;;
+      *) summary+=("FAILED   $python, Triton $triton: set-up failed"); failed=1; continue ;;
+    esac
+    # From tests/, so that the installed package (not the source tree) is what gets imported.
+    (cd tests && TRITON_INTERPRET=1 "$VENV_PY" -m pytest -p no:cacheprovider -q "${pytest_args[@]}" .)
+    rc=$?
+    took="$(( (SECONDS - start) / 60 ))m$(( (SECONDS - start) % 60 ))s"
+    case $rc in
+      0) summary+=("passed   $python, Triton $triton ($took)"); ran=1 ;;
+      5) summary+=("FAILED   $python, Triton $triton: pytest collected no test"); failed=1 ;;
+      *) summary+=("FAILED   $python, Triton $triton: pytest exit $rc ($took)"); failed=1 ;;
+    esac
+  done
+done
+
+echo "=== summary (venvs in $VENVS)"
+printf '  %s\n' "${summary[@]}"
+if [ $failed = 0 ] && [ $ran = 0 ]; then
+  echo "no (Python, Triton) pair could run: nothing was tested" >&2
+  exit 1
+fi
+exit $failed

@@ -268,3 +268,31 @@ def test_installed_into_fresh_venvs_the_pth_runs(tmp_path):
     proc = run_python("import sys; print(sorted(m for m in sys.modules if 'autotune' in m))",
                       python=str(wheel["python"]), env=clean_env(AUTOTUNE_MODE="pinned"), cwd=wheel["root"])
     assert proc.stdout.strip() == "[]" and proc.stderr == ""
+
+
+NEWER_TRITON = r"""
+import json
+import triton
+from kernels import demo
+import autotune_guard, torch
+
+triton.__version__ = "3.10.0"  # a release newer than the newest tested one
+autotune_guard.install({"AUTOTUNE_MODE": "pinned"})
+autotune_guard.install({"AUTOTUNE_MODE": "pinned", "AUTOTUNE_ON_MISS": "first"})  # a second install: no second warning
+x = torch.ones(100)
+print(json.dumps({"sum": float(demo.add(x, x).sum()), "timer_calls": len(demo.TIMER_CALLS),
+                  "log": autotune_guard.choice_log()}))
+"""
+
+
+def test_a_triton_newer_than_the_newest_tested_warns_once_and_is_still_guarded():
+    proc = run_python(NEWER_TRITON)
+    warnings = [line for line in proc.stderr.splitlines() if "newer than" in line]
+    assert len(warnings) == 1, proc.stderr
+    assert "Triton 3.10.0" in warnings[0] and "3.9" in warnings[0], warnings
+    result = last_json(proc.stdout)
+    assert result["sum"] == 200.0 and result["timer_calls"] == 0
+    assert list(result["log"].values()) and all(v.endswith(";pinned") for v in result["log"].values())
+    # The release under test is not newer than the newest tested: no warning.
+    current = run_python(NEWER_TRITON.replace('triton.__version__ = "3.10.0"', "pass"))
+    assert "newer than" not in current.stderr, current.stderr

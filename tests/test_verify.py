@@ -139,6 +139,10 @@ def test_pinned_without_chaos_uneven_coverage_and_subgroups_agree():
     # none; the group's first rank compares and every rank receives the 2 distinct pairs.
     world_first = [where for size, where in checks(proc.stderr, 3) if size == 4][0]
     assert "sent 0, received 2, 0 conflicts" in world_first
+    # The success line: on the group's first rank, for checks that compared new entries.
+    agreed = re.findall(r"autotune_guard\[rank (\d+)\] INFO: autotune choices agree across the ranks of group "
+                        r"([\d,]+) at barrier \d+ of this group: (\d+) kernel/key entries checked, all agree", proc.stderr)
+    assert ("0", "0,1,2,3", "3") in agreed and all(rank in ("0", "2") for rank, _, _ in agreed), agreed
 
 
 def test_chaos_is_caught_in_the_world_check_between_ranks_of_different_subgroups():

@@ -1,0 +1,74 @@
+# Sourced by scripts/test.sh and scripts/demo.sh: one virtual environment per (Python, Triton),
+# kept outside the checkout, with torch installed first and the Triton under test over it.
+#
+# Why torch first and Triton with --no-deps: the torch a plain package index serves for Linux is a
+# CUDA build that pins its own Triton (torch 2.13.0 -> triton==3.7.1), so asking pip for both at
+# once is unsatisfiable for any other Triton. torch is installed as the index serves it (the CPU
+# build where the index or a wheel directory offers one, else the CUDA build and its nvidia-*
+# libraries, several GB), then the Triton under test replaces the one torch brought.
+
+# Not an AUTOTUNE_* name: the guard refuses AUTOTUNE_* names it does not know.
+VENVS="${GUARD_VENVS:-${XDG_CACHE_HOME:-$HOME/.cache}/autotune_guard/venvs}"
+TORCH="${TORCH:-2.13.0}"
+VENV_DEPS=(numpy pytest hatchling wrapt python-dotenv)
+SKIPPED=3  # guard_venv's status for a pair the index has no wheel for
+
+# index_has PYTHON PACKAGE VERSION: whether the package index serves a wheel of PACKAGE==VERSION
+# that PYTHON can install (a local build label such as 2.13.0+cpu counts). When the index cannot
+# be asked, say yes and let the install fail loudly.
+index_has() {
+  local listing
+  if ! listing=$("$1" -m pip index versions "$2" 2>&1); then
+    grep -q "No matching distribution" <<<"$listing" && return 1
+    return 0
+  fi
+  grep -Eq "Available versions:(.*[ ,])? ?${3//./\\.}(\+[^ ,]*)?(,|$)" <<<"$listing"
+}
+
+# guard_venv PYTHON TRITON: make (or reuse) the venv, install autotune_guard from this checkout
+# into it (as a regular package, so that its .pth runs), and set VENV_PY. Returns 0 when ready,
+# $SKIPPED (after printing one SKIP line) when the index has no wheel for the pair, 1 on failure.
+guard_venv() {
+  local python=$1 triton=$2 pyver venv stamp want
+  if ! pyver=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null); then
+    echo "SKIP $python, Triton $triton: no such Python"; return $SKIPPED
+  fi
+  if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 10))'; then
+    echo "SKIP Python $pyver, Triton $triton: autotune_guard needs Python 3.10 or newer"; return $SKIPPED
+  fi
+  venv="$VENVS/py$pyver-triton$triton"
+  stamp="$venv/.autotune_guard-setup"
+  want="torch==$TORCH triton==$triton ${VENV_DEPS[*]}"
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    mkdir -p "$VENVS" && "$python" -m venv --clear "$venv" || return 1
+    local pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
+    for wanted in "triton $triton" "torch $TORCH"; do
+      if ! index_has "$venv/bin/python" $wanted; then
+        rm -rf "$venv"
+        echo "SKIP Python $pyver, Triton $triton: the package index serves no ${wanted% *} ${wanted#* } wheel for Python $pyver here"
+        return $SKIPPED
+      fi
+    done
+    echo "--- setting up $venv ($want)"
+    "${pip[@]}" "torch==$TORCH" || return 1
+    "${pip[@]}" --no-deps "triton==$triton" || return 1
+    "${pip[@]}" "${VENV_DEPS[@]}" || return 1
+    echo "$want" >"$stamp"
+  fi
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation --force-reinstall . \
+    || return 1
+  VENV_PY="$venv/bin/python"
+  AUTOTUNE_DISABLE=1 "$VENV_PY" - "$venv" <<'EOF' || return 1
+import os, subprocess, sys, sysconfig
+import torch, triton
+def size(path):
+    out = subprocess.run(["du", "-sh", path], capture_output=True, text=True).stdout.split()
+    return out[0] if out else "?"
+site = sysconfig.get_paths()["purelib"]
+nvidia = os.path.join(site, "nvidia")
+build = f"CUDA {torch.version.cuda} build" if torch.version.cuda else "CPU build"
+extra = f", nvidia-* libraries {size(nvidia)}" if os.path.isdir(nvidia) else ""
+print(f"--- Python {sys.version.split()[0]}, Triton {triton.__version__}, torch {torch.__version__} ({build}, "
+      f"{size(os.path.dirname(torch.__file__))}{extra}); venv {sys.argv[1]}: {size(sys.argv[1])}", flush=True)
+EOF
+}

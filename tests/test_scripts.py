@@ -1,0 +1,61 @@
+"""scripts/venv.sh and scripts/test.sh: which (Python, Triton) pairs run, which are skipped, and that a
+run that tested nothing fails (issue 14).
+
+The set-up itself (venvs, torch, Triton) is what ``bash scripts/test.sh`` does for real; these tests
+drive the scripts' own decisions with stand-in interpreters, so they need no network.
+"""
+
+import os
+import subprocess
+
+from support import REPO
+
+VENV_SH = os.path.join(REPO, "scripts", "venv.sh")
+
+
+def stand_in(tmp_path, name, body):
+    """An executable that plays an interpreter: ``body`` is a shell script."""
+    path = tmp_path / name
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+    return str(path)
+
+
+def index_has(tmp_path, listing, status, package, version):
+    python = stand_in(tmp_path, "python", f"cat <<'EOF'\n{listing}\nEOF\nexit {status}\n")
+    proc = subprocess.run(["bash", "-c", f'source "{VENV_SH}"; index_has "$0" "$1" "$2"', python, package, version],
+                          capture_output=True, text=True, timeout=30)
+    return proc.returncode == 0
+
+
+LISTING = ("WARNING: pip index is currently an experimental command.\ntriton (3.8.0)\n"
+           "Available versions: 3.8.0, 3.7.1, 3.3.1, 13.9.0, 3.9.01")
+
+
+def test_index_has_reads_the_versions_pip_lists_for_that_python(tmp_path):
+    assert index_has(tmp_path, LISTING, 0, "triton", "3.8.0")  # the first in the list
+    assert index_has(tmp_path, LISTING, 0, "triton", "3.7.1")
+    assert index_has(tmp_path, LISTING, 0, "triton", "3.3.1")
+    assert not index_has(tmp_path, LISTING, 0, "triton", "3.9.0")  # not 13.9.0, not 3.9.01
+    torch = "torch (2.15.0)\nAvailable versions: 2.15.0, 2.13.0+cpu, 2.12.1"
+    assert index_has(tmp_path, torch, 0, "torch", "2.13.0")  # a local build label counts
+    assert not index_has(tmp_path, torch, 0, "torch", "2.13.1")
+    # No wheel for this Python at all: no.  The index could not be asked: yes, the install will say why.
+    assert not index_has(tmp_path, "ERROR: No matching distribution found for triton", 1, "triton", "3.9.0")
+    assert index_has(tmp_path, "ERROR: Could not fetch URL: connection refused", 1, "triton", "3.9.0")
+
+
+def test_test_sh_skips_a_python_too_old_and_fails_when_nothing_ran(tmp_path):
+    old = stand_in(tmp_path, "python3.9", 'case "$2" in *print*) echo 3.9 ;; *) exit 1 ;; esac\n')
+    env = {**os.environ, "PYTHONS": f"{old} {tmp_path / 'no-such-python'}", "TRITONS": "3.9.0 3.3.1",
+           "GUARD_VENVS": str(tmp_path / "venvs")}
+    proc = subprocess.run(["bash", os.path.join(REPO, "scripts", "test.sh")], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    for triton in ("3.9.0", "3.3.1"):
+        assert f"SKIP Python 3.9, Triton {triton}: autotune_guard needs Python 3.10 or newer" in lines
+        assert f"SKIP {tmp_path / 'no-such-python'}, Triton {triton}: no such Python" in lines
+    assert sum(line.startswith("  skipped ") for line in lines) == 4
+    assert "no (Python, Triton) pair could run: nothing was tested" in proc.stderr
+    assert not (tmp_path / "venvs").exists()  # nothing was set up for pairs that cannot run
