@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 from collections.abc import Mapping
 from dataclasses import replace
 
@@ -41,7 +40,7 @@ def _carry_out(policy: AutotunePolicy) -> None:
         evidence.check_writable(policy.record_path, "AUTOTUNE_RECORD_PATH")
     if policy.digest_path:
         evidence.check_writable(policy.digest_path, "AUTOTUNE_DIGEST_PATH")
-    module = sys.modules.get("triton.runtime.autotuner")
+    module = interception.triton_autotuner_module()
     if module is not None:
         interception.apply(policy, module)  # raises before changing anything if it cannot
     else:
@@ -115,7 +114,7 @@ def first_choice_of(qualified: str, parameters) -> None:
         if policy is not None and policy.mode_from == "default" and policies._torch_deterministic():
             pinned = replace(policy, mode="pinned", mode_from="torch.are_deterministic_algorithms_enabled(), "
                                                               "found at the first launch (set after Triton was imported)")
-            interception.apply(pinned, sys.modules["triton.runtime.autotuner"])
+            interception.apply(pinned, interception.triton_autotuner_module())
             logger.info("mode pinned, from %s; no AUTOTUNE_MODE was given", pinned.mode_from)
 
 

@@ -43,7 +43,7 @@ import types
 import weakref
 from functools import cached_property
 
-from . import api, evidence, files, selection
+from . import evidence, files, selection
 from .policy import AutotunePolicy
 
 logger = logging.getLogger("autotune_guard")
@@ -321,6 +321,8 @@ def _new_state(autotuner, launch=None) -> _State:
     lock = _lock_of(autotuner)
     with lock:
         if autotuner.__dict__.get(_STATE_ATTR) is None:
+            from . import api  # (not at the top: api imports this module)
+
             api.first_launch_of(autotuner)  # not the steady path: once per autotuner (may install pinned)
         process = _now
         attrs = autotuner.__dict__
@@ -965,6 +967,11 @@ def _tables_for(arch: str) -> dict:
     if tables is None:
         tables = process.tables[arch] = files.load_tables(process.policy.table_path, arch, evidence.versions())
     return tables
+
+
+def triton_autotuner_module():
+    """``triton.runtime.autotuner`` if Triton has been imported, else None (never imports it)."""
+    return sys.modules.get("triton.runtime.autotuner")
 
 
 def active_policy() -> AutotunePolicy | None:
