@@ -215,7 +215,10 @@ def decide(store, what: str, name: str, rank: int, signatures: Sequence[str], tu
 
 
 def _tune_for_the_job(store, what, key, rank, signatures, tune):
-    _beats.start(store, key + "/beat")
+    try:
+        _beats.start(store, key + "/beat")
+    except Exception as exc:
+        raise ConsensusError(store_lost_message(what, exc)) from exc
     try:
         try:
             returned = tune()

@@ -39,7 +39,27 @@ def copy_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask), mask=mask)
 
 
+def clean_start():
+    """torch's own default-group keys are not scoped to the attempt either: a rank could read its
+    peer's address from attempt 0 and fail to connect (gloo: "Connection refused").  Before either
+    rank initializes, rank 0 deletes those (only those: the guard's own keys stay, and must be
+    told apart by the guard itself)."""
+    from datetime import timedelta
+
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                          timeout=timedelta(seconds=60))
+    if RANK == 0:
+        for key in store.list_keys():
+            if "default_pg" in key and "autotune_guard/" not in key:
+                store.delete_key(key)
+        store.set(f"test/clean/{ATTEMPT}", "1")
+    else:
+        store.wait([f"test/clean/{ATTEMPT}"])
+
+
 def main():
+    if ATTEMPT > 0:
+        clean_start()
     dist.init_process_group("gloo")
     from torch.distributed.distributed_c10d import _get_default_store
 
