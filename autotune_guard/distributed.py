@@ -388,9 +388,9 @@ def _check(dist, group, where: str) -> bool:
                          "gathered", size, where, len(pending))
     message = verdict and verdict["report"]
     if not message:
-        if dist.get_rank(group) == 0 and pending:  # the success line, for checks that compared new entries
+        if dist.get_rank(group) == 0:  # the success line: only checks where some rank brought new entries get here
             logger.info("autotune choices agree across the ranks of group %s at %s: %d kernel/key entries checked, "
-                        "all agree", _rank_list(ranks), where, len(state.reference))
+                        "all agree", _rank_list(ranks), where, len({entry for entry, _ in state.known}))
         return True
     if dist.get_rank(group) == 0:
         logger.error("%s", message)

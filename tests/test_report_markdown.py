@@ -12,7 +12,7 @@ import sys
 import pytest
 import triton
 
-from support import clean_env, run_python
+from support import clean_env, rank_file, run_python
 
 from autotune_guard import files, report
 from autotune_guard.selection import signature
@@ -66,7 +66,7 @@ demo.scale(x, 2.0)
 def test_show_reads_a_table_merged_from_a_real_record(tmp_path):
     run_python(RECORD_ONE, env=clean_env(AUTOTUNE_RECORD_PATH=str(tmp_path / "rec")))
     assert cli("merge", tmp_path / "rec", "-o", tmp_path / "interpret.json")[0] == 0
-    recorded = files.read_document(str(tmp_path / "rec.rank0.json"))
+    recorded = files.read_document(rank_file(tmp_path / "rec", 0))
     expected = {(k, key): signature(e["config"]) for k, entries in recorded["kernels"].items()
                 for key, e in entries.items()}
     assert len(expected) == 2

@@ -300,9 +300,8 @@ store = distributed.job_store()
 signatures = [selection.signature(interception.descriptor(c)) for c in demo.add_kernel.configs]
 winner = demo.add_kernel.configs[5]
 name = consensus.decision_name("interpret", "kernels.demo.add_kernel", "200,torch.float32,torch.float32,torch.float32")
-assert distributed.store_claim(store, name, 1)
-distributed.store_set(store, name + "/result", consensus.encode_winner(
-    1, signatures[5], interception.compact(interception.descriptor(winner)), signatures, True))
+# Rank 1's side of the protocol, run here first: it claims, "tunes" (its winner: candidate 5), publishes.
+assert consensus.decide(store, "test", name, 1, signatures, lambda: signatures[5], 60)[:2] == (5, True)
 x = torch.rand(200)
 assert torch.equal(demo.add(x, x), x + x)
 assert torch.equal(demo.add(x, x), x + x)
