@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from support import REPO, TESTS, last_json
+from support import TESTS, last_json, rank_file
 
 try:
     import torch
@@ -83,7 +83,7 @@ def test_pinned_compiled_from_a_recorded_table(tmp_path):
     prefix = tmp_path / "runs" / "rec"
     recorded, _ = run(tmp_path, "compiled", AUTOTUNE_MODE="record", AUTOTUNE_RECORD_PATH=prefix)
     assert recorded["inductor_bench"] == 10  # Inductor timed every candidate once
-    document = json.loads((tmp_path / "runs" / "rec.rank0.json").read_text())
+    document = json.loads(open(rank_file(prefix, 0)).read())
     entry = document["kernels"][ROWSUM][KEY]
     assert len(entry["timings"]) == 10 and entry["signature"] in entry["timings"]
     arch = document["arch"]

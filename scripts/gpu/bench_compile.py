@@ -87,7 +87,12 @@ assert torch.equal(pinned(x), plain(x))
 # kernel whose key reads a runtime argument gets one; see autotune_guard/inductor.py).
 import gc
 from torch._inductor.runtime.triton_heuristics import CachingAutotuner
-guarded = [o for o in gc.get_objects() if isinstance(o, CachingAutotuner) and "run" in o.__dict__]
+def _guarded(o):
+    try:  # gc also holds weak proxies whose referent is gone: isinstance() raises on those
+        return isinstance(o, CachingAutotuner) and "run" in o.__dict__
+    except ReferenceError:
+        return False
+guarded = [o for o in gc.get_objects() if _guarded(o)]
 wrapper = guarded[0].__dict__["run"] if guarded else None
 per_call = {"pinned": [], "pinned_unwrapped": [], "plain": []}
 for _ in range(30):
