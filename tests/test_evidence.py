@@ -182,6 +182,14 @@ def test_merge_never_votes_with_a_stale_file(tmp_path):
     assert rank_file(rec, 2) in merged.stderr
 
 
+def _ended(prefix) -> bool:
+    found = rank_files(prefix, 0)
+    try:
+        return bool(found) and read(found[0]).get("ended") == "SIGTERM"
+    except Exception:  # (a file is replaced atomically, but may not exist yet)
+        return False
+
+
 @pytest.mark.parametrize("handler", ["default", "exit", "ignore", "note-late"])
 def test_sigterm_saves_the_files_and_keeps_its_effect(tmp_path, handler):
     ch = tmp_path / "ch"
@@ -192,8 +200,13 @@ def test_sigterm_saves_the_files_and_keeps_its_effect(tmp_path, handler):
         assert proc.stdout.readline().strip() == "ready"
         os.kill(proc.pid, signal.SIGTERM)
         if handler in ("ignore", "note-late"):
-            time.sleep(1.0)
-            assert proc.poll() is None  # the program ignores SIGTERM, or only notes it: it keeps running
+            # Wait for the save (a loaded machine can take seconds to run the handler), then check
+            # that the program ignores SIGTERM, or only notes it: it keeps running.
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not _ended(ch):
+                time.sleep(0.1)
+            time.sleep(0.5)
+            assert proc.poll() is None
             os.kill(proc.pid, signal.SIGKILL)
         out, err = proc.communicate(timeout=60)
     finally:
