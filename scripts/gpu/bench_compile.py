@@ -16,13 +16,12 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TESTS = os.path.join(REPO, "tests")
 
 CHILD = r"""
-import hashlib, json, statistics, sys, time
+import hashlib, json, sys, time
 start = time.perf_counter()
 import torch
 import triton.runtime.autotuner as ta
@@ -169,7 +168,6 @@ def main():
         print(line)
         print(json.dumps(result))
         return
-    rows = []
     record = os.path.join(work, "rec")
     configs = [
         ("plain Triton", "eager", {"AUTOTUNE_DISABLE": "1"}),

@@ -7,7 +7,6 @@ benchmarker and Triton's timer ran, the choice log.
 """
 import hashlib
 import json
-import os
 import sys
 import time
 
