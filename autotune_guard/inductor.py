@@ -37,10 +37,14 @@ counted at exit, and an error with ``AUTOTUNE_ON_MISS=error``.
 
 from __future__ import annotations
 
+import ast
+import functools
 import hashlib
+import linecache
 import logging
 import operator
 import re
+import sys
 import threading
 
 from . import api, evidence, interception, selection
@@ -130,6 +134,8 @@ def _guarded_autotune(self, *args, **kwargs):
                     len(kernel.descriptors), how)
     if mode == "off":
         return _original(self, "autotune_to_one_config")(self, *args, **kwargs)
+    if kernel.key_of is not None and _one_key_in_program(self, kernel.key_of[0]):
+        kernel.key_of = None  # compiled for static shapes: the key cannot change, no launch wrapper needed
     if mode == "pinned":
         candidates = list(self.launchers)
         _keep(self, _pinned(kernel, kernel.key, policy), release=kernel.key_of is None)
@@ -143,6 +149,44 @@ def _guarded_autotune(self, *args, **kwargs):
     if kernel.key_of is not None:
         _follow_keys(self, kernel, None, policy)
     return None
+
+
+def _one_key_in_program(self, positions: tuple) -> bool:
+    """Whether the compiled program that launches this kernel passes its key arguments as the
+    same literals at every call (``k.run(x, out, 16384, stream=...)``): a graph compiled for
+    static shapes, where the key cannot change, so the per-launch wrapper of ``_follow_keys`` is
+    not needed and the steady state stays Inductor's own ``run``.  Read from the source of the
+    module whose code called ``run`` (Inductor's generated wrapper, a file in its cache), at the
+    first launch only.  Anything unexpected (a symbolic size ``s0``, an expression, two different
+    literals, a caller that is not a generated function, a source that cannot be read) answers
+    False: the wrapper follows the key, as it must when in doubt."""
+    own = {__name__, *(getattr(c, "__module__", None) for c in type(self).__mro__)}
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_globals.get("__name__") in own:
+        frame = frame.f_back
+    if frame is None or frame.f_code.co_name == "<module>":  # e.g. autotuning at compile time
+        return False
+    names = {name for name, value in list(frame.f_globals.items()) if value is self}
+    tree = _parsed(frame.f_code.co_filename)
+    if not names or tree is None:
+        return False
+    keys = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "run" \
+                and isinstance(node.func.value, ast.Name) and node.func.value.id in names:
+            if any(p >= len(node.args) or not isinstance(node.args[p], ast.Constant) for p in positions):
+                return False
+            keys.add(tuple(node.args[p].value for p in positions))
+    return len(keys) == 1
+
+
+@functools.lru_cache(maxsize=16)  # one generated module launches many kernels: parse it once
+def _parsed(filename: str):
+    lines = linecache.getlines(filename)
+    try:
+        return ast.parse("".join(lines), filename) if lines else None
+    except (SyntaxError, ValueError):
+        return None
 
 
 def _pinned(kernel, key: str, policy) -> int:
@@ -159,7 +203,8 @@ def _follow_keys(self, kernel, candidates, policy) -> None:
     (Inductor drops the key, pytorch #164124).  The guard follows the key on this kernel's own
     launches: pinned switches to the launcher pinned for each new key (``candidates``: every
     launcher, kept alive for that); other modes note each new key with the config Inductor kept,
-    as ``reused``.  Costs a tuple and a dict lookup per launch, on these kernels only."""
+    as ``reused``.  Costs a Python call, a tuple and a dict lookup per launch, on these kernels only:
+    a program compiled for static shapes gets no wrapper (``_one_key_in_program``)."""
     positions, key_text = kernel.key_of
     class_run = type(self).run
     key_values = operator.itemgetter(*positions)  # C-level: the launch path pays one call for it

@@ -64,6 +64,9 @@ def test_pinned_compiled_is_eager_pinned_and_never_benchmarks(tmp_path):
     # vectorise, and so add, differently: the choice is compared, not the bits.)
     rows = entries(result["log"])
     assert rows[KEY] == f"{MIN_COST};pinned", result
+    # Compiled for static shapes, the kernel keeps Inductor's own launch path; for dynamic shapes
+    # the guard follows the key on each launch.
+    assert result["launch_wrappers"] == {"eager": 0, "compiled": 0, "fullgraph": 0, "dynamic": 1}, result
     assert set(rows) == {KEY, "8192,torch.float32,torch.float32"}, result
     # dynamic=True: one compiled kernel serves both key values; pinned still follows the key,
     # here with a table that pins each key to a different config.

@@ -73,6 +73,7 @@ def test_unwrap_finds_the_jit_function_under_autotune_and_heuristics():
 # stand-in with the attributes and methods of CachingAutotuner/AutotuneCache that it uses.  The real
 # classes are driven by test_gpu_compile.py.
 
+import json
 import types
 
 import pytest
@@ -199,19 +200,83 @@ def _user_body(x_ptr, out_ptr, n, BLOCK):  # a user's kernel function; only its 
     pass
 
 
-def test_a_user_kernel_keeps_its_eager_name_and_key(stand_in, guard):
+def _user_kernel():
+    """A user's autotuned kernel as Dynamo saw it, and a CachingAutotuner over Inductor's copy of it
+    (the same source; Dynamo's heuristics folded into each config)."""
     from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
     from triton.runtime.jit import JITFunction
 
     user = triton.autotune(configs=[triton.Config({"BLOCK": b}) for b in (64, 32, 128)], key=["n"],
                            do_bench=_no_timer)(JITFunction(_user_body))
     kernel_side_table.add_kernel(user)  # what Dynamo does when it traces kernel[grid](...)
-    # Inductor's copy of the kernel: the same source, Dynamo's heuristics folded into each config.
     copy = types.SimpleNamespace(__name__="_user_body", src="@triton.jit\n" + user.fn.src)
     configs = [triton.Config({"BLOCK": b, "EVEN": True}) for b in (64, 32, 128)]
+    return _CachingAutotuner(copy, configs, custom_kernel=True, def_args=("x_ptr", "out_ptr", "n"))
+
+
+USER = f"interpret|{__name__}._user_body"
+
+
+def test_a_user_kernel_keeps_its_eager_name_and_key(stand_in, guard):
     guard({"AUTOTUNE_MODE": "pinned"})
-    kernel = _CachingAutotuner(copy, configs, custom_kernel=True, def_args=("x_ptr", "out_ptr", "n"))
+    kernel = _user_kernel()
     x, out = torch.zeros(8, dtype=torch.float16), torch.zeros(8)
     assert kernel.run(x, out, 4096).kwargs == {"BLOCK": 32, "EVEN": True}
-    assert choice_log()[f"interpret|{__name__}._user_body|4096,torch.float16,torch.float32"] == \
+    assert choice_log()[f"{USER}|4096,torch.float16,torch.float32"] == \
         "BLOCK=32,num_warps=4,num_stages=3,num_ctas=1;pinned"
+
+
+def _program(tmp_path, name, kernel, lines):
+    """A module shaped like Inductor's generated wrapper: the kernel is one of its globals, and
+    ``call`` launches it with the arguments as written in ``lines`` (literals, or ``n``)."""
+    import importlib.util
+
+    path = tmp_path / f"{name}.py"
+    path.write_text("def call(x, out, n):\n" + "".join(f"    {line}\n" for line in lines))
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.row_sum_0 = kernel
+    return module
+
+
+def _pin_by_key(tmp_path):
+    table = {"format": "autotune_guard.table/1", "arch": "interpret", "kernels": {f"{__name__}._user_body": {
+        "4096,torch.float16,torch.float32": {"kwargs": {"BLOCK": 128}},
+        "2048,torch.float16,torch.float32": {"kwargs": {"BLOCK": 64}}}}}
+    (tmp_path / "interpret.json").write_text(json.dumps(table))
+    return {"AUTOTUNE_MODE": "pinned", "AUTOTUNE_TABLE_PATH": str(tmp_path), "AUTOTUNE_ON_MISS": "error"}
+
+
+def test_a_program_compiled_for_static_shapes_keeps_inductors_own_launch_path(stand_in, guard, tmp_path):
+    guard(_pin_by_key(tmp_path))
+    kernel = _user_kernel()
+    x, out = torch.zeros(8, dtype=torch.float16), torch.zeros(8)
+    # Every launch passes the key argument as the same literal: the key cannot change, so the guard
+    # leaves no wrapper on the kernel (its launches are Inductor's own run).
+    program = _program(tmp_path, "static_prog", kernel, ["row_sum_0.run(x, out, 4096, stream=0)",
+                                                         "return row_sum_0.run(x, out, 4096, stream=0)"])
+    assert program.call(x, out, 4096).kwargs == {"BLOCK": 128, "EVEN": True}
+    assert "run" not in kernel.__dict__
+    assert [k for k in choice_log() if k.startswith(USER)] == [f"{USER}|4096,torch.float16,torch.float32"]
+
+
+@pytest.mark.parametrize("lines", [
+    ["return row_sum_0.run(x, out, n, stream=0)"],  # dynamic shapes: a symbolic size
+    ["row_sum_0.run(x, out, 4096, stream=0)", "return row_sum_0.run(x, out, n, stream=0)"],
+    ["if n == 4096: return row_sum_0.run(x, out, 4096, stream=0)",  # one kernel, two static shapes
+     "return row_sum_0.run(x, out, 2048, stream=0)"],
+], ids=["symbolic", "literal-and-symbolic", "two-literals"])
+def test_a_program_whose_key_can_change_is_followed_launch_by_launch(stand_in, guard, tmp_path, lines):
+    guard(_pin_by_key(tmp_path))
+    kernel = _user_kernel()
+    x, out = torch.zeros(8, dtype=torch.float16), torch.zeros(8)
+    program = _program(tmp_path, "prog_" + str(abs(hash(tuple(lines)))), kernel, lines)
+    assert program.call(x, out, 4096).kwargs == {"BLOCK": 128, "EVEN": True}
+    assert "run" in kernel.__dict__
+    # The same kernel object, launched with the other key: pinned follows it.
+    assert program.call(x, out, 2048).kwargs == {"BLOCK": 64, "EVEN": True}
+    assert program.call(x, out, 4096).kwargs == {"BLOCK": 128, "EVEN": True}
+    assert {k: v for k, v in choice_log().items() if k.startswith(USER)} == {
+        f"{USER}|4096,torch.float16,torch.float32": "BLOCK=128,num_warps=4,num_stages=3,num_ctas=1;pinned",
+        f"{USER}|2048,torch.float16,torch.float32": "BLOCK=64,num_warps=4,num_stages=3,num_ctas=1;pinned"}

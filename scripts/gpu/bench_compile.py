@@ -64,58 +64,99 @@ print(json.dumps({"hash": hashlib.sha256(out.cpu().numpy().tobytes()).hexdigest(
 
 
 STEADY = r"""
-import json, statistics, sys, time
+import gc, importlib.util, json, os, statistics, sys, tempfile, time
 import torch, triton
 import kernels.compiled as kc
+from torch._inductor.runtime.triton_heuristics import CachingAutotuner
 from autotune_guard import choice_log
 
-# The same kernel twice: with its ten candidates, pinned by the guard to CONFIG through a table,
-# and declared with CONFIG alone, which Inductor runs without any autotuning and the guard never sees.
-alone = triton.autotune(configs=[triton.Config({"BLOCK": 1024}, num_warps=4)], key=["n"])(kc.row_sum.fn)
+CONFIG = {"BLOCK": 1024, "num_warps": 4}
+
+# The baseline: the same ten-config kernel, compiled the same way, left to Inductor (out of the
+# guard's scope: AUTOTUNE_MODULES names kernels.compiled only), its timer fixed to pick CONFIG.  A
+# copy of kernels/compiled.py with one comment added, so that Dynamo and Inductor see two kernels.
+source = open(kc.__file__).read().replace("    row = tl.program_id(0)\n", "    # baseline copy\n    row = tl.program_id(0)\n")
+path = os.path.join(tempfile.mkdtemp(), "baseline_rowsum.py")
+open(path, "w").write(source)
+spec = importlib.util.spec_from_file_location("baseline_rowsum", path)
+base = importlib.util.module_from_spec(spec)
+sys.modules["baseline_rowsum"] = base
+spec.loader.exec_module(base)
+
+def chosen(config):
+    return config.kwargs.get("BLOCK") == CONFIG["BLOCK"] and config.num_warps == CONFIG["num_warps"]
+
+timed = {"bench": 0}
+def fixed_bench(self, launcher, *args, **kwargs):
+    timed["bench"] += 1
+    return 0.001 if chosen(launcher.config) else 1.0
+CachingAutotuner.bench = fixed_bench
+
+# The same kernel declared with CONFIG alone: Inductor runs it with no autotuning step at all.
+alone = triton.autotune(configs=[triton.Config({"BLOCK": CONFIG["BLOCK"]}, num_warps=CONFIG["num_warps"])],
+                        key=["n"])(base.row_sum.fn)
 
 def rowsum_alone(x):
     out = torch.empty(x.shape[0], device=x.device, dtype=torch.float32)
     alone[(x.shape[0],)](x, out, x.shape[1])
     return out
 
-x = torch.randn(1024, 16384, device="cuda")
-pinned = torch.compile(lambda t: kc.rowsum(t))
-plain = torch.compile(lambda t: rowsum_alone(t))
-assert torch.equal(pinned(x), plain(x))
-# The pinned kernel's own object, to time it also without the guard's per-key launch wrapper (a
-# kernel whose key reads a runtime argument gets one; see autotune_guard/inductor.py).
-import gc
-from torch._inductor.runtime.triton_heuristics import CachingAutotuner
-def _guarded(o):
-    try:  # gc also holds weak proxies whose referent is gone: isinstance() raises on those
-        return isinstance(o, CachingAutotuner) and "run" in o.__dict__
-    except ReferenceError:
-        return False
-guarded = [o for o in gc.get_objects() if _guarded(o)]
-wrapper = guarded[0].__dict__["run"] if guarded else None
-per_call = {"pinned": [], "pinned_unwrapped": [], "plain": []}
-for _ in range(30):
-    for name, fn in (("pinned", pinned), ("pinned_unwrapped", pinned), ("plain", plain)):
-        if wrapper is not None:
-            if name == "pinned_unwrapped":
-                del guarded[0].__dict__["run"]
-            else:
-                guarded[0].__dict__["run"] = wrapper
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(300):
-            fn(x)
-        torch.cuda.synchronize()
-        per_call[name].append((time.perf_counter() - t0) / 300 * 1e6)
-print(json.dumps({"pinned_us": statistics.median(per_call["pinned"]), "plain_us": statistics.median(per_call["plain"]),
-                  "pinned_unwrapped_us": statistics.median(per_call["pinned_unwrapped"]),
-                  "wrapped": wrapper is not None, "log": choice_log()}))
+variants = {"pinned": torch.compile(lambda t: kc.rowsum(t)), "inductor_same_config": torch.compile(lambda t: base.rowsum(t)),
+            "one_config": torch.compile(lambda t: rowsum_alone(t)),
+            # dynamic=True: one compiled kernel for every n, so the guard follows the key on each launch
+            "pinned_dynamic": torch.compile(lambda t: kc.rowsum(t), dynamic=True),
+            "inductor_same_config_dynamic": torch.compile(lambda t: base.rowsum(t), dynamic=True)}
+
+def guarded_kernels():
+    found = []
+    for o in gc.get_objects():
+        try:  # gc also holds weak proxies whose referent is gone: isinstance() raises on those
+            if isinstance(o, CachingAutotuner):
+                found.append(o)
+        except ReferenceError:
+            pass
+    return found
+
+result = {"timer_calls": timed, "inputs": {}}
+for rows in (1024, 32):  # 1024 rows: the GPU's time dominates; 32 rows: the host's launch path does
+    x = torch.randn(rows, 16384, device="cuda")
+    outs = {name: fn(x) for name, fn in variants.items()}
+    # dynamic=True compiles do not know that n divides by 16, so they may vectorise, and add, otherwise
+    assert all(torch.equal(outs["pinned" + ("_dynamic" if name.endswith("dynamic") else "")], o)
+               for name, o in outs.items()), "not the same config everywhere"
+    kernels = guarded_kernels()
+    wrapped = [k for k in kernels if "run" in k.__dict__]
+    chosen_ok = all(chosen(k.launchers[0].config) for k in kernels if len(k.launchers) == 1)
+    per_call = {name: [] for name in variants}
+    if wrapped:
+        per_call["pinned_dynamic_unwrapped"] = []
+    for _ in range(30):
+        for name in per_call:
+            fn = variants["pinned_dynamic" if name == "pinned_dynamic_unwrapped" else name]
+            for k in wrapped:
+                if name == "pinned_dynamic_unwrapped":
+                    k.__dict__["_ag_run"] = k.__dict__.pop("run", None) or k.__dict__["_ag_run"]
+                elif "_ag_run" in k.__dict__:
+                    k.__dict__["run"] = k.__dict__.pop("_ag_run")
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(300):
+                fn(x)
+            torch.cuda.synchronize()
+            per_call[name].append((time.perf_counter() - t0) / 300 * 1e6)
+    result["inputs"][f"{rows}x16384"] = {
+        "us": {name: statistics.median(v) for name, v in per_call.items()},
+        "kernels": len(kernels), "with_launch_wrapper": len(wrapped), "all_run_CONFIG": chosen_ok}
+result["log"] = choice_log()
+print(json.dumps(result))
 """
 
 
 def steady(work):
-    """The compiled function's steady per-call time, pinned vs plain with the same config, one
-    process, blocks interleaved."""
+    """The compiled function's steady per-call time in one process, blocks interleaved: pinned vs
+    the same ten-config kernel left to Inductor with its timer fixed to the same config, and vs
+    the kernel declared with that config alone; static and dynamic=True compiles; at a GPU-bound
+    and a launch-bound size."""
     tables = os.path.join(work, "steady-tables")
     os.makedirs(tables, exist_ok=True)
     with open(os.path.join(tables, "sm90.json"), "w") as f:
@@ -123,16 +164,25 @@ def steady(work):
             "kernels.compiled.row_sum": {"*": {"kwargs": {"BLOCK": 1024}, "num_warps": 4}}}}, f)
     env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOTUNE_")}
     env.pop("TRITON_INTERPRET", None)
-    env.update(PYTHONPATH=TESTS, AUTOTUNE_MODE="pinned", AUTOTUNE_TABLE_PATH=tables, AUTOTUNE_ON_MISS="error")
+    env.update(PYTHONPATH=TESTS, AUTOTUNE_MODE="pinned", AUTOTUNE_TABLE_PATH=tables, AUTOTUNE_ON_MISS="error",
+               AUTOTUNE_MODULES="kernels.compiled", TORCHINDUCTOR_CACHE_DIR=os.path.join(work, "steady-inductor"))
     proc = subprocess.run([sys.executable, "-c", STEADY], env=env, capture_output=True, text=True, timeout=400)
     if proc.returncode != 0:
         raise SystemExit(f"steady child failed:\n{proc.stderr[-3000:]}")
     result = json.loads(proc.stdout.strip().splitlines()[-1])
-    ratio = result["pinned_us"] / result["plain_us"]
-    return (f"steady state, compiled, BLOCK=1024 num_warps=4, one process, 30 interleaved blocks of 300 calls: "
-            f"pinned {result['pinned_us']:.2f} µs vs plain {result['plain_us']:.2f} µs per call "
-            f"({(ratio - 1) * 100:+.2f}%); the same pinned kernel without the guard's per-key wrapper "
-            f"{result['pinned_unwrapped_us']:.2f} µs"), result
+    lines = []
+    for size, r in result["inputs"].items():
+        us = r["us"]
+        static = us["pinned"] / us["inductor_same_config"] - 1
+        dynamic = us["pinned_dynamic"] / us["inductor_same_config_dynamic"] - 1
+        unwrapped = us.get("pinned_dynamic_unwrapped", float("nan"))
+        lines.append(f"steady state, compiled, x {size}, BLOCK=1024 num_warps=4, one process, 30 interleaved blocks "
+                     f"of 300 calls: pinned {us['pinned']:.2f} µs vs Inductor's own path with the same config "
+                     f"{us['inductor_same_config']:.2f} µs ({static * 100:+.2f}%), the kernel declared with that "
+                     f"config alone {us['one_config']:.2f} µs; dynamic=True: pinned {us['pinned_dynamic']:.2f} µs vs "
+                     f"{us['inductor_same_config_dynamic']:.2f} µs ({dynamic * 100:+.2f}%), pinned without the guard's "
+                     f"per-key launch wrapper {unwrapped:.2f} µs (kernels with that wrapper: {r['with_launch_wrapper']})")
+    return "\n".join(lines), result
 
 
 def run_four(variant, settings, workdir):

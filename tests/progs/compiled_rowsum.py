@@ -1,10 +1,12 @@
 """A user program for the torch.compile GPU tier: the same autotuned row sum called eagerly and
 under torch.compile (default, fullgraph, dynamic), optionally Inductor's own kernels, optionally as
 a torchrun rank.  Prints one JSON line: output hashes per variant, how many times Inductor's
-benchmarker and Triton's timer ran, the choice log.
+benchmarker and Triton's timer ran, how many compiled kernels carry the guard's per-key launch
+wrapper, the choice log.
 
     python compiled_rowsum.py eager,compiled,fullgraph,dynamic [--generated] [--dist]
 """
+import gc
 import hashlib
 import json
 import sys
@@ -48,7 +50,18 @@ def digest(t):
     return hashlib.sha256(t.detach().cpu().numpy().tobytes()).hexdigest()[:16]
 
 
-hashes, first_s = {}, {}
+def launch_wrappers():
+    """How many of Inductor's kernels carry the guard's per-key launch wrapper (an instance ``run``)."""
+    count = 0
+    for o in gc.get_objects():
+        try:  # gc also holds weak proxies whose referent is gone: isinstance() raises on those
+            count += isinstance(o, triton_heuristics.CachingAutotuner) and "run" in o.__dict__
+        except ReferenceError:
+            pass
+    return count
+
+
+hashes, first_s, wrappers = {}, {}, {}
 for variant in variants:
     if variant == "eager":
         fn = rowsum
@@ -65,6 +78,7 @@ for variant in variants:
     ref = x.double().sum(dim=1)
     assert ((out.double() - ref).norm() / ref.norm()).item() < 1e-5, variant
     hashes[variant] = digest(out)
+    wrappers[variant] = launch_wrappers() - sum(wrappers.values())
     if variant == "dynamic":  # a second key value, served by the same compiled kernel
         hashes["dynamic_small"] = digest(fn(x_small))
         if "eager" in variants:
@@ -79,7 +93,7 @@ if "--generated" in sys.argv:
 
 if "--dist" in sys.argv:
     torch.distributed.barrier()
-result = json.dumps({"rank": rank, "hashes": hashes, "first_s": first_s, **counts,
+result = json.dumps({"rank": rank, "hashes": hashes, "first_s": first_s, "launch_wrappers": wrappers, **counts,
                      "log": autotune_guard.choice_log(), "digest": autotune_guard.choice_digest()})
 print(result)
 if "--dist" in sys.argv:  # ranks print at once: each also leaves its line in a file of its own
