@@ -208,17 +208,17 @@ def _follow_keys(self, kernel, candidates, policy) -> None:
     positions, key_text = kernel.key_of
     class_run = type(self).run
     key_values = operator.itemgetter(*positions)  # C-level: the launch path pays one call for it
-    first = self.launchers[0]
-    current = [first]
+    first = current = self.launchers[0]
     seen = {}
 
     def run(*args, **kwargs):
+        nonlocal current
         launcher = seen.get(key_values(args))
-        if launcher is None:
-            launcher = seen[key_values(args)] = _launcher_for_key(self, kernel, key_text(args), candidates, first,
-                                                                  policy)
-        if launcher is not current[0]:
-            current[0] = launcher
+        if launcher is not current:  # a key not seen yet (None), or another key's launcher
+            if launcher is None:
+                launcher = seen[key_values(args)] = _launcher_for_key(self, kernel, key_text(args), candidates,
+                                                                      first, policy)
+            current = launcher
             self.launchers = [launcher]
             if "_cached_launcher" in self.__dict__:  # torch 2.13's fast path caches the launcher
                 self._cached_launcher = None

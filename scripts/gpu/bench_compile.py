@@ -144,6 +144,9 @@ for rows in (1024, 32):  # 1024 rows: the GPU's time dominates; 32 rows: the hos
                 fn(x)
             torch.cuda.synchronize()
             per_call[name].append((time.perf_counter() - t0) / 300 * 1e6)
+    for k in wrapped:  # the guard's wrapper back in place
+        if "_ag_run" in k.__dict__:
+            k.__dict__["run"] = k.__dict__.pop("_ag_run")
     result["inputs"][f"{rows}x16384"] = {
         "us": {name: statistics.median(v) for name, v in per_call.items()},
         "kernels": len(kernels), "with_launch_wrapper": len(wrapped), "all_run_CONFIG": chosen_ok}
@@ -229,10 +232,10 @@ def main():
     results = {}
     for label, variant, settings in configs:
         results[(label, variant)] = run_four(variant, settings, work)
-    # Merge the 4 record files (rank 0 each, one per process) into a table; pin with it.
+    # Merge the 4 record files (rank 0 each, one per process, each its own run) into a table; pin with it.
     arch_table = os.path.join(work, "tables")
     files = sorted(os.path.join(work, f) for f in os.listdir(work) if f.startswith("rec") and f.endswith(".json"))
-    merge = subprocess.run([sys.executable, "-m", "autotune_guard.report", "merge", "--rule", "fastest", *files, "-o",
+    merge = subprocess.run([sys.executable, "-m", "autotune_guard.report", "merge", "--rule", "fastest", "--all-runs", *files, "-o",
                             os.path.join(arch_table, "sm90.json")], capture_output=True, text=True)
     print("merge:", merge.returncode, merge.stdout.strip()[-300:], merge.stderr.strip()[-500:])
     for variant in ("eager", "compiled"):
