@@ -73,13 +73,21 @@ def patch(heuristics) -> None:
         return
     setattr(cls, _ORIGINALS, {"autotune_to_one_config": cls.autotune_to_one_config,
                               "benchmark_all_configs": cls.benchmark_all_configs})
-    cls.autotune_to_one_config = _guarded_autotune
-    cls.benchmark_all_configs = _kept_timings
+    _replace(cls, "autotune_to_one_config", _guarded_autotune)
+    _replace(cls, "benchmark_all_configs", _kept_timings)
     for method, (flag, what) in RETUNERS.items():
         original = getattr(cls, method, None)
         if callable(original):
-            setattr(cls, method, _guarded_retuner(original, flag, what))
+            _replace(cls, method, _guarded_retuner(original, flag, what))
     _patch_cache(heuristics)
+
+
+def _replace(cls, method: str, function) -> None:
+    """Put ``function`` on ``cls`` as ``method``, under that name: a bound method pickles as
+    ``getattr(instance, __name__)``, and Inductor's compile workers send kernels (holding bound
+    methods such as the cache's ``save``) to the parent by pickle."""
+    function.__name__ = method
+    setattr(cls, method, function)
 
 
 def _patch_cache(heuristics) -> None:
@@ -92,9 +100,9 @@ def _patch_cache(heuristics) -> None:
     if getattr(cache_cls.read_best, _PATCHED, False):
         return
     setattr(cache_cls, _ORIGINALS, {"read_best": cache_cls.read_best, "save": getattr(cache_cls, "save", None)})
-    cache_cls.read_best = _guarded_read_best
+    _replace(cache_cls, "read_best", _guarded_read_best)
     if callable(getattr(cache_cls, "save", None)):
-        cache_cls.save = _guarded_save
+        _replace(cache_cls, "save", _guarded_save)
 
 
 def _original(obj, method: str):

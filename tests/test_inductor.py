@@ -165,6 +165,18 @@ def test_pinned_never_benchmarks_and_picks_the_eager_rule(stand_in, guard):
     assert _AutotuneCache.saved == []
 
 
+def test_patched_methods_still_pickle_as_bound_methods(stand_in):
+    # Inductor's compile workers pickle kernels that hold bound methods (the cache's save hook);
+    # a bound method pickles by its function's name, so the guard's must answer to Inductor's.
+    import pickle
+
+    cache, kernel = pickle.loads(pickle.dumps((_AutotuneCache(), _generated())))
+    for bound in (cache.save, cache.read_best, kernel.autotune_to_one_config, kernel.benchmark_all_configs,
+                  kernel.coordinate_descent_tuning):
+        again = pickle.loads(pickle.dumps(bound))
+        assert again.__func__ is bound.__func__ and getattr(again.__func__, "_autotune_guard", False)
+
+
 def test_pinned_with_block_sizes_and_chaos_use_the_same_rule(stand_in, guard):
     guard({"AUTOTUNE_MODE": "pinned", "AUTOTUNE_BLOCK_SIZES": "XBLOCK=512"})
     kernel = _generated()
