@@ -15,7 +15,7 @@ OUT="${OUT:-$(mktemp -d)}"
 mkdir -p "$OUT"
 BASE="${PYTHON:-python3}"
 VENV="${VENV:-/tmp/ag-gpu-venv}"
-STEPS="${STEPS:-tests compile bench launch startup}"  # any of: tests compile bench launch startup diagnose
+STEPS="${STEPS-tests compile bench launch startup}"  # any of: tests compile bench launch startup diagnose; empty: set-up only
 
 main() {
 echo "=== setup ($(date -u '+%Y-%m-%d %H:%M:%S UTC'))"

@@ -71,6 +71,7 @@ from torch._inductor.runtime.triton_heuristics import CachingAutotuner
 from autotune_guard import choice_log
 
 CONFIG = {"BLOCK": 1024, "num_warps": 4}
+BLOCKS = 100  # blocks of 300 calls per variant, interleaved: the host's per-call time drifts by several µs
 
 # The baseline: the same ten-config kernel, compiled the same way, left to Inductor (out of the
 # guard's scope: AUTOTUNE_MODULES names kernels.compiled only), its timer fixed to pick CONFIG.  A
@@ -130,7 +131,7 @@ for rows in (1024, 32):  # 1024 rows: the GPU's time dominates; 32 rows: the hos
     per_call = {name: [] for name in variants}
     if wrapped:
         per_call["pinned_dynamic_unwrapped"] = []
-    for _ in range(30):
+    for _ in range(BLOCKS):
         for name in per_call:
             fn = variants["pinned_dynamic" if name == "pinned_dynamic_unwrapped" else name]
             for k in wrapped:
@@ -179,7 +180,7 @@ def steady(work):
         static = us["pinned"] / us["inductor_same_config"] - 1
         dynamic = us["pinned_dynamic"] / us["inductor_same_config_dynamic"] - 1
         unwrapped = us.get("pinned_dynamic_unwrapped", float("nan"))
-        lines.append(f"steady state, compiled, x {size}, BLOCK=1024 num_warps=4, one process, 30 interleaved blocks "
+        lines.append(f"steady state, compiled, x {size}, BLOCK=1024 num_warps=4, one process, 100 interleaved blocks "
                      f"of 300 calls: pinned {us['pinned']:.2f} µs vs Inductor's own path with the same config "
                      f"{us['inductor_same_config']:.2f} µs ({static * 100:+.2f}%), the kernel declared with that "
                      f"config alone {us['one_config']:.2f} µs; dynamic=True: pinned {us['pinned_dynamic']:.2f} µs vs "
