@@ -292,3 +292,19 @@ def test_a_program_whose_key_can_change_is_followed_launch_by_launch(stand_in, g
     assert {k: v for k, v in choice_log().items() if k.startswith(USER)} == {
         f"{USER}|4096,torch.float16,torch.float32": "BLOCK=128,num_warps=4,num_stages=3,num_ctas=1;pinned",
         f"{USER}|2048,torch.float16,torch.float32": "BLOCK=64,num_warps=4,num_stages=3,num_ctas=1;pinned"}
+
+
+def test_the_compiled_launch_benchmark_runs():
+    # scripts/bench_compiled_launch.py drives this adapter from generated-wrapper-shaped modules; it
+    # asserts the pinned config, no wrapper for a literal key and the wrapper for a symbolic one.
+    import os
+    import subprocess
+    import sys
+
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts",
+                          "bench_compiled_launch.py")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOTUNE_")}
+    proc = subprocess.run([sys.executable, script, "--reps", "2", "--launches", "50"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "dynamic shapes (the guard's per-key wrapper)" in proc.stdout and "not governed" not in proc.stderr
