@@ -689,7 +689,7 @@ def _rank_digests(sources) -> dict:
         if len(docs) == 1:
             digests[rank] = docs[0]["digest"]
         else:
-            from .evidence import digest_of
+            from .choices import digest_of
 
             digests[rank] = digest_of({k: v for doc in docs for k, v in doc["log"].items()})
     return digests

@@ -73,27 +73,27 @@ def test_a_launch_after_install_waits_for_a_pinned_launch_in_flight(guard, fresh
 def test_no_choice_escapes_the_log_while_a_policy_is_installed(guard, fresh, monkeypatch):
     """Race 2: a thread's first launch while install() runs.  Its choice is either made under the
     old policy and not used, or made under the new one and in the new log: never used unlogged."""
-    from autotune_guard import choice_log, evidence
+    from autotune_guard import choice_log, state
 
     guard({"AUTOTUNE_MODE": "pinned", "AUTOTUNE_ON_MISS": "first"})
     kernel = seams.make()
-    real_reset = evidence.reset
+    real_replace = state.replace
     launched = {}
 
     def launch():
         launched["ok"] = seams.launch(kernel, _x(100)).equal(_x(100) * 2)
 
-    def reset_with_a_launch_in_between():
-        # A launch by another thread while install() is between applying and resetting.
+    def replace_with_a_launch_in_between(policy):
+        # A launch by another thread while install() is replacing the process state.
         thread = threading.Thread(target=launch)
         thread.start()
         thread.join(0.5)
         launched["thread"] = thread
-        real_reset()
+        return real_replace(policy)
 
-    monkeypatch.setattr(evidence, "reset", reset_with_a_launch_in_between)
+    monkeypatch.setattr(state, "replace", replace_with_a_launch_in_between)
     guard({"AUTOTUNE_MODE": "pinned"})  # min_cost
-    monkeypatch.setattr(evidence, "reset", real_reset)
+    monkeypatch.setattr(state, "replace", real_replace)
     launched["thread"].join(30)
     assert launched["ok"] is True
     # The launch ran the new policy's choice (min_cost: 16), and the new log says so.
@@ -211,14 +211,14 @@ def test_configs_differing_only_in_ir_override_are_told_apart(guard, fresh, tmp_
     from autotune_guard import files, interception, selection
 
     plain = triton.Config({"BLOCK": 16})
-    assert selection.signature(interception.descriptor(plain)) == "BLOCK=16,num_warps=4,num_stages=3,num_ctas=1"
+    assert selection.signature(selection.descriptor(plain)) == "BLOCK=16,num_warps=4,num_stages=3,num_ctas=1"
     if "ir_override" in triton.Config.__init__.__code__.co_varnames:
         other = triton.Config({"BLOCK": 16}, ir_override="/kernels/double.ttgir")
-        a, b = interception.descriptor(plain), interception.descriptor(other)
+        a, b = selection.descriptor(plain), selection.descriptor(other)
         assert selection.signature(b) == "BLOCK=16,num_warps=4,num_stages=3,num_ctas=1,ir_override=/kernels/double.ttgir"
-        assert interception.compact(b)["ir_override"] == "/kernels/double.ttgir"
+        assert selection.compact(b)["ir_override"] == "/kernels/double.ttgir"
         defaults = interception.config_defaults()
-        entry = interception.compact(b)
+        entry = selection.compact(b)
         assert [selection.entry_matches(entry, d, defaults) for d in (a, b)] == [False, True]
         assert [selection.entry_matches({"kwargs": {"BLOCK": 16}}, d, defaults) for d in (a, b)] == [True, False]
         # A table naming the ir_override config is valid, and min_cost breaks the tie by the text.
@@ -235,7 +235,7 @@ def test_configs_differing_only_in_ir_override_are_told_apart(guard, fresh, tmp_
         kwargs, num_warps, num_stages, num_ctas, maxnreg = {"BLOCK": 16}, 4, 3, 1, None
         num_buffers_warp_spec, num_consumer_groups, reg_dec_producer, reg_inc_consumer = 2, 2, 40, 232
 
-    desc = interception.descriptor(WarpSpecConfig())
+    desc = selection.descriptor(WarpSpecConfig())
     assert selection.signature(desc) == ("BLOCK=16,num_warps=4,num_stages=3,num_ctas=1,num_buffers_warp_spec=2,"
                                          "num_consumer_groups=2,reg_dec_producer=40,reg_inc_consumer=232")
     assert not selection.entry_matches({"kwargs": {"BLOCK": 16}}, desc, interception.config_defaults())
@@ -297,7 +297,7 @@ from kernels import demo
 dist.init_process_group("gloo", init_method="file://" + sys.argv[1], rank=0, world_size=1)
 store = distributed.job_store()
 # Another rank claimed key 200 and published its winner, as _consensus_tune does.
-signatures = [selection.signature(interception.descriptor(c)) for c in demo.add_kernel.configs]
+signatures = [selection.signature(selection.descriptor(c)) for c in demo.add_kernel.configs]
 winner = demo.add_kernel.configs[5]
 name = consensus.decision_name("interpret", "kernels.demo.add_kernel", "200,torch.float32,torch.float32,torch.float32")
 # Rank 1's side of the protocol, run here first: it claims, "tunes" (its winner: candidate 5), publishes.
