@@ -6,10 +6,10 @@ through every alias: ``triton.autotune``, ``triton.runtime.Autotuner``) with ``_
 * pinned, Triton 3.8+: the chosen config becomes the only survivor of the kernel's own pruning
   (``Autotuner.prune_configs`` is wrapped), which Triton 3.8+ treats as decided: no timing, the
   choice goes into Triton's ``cache`` and every later launch of the key is Triton's own cached
-  path.  The selection (``selection.select``) runs on what the kernel's pruning kept.  Where
-  nothing on the launch path reads Triton's shared ``nargs`` (no pruning functions, no Config
-  pre_hooks) later launches call Triton's run directly (``_go_direct``); otherwise they hold the
-  autotuner's lock.
+  path.  The selection (``pinning.pinned_index``) runs on what the kernel's pruning kept, which
+  reads this call's own arguments (``_OwnArguments``).  Where no Config has a pre_hook (the one
+  reader of Triton's shared ``nargs`` on a decided key's launch) later launches call Triton's run
+  directly (``_go_direct``); otherwise they hold the autotuner's lock.
 * pinned, Triton 3.3-3.7 (where a pruning result of one is still timed), and consensus: the
   tuning key is computed exactly as Triton 3.2+ computes it; the first launch of a key selects,
   later launches find it in a dict; the launch runs through Triton's single-config branch
@@ -262,11 +262,13 @@ class _State:
         self.via_pruning = self.mode == "pinned" and _pins_through_pruning
         # A subclass that overrides run may fill ``cache`` itself before calling Triton's run.
         self.library_check = getattr(type(autotuner).run, "_autotune_guard_wraps", None) is not None
-        # Triton 3.8+, pinned, and nothing on the launch path reads the arguments Triton's run
-        # keeps on the autotuner (``nargs``: pruning functions, Config pre_hooks): launches can go
-        # straight to Triton's run, with no lock (see _go_direct).
-        self.direct = (self.via_pruning and not self.library_check and not autotuner.early_config_prune
-                       and not autotuner.perf_model and not any(c.pre_hook for c in autotuner.configs))
+        # Triton 3.8+, pinned, and nothing on a decided key's launch reads the arguments Triton's
+        # run keeps on the autotuner (``nargs``, which every thread launching it rewrites): no
+        # Config pre_hook.  Launches then go straight to Triton's run, with no lock (see
+        # _go_direct).  Pruning functions read ``nargs`` too, but only at a new key's first
+        # launch, and there _guarded_prune hands them this call's own arguments.
+        self.direct = (self.via_pruning and not self.library_check
+                       and not any(c.pre_hook for c in autotuner.configs))
         # Entries an earlier policy accounted for (pinned or observed): not the library's.
         self.accounted = set(previous.seen) if isinstance(previous, _State) else set()
         if policy.enumerate and len(autotuner.configs) > 1:
@@ -323,8 +325,8 @@ def _new_state(autotuner, launch=None) -> _State:
                 else:
                     cache.clear()
             setattr(autotuner, _STATE_ATTR, state)
-            if state.direct:
-                _go_direct(autotuner)
+            if state.via_pruning and not state.library_check:
+                _go_direct(autotuner, state)
             if state.library_check and launch is not None and cache and state.mode != "off":
                 _check_library_entry(autotuner, state, *launch)
             if state.mode in ("auto", "record") and cache:
@@ -333,15 +335,38 @@ def _new_state(autotuner, launch=None) -> _State:
         return state
 
 
-def _go_direct(autotuner) -> None:
-    """Triton 3.8+ pinned: later launches call Triton's own run directly (an instance attribute
-    shadows the class's guarded run), so the steady state is Triton's cached path and nothing
-    else.  A new key still meets the guard, in ``_guarded_prune``.  Under ``shared.swap_lock``, so a
-    policy change cannot miss it."""
+def _go_direct(autotuner, state) -> None:
+    """Triton 3.8+ pinned: later launches skip the guarded run (an instance attribute shadows the
+    class's), so the steady state is Triton's cached path: Triton's own run itself, or, when a
+    Config has a pre_hook, Triton's run under the autotuner's lock (``_hold_and_run``).  A new key
+    still meets the guard, in ``_guarded_prune``.  Under ``shared.swap_lock``, so a policy change
+    cannot miss it (``_replace`` takes the launches back)."""
     with shared.swap_lock:
-        if autotuner.__dict__.get(_STATE_ATTR) is not None and autotuner.__dict__[_STATE_ATTR].generation == shared.now.generation:
-            autotuner.__dict__["run"] = types.MethodType(_original_run, autotuner)
+        if autotuner.__dict__.get(_STATE_ATTR) is state and state.generation == shared.now.generation:
+            if state.direct:
+                run = types.MethodType(_original_run, autotuner)
+            else:
+                run = functools.partial(_hold_and_run, autotuner, state)
+            autotuner.__dict__["run"] = run
             _direct.add(autotuner)
+
+
+def _hold_and_run(self, state, *args, **kwargs):
+    """Triton 3.8+ pinned, a kernel whose Configs have pre_hooks: Triton's own run, under the
+    autotuner's lock, because Triton's run keeps the call's arguments in ``self.nargs``, shared
+    by every thread launching this autotuner, and a pre_hook reads them.  A failed launch leaves
+    the autotuner as it was.  acquire/release rather than ``with``: measurably cheaper per launch."""
+    lock = state.lock
+    lock.acquire()
+    try:
+        best = self.__dict__.get("best_config", _MISSING)
+        try:
+            return _original_run(self, *args, **kwargs)
+        except BaseException:
+            _undo_failed_launch(self, state, args, kwargs, best)
+            raise
+    finally:
+        lock.release()
 
 
 def _guarded_run(self, *args, **kwargs):
@@ -352,23 +377,15 @@ def _guarded_run(self, *args, **kwargs):
         state = _new_state(self, (args, kwargs))
     mode = state.mode
     if state.via_pruning:
-        # Triton 3.8+: the choice lives in Triton's cache; this is Triton's own cached path.  Under
-        # the autotuner's lock: Triton's run keeps the call's arguments in ``self.nargs``, shared
-        # by every thread launching this autotuner (pruning and pre_hooks read it).
-        lock = state.lock
-        lock.acquire()
-        try:
-            if state.library_check and len(self.cache) != len(state.seen):
+        # Triton 3.8+: the choice lives in Triton's cache; this is Triton's own cached path (later
+        # launches skip this function, see _go_direct, except for a subclass that may fill the
+        # cache itself: its new entries are looked at first, under the same hold of the lock).
+        if not state.library_check:
+            return _hold_and_run(self, state, *args, **kwargs)
+        with state.lock:
+            if len(self.cache) != len(state.seen):
                 _check_library_entry(self, state, args, kwargs)
-            attrs = self.__dict__
-            best = attrs.get("best_config", _MISSING)
-            try:
-                return _original_run(self, *args, **kwargs)
-            except BaseException:
-                _undo_failed_launch(self, state, args, kwargs, best)
-                raise
-        finally:
-            lock.release()
+            return _hold_and_run(self, state, *args, **kwargs)
     if mode == "pinned" or mode == "consensus":
         # The steady state, inlined (it is every launch): under the lock, because another
         # thread's pinned launch swaps ``configs`` to one element for the length of its call.
@@ -431,9 +448,14 @@ _guarded_run._autotune_guard = True
 
 def _guarded_prune(self, kwargs):
     """Triton 3.8+: the kernel's own pruning, then, for a pinned autotuner, the chosen config as
-    its only survivor (Triton caches it without timing).  Called by Triton's run under the
-    autotuner's lock, with ``self.nargs`` set to the call's positional arguments."""
-    pruned = _original_prune(self, kwargs)
+    its only survivor (Triton caches it without timing).  Called by Triton's run for a key not in
+    its cache; the pruning functions see this call's arguments even when other threads launch
+    the autotuner directly meanwhile (and rewrite ``self.nargs``)."""
+    call = _tritons_call(sys._getframe(1))
+    if call is not None and (self.early_config_prune or self.perf_model):
+        pruned = _original_prune(_OwnArguments(self, dict(zip(self.arg_names, call[1]))), kwargs)
+    else:
+        pruned = _original_prune(self, kwargs)
     while True:
         state = self.__dict__.get(_STATE_ATTR)
         if not isinstance(state, _State) or state.generation != shared.now.generation:
@@ -442,8 +464,9 @@ def _guarded_prune(self, kwargs):
             state = _new_state(self)
         if not state.via_pruning:
             return pruned
-        key = _key_in_tritons_run(sys._getframe(1))
-        if key is None:
+        if call is not None:
+            key = call[0]
+        else:
             key = _tuning_key(state, (), {**(self.nargs or {}), **kwargs})
         config = state.selected.get(key)
         if config is None:
@@ -457,14 +480,29 @@ def _guarded_prune(self, kwargs):
 _guarded_prune._autotune_guard = True
 
 
-def _key_in_tritons_run(frame):
-    """The tuning key Triton's run computed for this call (its local ``key``), when pruning was
-    called from it: exact even if another thread replaced ``self.nargs`` meanwhile."""
+def _tritons_call(frame):
+    """(the tuning key, the positional arguments) of the call of Triton's run that called the
+    pruning (its locals ``key`` and ``args``), or None when pruning was called from elsewhere:
+    exact even if another thread replaced ``self.nargs`` meanwhile."""
     if frame is not None and frame.f_code is _original_run.__code__:
-        key = frame.f_locals.get("key")
-        if isinstance(key, tuple):
-            return key
+        local = frame.f_locals
+        key, args = local.get("key"), local.get("args")
+        if isinstance(key, tuple) and isinstance(args, tuple):
+            return key, args
     return None
+
+
+class _OwnArguments:
+    """The autotuner as the kernel's pruning functions see it at a new key's first launch: its
+    ``nargs`` are this call's arguments, whatever other threads wrote into the autotuner's own;
+    every other attribute is the autotuner's.  Triton's ``prune_configs`` only reads ``self``."""
+
+    def __init__(self, autotuner, nargs):
+        self.__dict__["_autotuner"] = autotuner
+        self.__dict__["nargs"] = nargs
+
+    def __getattr__(self, name):
+        return getattr(self.__dict__["_autotuner"], name)
 
 
 def _undo_failed_launch(autotuner, state, args, kwargs, best) -> None:

@@ -264,8 +264,8 @@ def test_pinned_governs_keys_triton_tuned_before_and_leaves_nothing_behind(guard
 
 
 def test_on_triton_3_8_pinned_launches_go_straight_to_tritons_run(guard, fresh):
-    """Without pruning functions or Config pre_hooks (nothing reads Triton's ``nargs``), a pinned
-    autotuner's launches call Triton's own run: the steady state is Triton's cached path and
+    """Without Config pre_hooks (nothing on a decided key's launch reads Triton's ``nargs``), a
+    pinned autotuner's launches call Triton's own run: the steady state is Triton's cached path and
     nothing else.  A new key still meets the guard (in pruning); a new policy takes it back."""
     from autotune_guard import choice_log, interception
 
@@ -284,6 +284,45 @@ def test_on_triton_3_8_pinned_launches_go_straight_to_tritons_run(guard, fresh):
     assert "run" not in kernel.__dict__
     seams.launch(kernel, _x(100))
     assert len(seams.TIMER_CALLS) == 3 and choice_log()[_entry(100)].endswith(";timed")
+
+
+def test_on_triton_3_8_a_pruned_kernel_goes_straight_to_tritons_run_and_prunes_its_own_arguments(guard, fresh):
+    """A kernel with its own pruning is launched by Triton's run directly too: the pruning runs
+    at a new key's first launch, and reads that launch's arguments even when another thread's
+    launch rewrote (and cleared) the autotuner's shared ``nargs`` after Triton's run set them."""
+    from autotune_guard import choice_log, interception
+
+    guard({"AUTOTUNE_MODE": "pinned"})  # patches Triton, whose release says whether it pins by pruning
+    if not interception._pins_through_pruning:
+        pytest.skip("pruning to one is timed before Triton 3.8")
+    pruned_for = []
+
+    def prune(configs, nargs, **kwargs):
+        pruned_for.append(nargs["n"])
+        return seams.prune_small_blocks_for_large_n(configs, nargs)
+
+    kernel = triton.autotune(configs=[triton.Config({"BLOCK": b}) for b in (128, 16, 64, 32)], key=["n"],
+                             do_bench=seams.random_timer, prune_configs_by={"early_config_prune": prune})(seams.double_body)
+    assert seams.launch(kernel, _x(100)).equal(_x(100) * 2)
+    assert kernel.__dict__["run"].__func__ is interception._original_run
+    other = []
+
+    class Interleaved(list):
+        """Triton's run reads ``keys`` between setting ``nargs`` and pruning: another thread's
+        launch of the decided key runs right there, to its end (which sets ``nargs`` to None)."""
+
+        def __iter__(self):
+            if threading.current_thread() is threading.main_thread() and not other:
+                thread = threading.Thread(target=lambda: other.append(seams.launch(kernel, _x(100)).equal(_x(100) * 2)))
+                thread.start()
+                thread.join(30)
+            return super().__iter__()
+
+    kernel.keys = Interleaved(kernel.keys)
+    assert seams.launch(kernel, _x(2000)).equal(_x(2000) * 2)
+    assert other == [True] and pruned_for == [100, 2000]
+    assert choice_log()[_entry(2000)].startswith("BLOCK=64,") and choice_log()[_entry(2000)].endswith(";pinned")
+    assert seams.TIMER_CALLS == []
 
 
 CONSENSUS_LISTENED = """
