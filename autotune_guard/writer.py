@@ -40,6 +40,9 @@ _final_written = False
 _flusher: "_Flusher | None" = None
 _exit_registered = False
 _started = time.time()
+# "SIGTERM" once that signal's save ran: every later write says so too, so that the background
+# writer, should it write after the handler (the program ignored the signal and ran on), keeps it.
+_ended_by: str | None = None
 
 # The run id children inherit: set by the first guarded process of a run (see run_id()).
 RUN_VARIABLE = "_AUTOTUNE_GUARD_RUN"
@@ -168,7 +171,7 @@ def write_files(complete: bool = False) -> None:
         process = state.now
         log, records, arch, packages = process.log.snapshot()
         if process.policy is not None and (log or records):  # a process that chose nothing writes nothing
-            _write(process.policy, *fix_rank(), log, records, arch, packages, complete)
+            _write(process.policy, *fix_rank(), log, records, arch, packages, complete, _ended_by)
 
 
 def _write(policy, rank, world, log, records, arch, packages, complete, ended=None) -> None:
@@ -235,9 +238,9 @@ def _after_fork_in_child() -> None:
     # A lock held by the parent's writer thread at fork() would stay held forever in the child.
     # The child's file holds the choices the child makes (the parent's are in the parent's file);
     # it keeps the parent's rank and run.
-    global _write_lock, _flusher, _final_written, _started, _exited
+    global _write_lock, _flusher, _final_written, _started, _exited, _ended_by
     _write_lock, _flusher = threading.Lock(), None
-    _started, _exited = time.time(), False
+    _started, _exited, _ended_by = time.time(), False, None
     state.now.log.forget_after_fork()
     _final_written = False
 
@@ -290,6 +293,8 @@ def _save_on_sigterm() -> None:
 def _on_sigterm(signum, frame):
     # The interrupted main thread may hold a lock the write needs: wait a little, never forever
     # (the copy the background writer keeps current is then what remains).
+    global _ended_by
+    _ended_by = "SIGTERM"
     if _write_lock.acquire(timeout=2.0):
         try:
             process = state.now
