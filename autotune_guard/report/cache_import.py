@@ -58,7 +58,7 @@ def cache_files(directory: str) -> list[str]:
 
 def descriptor_of(fields: dict, where: str) -> dict:
     """A ``Config.__dict__`` as Triton wrote it -> a table descriptor (fields at default left out
-    as ``interception.compact`` leaves them)."""
+    as ``selection.compact`` leaves them)."""
     if not isinstance(fields, dict) or not isinstance(fields.get("kwargs", {}), dict):
         raise CacheError(f"{where}: a config must be an object with a 'kwargs' object")
     desc = {"kwargs": dict(fields.get("kwargs", {}))}
