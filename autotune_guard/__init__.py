@@ -17,7 +17,7 @@ _API = {
     "PolicyError": "policy",
     "SelectionError": "selection",
     "ConsensusError": "consensus",
-    "ChoiceMismatchError": "distributed",
+    "ChoiceMismatchError": "verification",
 }
 __all__ = list(_API)
 

@@ -7,7 +7,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import replace
 
-from . import evidence, interception, policy as policies
+from . import interception, policy as policies, writer
+from . import state as shared
 from .policy import AutotunePolicy, policy_from_environment, policy_from_settings
 
 logger = logging.getLogger("autotune_guard")
@@ -37,9 +38,9 @@ def install(policy: AutotunePolicy | Mapping | None = None, *, deterministic: bo
 
 def _carry_out(policy: AutotunePolicy) -> None:
     if policy.record_path:
-        evidence.check_writable(policy.record_path, "AUTOTUNE_RECORD_PATH")
+        writer.check_writable(policy.record_path, "AUTOTUNE_RECORD_PATH")
     if policy.digest_path:
-        evidence.check_writable(policy.digest_path, "AUTOTUNE_DIGEST_PATH")
+        writer.check_writable(policy.digest_path, "AUTOTUNE_DIGEST_PATH")
     module = interception.triton_autotuner_module()
     if module is not None:
         interception.apply(policy, module)  # raises before changing anything if it cannot
@@ -48,7 +49,7 @@ def _carry_out(policy: AutotunePolicy) -> None:
 
         interception.set_pending(policy)
         _boot.arm()
-    # interception reset the choice log and configured the files in the same step as the swap.
+    # The new process state (policy, empty choice log) was put in place in one step with the files' set-up.
     configure_logging(policy.log_level)
     from . import distributed
 
@@ -163,7 +164,7 @@ def configure_logging(level: str) -> None:
 
 def _tag_rank(record) -> bool:
     # The rank the evidence is filed under once the process has chosen (it outlives the group).
-    fixed = evidence.fixed_rank()
+    fixed = shared.now.lasting.rank_world
     if fixed is None:
         from .distributed import rank_and_world
 
@@ -178,5 +179,5 @@ def _describe(policy):
     return describe(policy)
 
 
-choice_log = evidence.choice_log
-choice_digest = evidence.choice_digest
+choice_log = shared.choice_log
+choice_digest = shared.choice_digest

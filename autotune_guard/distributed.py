@@ -1,4 +1,5 @@
-"""Everything that touches ``torch.distributed``: rank, barrier-fired verification, the job's Store.
+"""Everything that touches ``torch.distributed``: rank, barrier-fired verification (its rules are
+``verification``), the job's Store.
 
 torch is never imported from here at start-up: each function looks at ``sys.modules`` first, so
 a process that never imported torch.distributed pays nothing.
@@ -11,7 +12,10 @@ import os
 import sys
 import threading
 
+from . import state as shared
 from .consensus import StoreError  # job_store raises it
+# The rules of a check (plain data); ChoiceMismatchError and BUCKETS are also read from here.
+from .verification import BUCKETS, ChoiceMismatchError, GroupState, compare, learn, pair_hash as _pair_hash, rank_list, report
 
 logger = logging.getLogger("autotune_guard")
 
@@ -60,46 +64,18 @@ def rank_and_world() -> tuple[int, int]:
 #   program collective paired with the guard's.
 # * What travels is fixed-size first: one int (how many new choices the rank has), then, only
 #   when some rank has any, one all_reduce of per-bucket hashes of what each rank has seen; the
-#   entries themselves are gathered only for the buckets whose hashes differ.
-#
-# Each group keeps the set of (entry, signature) pairs its ranks have agreed to have seen
-# (``known``, identical on every member) and its per-bucket hashes.  A rank's view of a bucket is
-# ``known`` plus its own new pairs: equal views on every rank mean nothing new disagrees, and a
-# rank reaching a key late with the group's value adds nothing to its view.
+#   entries themselves are gathered only for the buckets whose hashes differ (the rules:
+#   ``verification``).
 
-
-class ChoiceMismatchError(RuntimeError):
-    """Ranks of one process group ran different configs for one kernel and key
-    (raised on every rank of the group with ``AUTOTUNE_VERIFY_STRICT=1``)."""
-
-
-REPORT_ENTRIES = 5  # offending entries a report spells out; the rest are counted
-BUCKETS = 256  # per-bucket hashes in a check with new choices: 2 x 256 int64 = 4 KiB each way
-_HASH_MASK = (1 << 62) - 1  # hashes and their negations fit an int64
 CHECK_TIMEOUT_S = 300.0  # the guard's group gives up (named) when a check does not complete
 
 _taken: list[tuple[str, str]] = []  # (arch|kernel|key, config signature), in the order chosen
-_groups = None  # ProcessGroup -> _GroupState (weak keys: a destroyed group takes its state along)
+_groups = None  # ProcessGroup -> GroupState (weak keys: a destroyed group takes its state along)
 _groups_by_id: dict = {}  # for group objects that cannot be weakly referenced
 _state_lock = threading.Lock()
 _hook_registered = False
 _startup = None  # (every, strict, error): the cadence read from the environment, once
 last_check: dict = {}  # what the latest check moved (bytes sent/received per rank): benchmarks read it
-
-
-class _GroupState:
-    __slots__ = ("barriers", "cursor", "reference", "known", "digests", "pending", "guard")
-
-    def __init__(self):
-        self.barriers = 0  # barrier calls of this group seen by this rank
-        self.cursor = 0  # _taken[:cursor] has been looked at for this group
-        # entry -> (signature, global rank that first reported it): what the group saw first for
-        # each entry, so that a report can say what an earlier check found.
-        self.reference: dict[str, tuple[str, int]] = {}
-        self.known: set = set()  # (entry, signature) pairs the group has seen, the same on every member
-        self.digests = [0] * BUCKETS  # XOR of the hashes of ``known`` by bucket
-        self.pending: set = set()  # this rank's pairs not in ``known`` yet
-        self.guard = None  # the guard's own ProcessGroupGloo for this group
 
 
 def startup_cadence() -> tuple[int, bool]:
@@ -269,10 +245,7 @@ def _check_in(group, where: str, nothing_to_compare):
 
 
 def _installed_policy():
-    # A dict lookup, not an import: until interception is loaded (with Triton, or by install())
-    # there is no policy, and a torch-only process (torchrun's launcher) never loads it.
-    module = sys.modules.get("autotune_guard.interception")
-    return module.active_policy() if module is not None else None
+    return shared.now.policy
 
 
 def _resolve(dist, group):
@@ -284,7 +257,7 @@ def _resolve(dist, group):
     return group
 
 
-def _state_for(group) -> _GroupState:
+def _state_for(group) -> GroupState:
     global _groups
     with _state_lock:
         if _groups is None:
@@ -294,36 +267,17 @@ def _state_for(group) -> _GroupState:
         try:
             state = _groups.get(group)
             if state is None:
-                state = _groups[group] = _GroupState()
+                state = _groups[group] = GroupState()
         except TypeError:  # not weakly referenceable
-            state = _groups_by_id.setdefault(id(group), _GroupState())
+            state = _groups_by_id.setdefault(id(group), GroupState())
         return state
-
-
-def _pair_hash(entry: str, signature: str) -> tuple[int, int]:
-    """(bucket, hash) of one choice: the bucket by the entry alone, so that two values of one
-    kernel/key always meet in one bucket."""
-    import hashlib
-
-    bucket = int.from_bytes(hashlib.blake2b(entry.encode(), digest_size=4).digest(), "little") % BUCKETS
-    value = int.from_bytes(hashlib.blake2b(f"{entry}\0{signature}".encode(), digest_size=8).digest(), "little")
-    return bucket, value & _HASH_MASK
-
-
-def _learn(state: _GroupState, pair) -> None:
-    if pair not in state.known:
-        state.known.add(pair)
-        bucket, value = _pair_hash(*pair)
-        state.digests[bucket] ^= value
 
 
 def _check(dist, group, where: str) -> bool:
     """One check in ``group`` (every rank of it calls this at the same point)."""
-    from . import evidence
-
     state = _state_for(group)
     with _state_lock:
-        for entry, value in evidence.take_unverified().items():
+        for entry, value in shared.take_unverified().items():
             _taken.append((entry, value.split(";", 1)[0]))  # the config, not how it was chosen
         for pair in _taken[state.cursor:]:
             if pair not in state.known:
@@ -336,14 +290,14 @@ def _check(dist, group, where: str) -> bool:
     if size < 2:  # nobody to disagree with
         with _state_lock:
             for pair in pending:
-                _learn(state, pair)
+                learn(state, pair)
                 state.reference.setdefault(pair[0], (pair[1], ranks[0] if ranks else 0))
             state.pending.clear()
         return True
     try:
         differ, gathered, moved = exchange(_guard_group(dist, group, state), size, state.digests, hashed)
     except Exception as exc:
-        raise RuntimeError(f"autotune_guard: the choice check at {where} in group {_rank_list(ranks)} did not complete "
+        raise RuntimeError(f"autotune_guard: the choice check at {where} in group {rank_list(ranks)} did not complete "
                            f"on every rank ({exc}); the program's own collectives are not affected") from exc
     if differ is None:
         last_check.update(sent=moved[0], received=moved[1], buckets=0, gathered=0)
@@ -355,7 +309,7 @@ def _check(dist, group, where: str) -> bool:
         # Buckets whose views agree: every rank brought the same new pairs there.
         for pair in pending:
             if hashed[pair][0] not in differ:
-                _learn(state, pair)
+                learn(state, pair)
                 known = state.reference.get(pair[0])
                 if known is None or known[0] != pair[1]:
                     state.reference[pair[0]] = (pair[1], ranks[0])
@@ -371,13 +325,13 @@ def _check(dist, group, where: str) -> bool:
         try:
             verdict = _broadcast_verdict(state.guard, verdict, moved)
         except Exception as exc:
-            raise RuntimeError(f"autotune_guard: the choice check at {where} in group {_rank_list(ranks)} did not "
+            raise RuntimeError(f"autotune_guard: the choice check at {where} in group {rank_list(ranks)} did not "
                                f"complete on every rank ({exc}); the program's own collectives are not affected") from exc
         with _state_lock:
             for entry, (signature, rank) in verdict["reference"].items():
                 state.reference[entry] = (signature, rank)
             for pair in verdict["pairs"]:
-                _learn(state, tuple(pair))
+                learn(state, tuple(pair))
     last_check.update(sent=moved[0], received=moved[1], buckets=len(differ), gathered=len(sent))
     if logger.isEnabledFor(logging.DEBUG):
         if differ:
@@ -390,7 +344,7 @@ def _check(dist, group, where: str) -> bool:
     if not message:
         if dist.get_rank(group) == 0:  # the success line: only checks where some rank brought new entries get here
             logger.info("autotune choices agree across the ranks of group %s at %s: %d kernel/key entries checked, "
-                        "all agree", _rank_list(ranks), where, len({entry for entry, _ in state.known}))
+                        "all agree", rank_list(ranks), where, len({entry for entry, _ in state.known}))
         return True
     if dist.get_rank(group) == 0:
         logger.error("%s", message)
@@ -400,7 +354,7 @@ def _check(dist, group, where: str) -> bool:
     return False
 
 
-def _guard_group(dist, group, state: _GroupState):
+def _guard_group(dist, group, state: GroupState):
     """The guard's own gloo group over the members of ``group``, made at its first check (every
     member is at that check) from the job's Store under a name of the guard's; torch's registry
     of groups, and its group counter, are left alone."""
@@ -505,60 +459,6 @@ def _broadcast_verdict(guard, verdict, moved: list):
     guard.broadcast([buffer]).wait()
     moved[0 if first else 1] += 8 + int(length.item())
     return verdict if first else json.loads(bytes(buffer.tolist()).decode())
-
-
-# --- comparing and reporting (plain data) -------------------------------------------------------
-
-def compare(payloads, ranks, reference: dict) -> dict:
-    """Compare what the ranks of a group sent in one check.
-
-    ``payloads[i]`` is the list of ``(entry, signature)`` pairs that group rank ``i`` (global rank
-    ``ranks[i]``) sent; ``reference`` maps each entry the group saw in earlier checks to
-    ``(signature, first rank)`` and is updated in place.  Returns the offending entries:
-    entry -> list of ``(signature, ranks, earlier)`` where ``earlier`` marks the group's earlier
-    value.  An entry only some ranks sent is compared among those and with the earlier value."""
-    arrived: dict[str, dict[str, list[int]]] = {}
-    for rank, payload in zip(ranks, payloads):
-        for entry, signature in payload or ():
-            arrived.setdefault(entry, {}).setdefault(signature, []).append(rank)
-    conflicts = {}
-    for entry, by_signature in arrived.items():
-        known = reference.get(entry)
-        if known is None:
-            if len(by_signature) > 1:
-                conflicts[entry] = [(sig, rs, False) for sig, rs in by_signature.items()]
-            # what the group's lowest rank ran is the value later arrivals are compared with
-            first_sig, first_ranks = min(by_signature.items(), key=lambda item: min(item[1]))
-            reference[entry] = (first_sig, min(first_ranks))
-        elif set(by_signature) != {known[0]}:
-            earlier = [(known[0], [known[1]], True)]
-            conflicts[entry] = earlier + [(sig, rs, False) for sig, rs in by_signature.items() if sig != known[0]] + \
-                [(sig, rs, False) for sig, rs in by_signature.items() if sig == known[0]]
-    return conflicts
-
-
-def report(conflicts: dict, ranks, where: str, limit: int = REPORT_ENTRIES) -> str:
-    """One message naming each offending kernel and key and what each rank ran (the first
-    ``limit`` entries, and a count)."""
-    lines = [f"autotune choices differ across the ranks of group {_rank_list(ranks)} at {where}: "
-             f"{len(conflicts)} kernel/key entr{'y disagrees' if len(conflicts) == 1 else 'ies disagree'}"]
-    for entry in sorted(conflicts)[:limit]:
-        arch, _, rest = entry.partition("|")
-        kernel, _, key = rest.partition("|")
-        values = "; ".join(
-            f"{'an earlier check, ' if earlier else ''}rank{'s' if len(rs) > 1 else ''} {_rank_list(rs)}: {sig}"
-            for sig, rs, earlier in conflicts[entry]
-        )
-        lines.append(f"  {kernel} key ({key}) arch {arch}: {values}")
-    if len(conflicts) > limit:
-        lines.append(f"  ... and {len(conflicts) - limit} more")
-    return "\n".join(lines)
-
-
-def _rank_list(ranks, limit: int = 8) -> str:
-    ranks = sorted(ranks)
-    text = ",".join(str(r) for r in ranks[:limit])
-    return text + (f",... ({len(ranks)} ranks)" if len(ranks) > limit else "")
 
 
 # --- the job's c10d Store (consensus) ---------------------------------------------------------

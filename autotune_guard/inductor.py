@@ -47,7 +47,8 @@ import re
 import sys
 import threading
 
-from . import api, evidence, interception, selection
+from . import api, interception, pinning, selection
+from . import state as shared
 
 logger = logging.getLogger("autotune_guard")
 
@@ -119,7 +120,7 @@ def _seam_missing(what: str) -> None:
     if policy is not None and policy.on_miss == "error":
         raise selection.SelectionError(message + " (AUTOTUNE_ON_MISS=error)")
     logger.error("%s", message)
-    evidence.note_ungoverned("torch.compile", "this torch's Inductor has no seam autotune_guard knows")
+    shared.note_ungoverned("torch.compile", "this torch's Inductor has no seam autotune_guard knows")
 
 
 # --- the autotuning step ------------------------------------------------------------------------
@@ -199,9 +200,9 @@ def _parsed(filename: str):
 
 def _pinned(kernel, key: str, policy) -> int:
     """Eager pinned mode's choice for ``key``, noted in the choice log."""
-    index, why = interception.pinned_index(kernel.qualified, key, kernel.descriptors, policy)
+    index, why = pinning.pinned_index(kernel.qualified, key, kernel.descriptors, policy)
     signature = selection.signature(kernel.descriptors[index])
-    evidence.note_choice(kernel.arch, kernel.qualified, key, signature, "pinned")
+    shared.note_choice(kernel.arch, kernel.qualified, key, signature, "pinned")
     logger.debug("pinned (torch.compile) %s key (%s) -> %s (%s)", kernel.qualified, key, signature, why)
     return index
 
@@ -239,7 +240,7 @@ def _launcher_for_key(self, kernel, key: str, candidates, first, policy):
     if candidates is not None:
         return candidates[_pinned(kernel, key, policy)]
     signature = selection.signature(_project(first.config, kernel.meta_names))
-    evidence.note_choice(kernel.arch, kernel.qualified, key, signature, "reused")
+    shared.note_choice(kernel.arch, kernel.qualified, key, signature, "reused")
     return first
 
 
@@ -255,10 +256,10 @@ def _timed(self, kernel, args, kwargs, policy, how: str) -> str:
     measured = None
     if timings:
         measured = {selection.signature(_project(l.config, kernel.meta_names)): [float(t)] for l, t in timings.items()}
-    evidence.note_choice(kernel.arch, kernel.qualified, kernel.key, signature, how)
+    shared.note_choice(kernel.arch, kernel.qualified, kernel.key, signature, how)
     if policy.record_path:
-        evidence.note_record(kernel.arch, kernel.qualified, kernel.key, interception.compact(winner), signature,
-                             how, measured, [interception.compact(d) for d in kernel.descriptors])
+        shared.note_record(kernel.arch, kernel.qualified, kernel.key, selection.compact(winner), signature,
+                             how, measured, [selection.compact(d) for d in kernel.descriptors])
     return signature
 
 
@@ -285,7 +286,7 @@ def _consensus(self, kernel, args, kwargs, policy):
                                             policy.consensus_timeout)
     if not tuned_here:
         _keep(self, index)
-        evidence.note_choice(kernel.arch, kernel.qualified, kernel.key, signatures[index], "consensus")
+        shared.note_choice(kernel.arch, kernel.qualified, kernel.key, signatures[index], "consensus")
 
 
 def _keep(self, index: int, release: bool = True) -> None:
@@ -361,7 +362,7 @@ for _f in (_guarded_autotune, _kept_timings, _guarded_read_best, _guarded_save):
 
 def _ungoverned(name: str, why: str, policy) -> None:
     """A choice this process made that the guard did not govern: named once, counted at exit."""
-    if not evidence.note_ungoverned(name, why):
+    if not shared.note_ungoverned(name, why):
         return
     message = f"torch.compile kernel {name}: {why}; autotune_guard did not govern this choice"
     if policy.on_miss == "error":
@@ -419,7 +420,7 @@ def _key_builder(arg_names: list, keys: list, runtime_names: list, constants: di
     def key_text(args) -> str:
         values = dict(zip(runtime_names, args))
         values.update(constants)
-        return interception.key_text(rebuild_key(arg_names, keys, values))
+        return selection.key_text(rebuild_key(arg_names, keys, values))
 
     return positions, key_text
 
@@ -527,7 +528,7 @@ def _runtime_arg_names(autotuner) -> list:
 def _project(config, meta_names) -> dict:
     """A config as the eager autotuner would describe it: Dynamo folds ``@triton.heuristics``
     values into the compiled configs, which eager candidates do not carry."""
-    desc = interception.descriptor(config)
+    desc = selection.descriptor(config)
     if meta_names is not None:
         desc["kwargs"] = {k: v for k, v in desc["kwargs"].items() if k in meta_names}
     return desc

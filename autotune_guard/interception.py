@@ -6,10 +6,10 @@ through every alias: ``triton.autotune``, ``triton.runtime.Autotuner``) with ``_
 * pinned, Triton 3.8+: the chosen config becomes the only survivor of the kernel's own pruning
   (``Autotuner.prune_configs`` is wrapped), which Triton 3.8+ treats as decided: no timing, the
   choice goes into Triton's ``cache`` and every later launch of the key is Triton's own cached
-  path.  The selection (``selection.select``) runs on what the kernel's pruning kept.  Where
-  nothing on the launch path reads Triton's shared ``nargs`` (no pruning functions, no Config
-  pre_hooks) later launches call Triton's run directly (``_go_direct``); otherwise they hold the
-  autotuner's lock.
+  path.  The selection (``pinning.pinned_index``) runs on what the kernel's pruning kept, which
+  reads this call's own arguments (``_OwnArguments``).  Where no Config has a pre_hook (the one
+  reader of Triton's shared ``nargs`` on a decided key's launch) later launches call Triton's run
+  directly (``_go_direct``); otherwise they hold the autotuner's lock.
 * pinned, Triton 3.3-3.7 (where a pruning result of one is still timed), and consensus: the
   tuning key is computed exactly as Triton 3.2+ computes it; the first launch of a key selects,
   later launches find it in a dict; the launch runs through Triton's single-config branch
@@ -24,11 +24,11 @@ through every alias: ``triton.autotune``, ``triton.runtime.Autotuner``) with ``_
   Triton's is named at its first launch.
 * consensus: see ``_consensus_launch``.
 
-Per-process state (policy, generation, tables, warnings given) is one ``_Process`` object,
-replaced in one assignment together with the reset of the choice log (``_replace``), so a
-launch sees one policy or the other, and no choice of the new one escapes its log.  Per-autotuner
-state lives on the autotuner: its ``_State`` under the current policy, and its lock, which
-outlives policies.
+The process's state (policy, generation, tables, warnings given, choice log) is ``state.now``
+(imported here as ``shared``), replaced in one assignment (``_replace``), so a launch sees one
+policy or the other, and no choice of the new one escapes its log.  Per-autotuner state lives on
+the autotuner: its ``_State`` under the current policy, and its lock, which outlives policies.
+Which candidate a pinned kernel runs is ``pinning.pinned_index``, shared with ``inductor``.
 """
 
 from __future__ import annotations
@@ -43,7 +43,8 @@ import types
 import weakref
 from functools import cached_property
 
-from . import evidence, files, selection
+from . import pinning, selection, writer
+from . import state as shared
 from .policy import AutotunePolicy
 
 logger = logging.getLogger("autotune_guard")
@@ -57,23 +58,6 @@ _PROBED_ATTR = "_autotune_guard_probed"
 _MISSING = object()
 
 
-class _Process:
-    """What this process carries out: the policy and everything derived from it.  Never changed
-    in place across policies: ``_replace`` builds a new one."""
-
-    __slots__ = ("policy", "generation", "tables", "warned")
-
-    def __init__(self, policy: AutotunePolicy | None, generation: int):
-        self.policy = policy
-        self.generation = generation  # per-autotuner state of an older one is rebuilt
-        self.tables: dict[str, dict] = {}  # arch -> {kernel: {key: entry}}
-        self.warned: set[str] = set()  # warnings given once under this policy
-
-
-_now = _Process(None, 0)
-# Held while the policy is replaced (with the log reset) and while a first choice is noted, so a
-# choice is noted in the log of the policy that made it, or not made at all.
-_swap_lock = threading.RLock()
 _locks_lock = threading.Lock()
 
 # Triton 3.8+ pinned autotuners whose launches go straight to Triton's run (an instance ``run``):
@@ -85,8 +69,6 @@ _original_prune = None
 _pins_through_pruning = False
 _user_listener = None  # the listener that was there before ours, called after ours
 _heard = threading.local()  # what Triton's listener last said in this thread
-_arch_name: str | None = None
-_config_defaults: dict | None = None
 _init_needs_timer = False
 _warned_newer = False
 
@@ -110,20 +92,15 @@ def clear() -> None:
 
 
 def _replace(policy: AutotunePolicy | None) -> None:
-    """The new policy and a new choice log, in one step: a first choice is noted under
-    ``_swap_lock`` after checking its generation is current, so none made under the new policy
-    is wiped by the reset, and none of the old one lands in the new log."""
-    global _now
-    with _swap_lock:
+    """The new policy with a new choice log, in one assignment (``state.replace``) under
+    ``swap_lock``: a first choice is noted under that lock after checking its generation is
+    current, so none made under the new policy is lost, and none of the old one lands in its log."""
+    with shared.swap_lock:
         for autotuner in list(_direct):
             autotuner.__dict__.pop("run", None)  # its launches go through the guard again
         _direct.clear()
-        evidence.reset()
-        if policy is None:
-            evidence.configure(None, None, None)
-        else:
-            evidence.configure(policy.digest_path, policy.record_path, policy.mode, policy.run_id)
-        _now = _Process(policy, _now.generation + 1)
+        shared.replace(policy)
+        writer.configure(policy)
     if policy is not None and _original_run is not None:
         _chain_listener()
 
@@ -210,7 +187,7 @@ def _wrap_overriding_run(cls) -> None:
 
     @functools.wraps(original)
     def run(self, *args, **kwargs):
-        if self.__dict__.get(_PROBED_ATTR) == _now.generation or _now.policy is None:
+        if self.__dict__.get(_PROBED_ATTR) == shared.now.generation or shared.now.policy is None:
             return original(self, *args, **kwargs)
         return _probe_first_launch(self, original, owner, args, kwargs)
 
@@ -239,14 +216,14 @@ def _probe_first_launch(autotuner, original, owner, args, kwargs):
                 attrs.pop(_STATE_ATTR, None)
             else:
                 attrs[_STATE_ATTR] = previous
-    attrs[_PROBED_ATTR] = _now.generation
+    attrs[_PROBED_ATTR] = shared.now.generation
     if not reached:
         _ungoverned(autotuner, owner)
     return result
 
 
 def _ungoverned(autotuner, owner) -> None:
-    policy = _now.policy
+    policy = shared.now.policy
     name = _qualified(autotuner)
     cls = f"{owner.__module__}.{owner.__qualname__}"
     message = (f"kernel {name}: its autotuner class {cls} overrides run() and never calls Triton's Autotuner.run, "
@@ -254,9 +231,9 @@ def _ungoverned(autotuner, owner) -> None:
                "in the choice log")
     if policy.mode == "pinned" and policy.on_miss == "error" and policy.in_scope(name):
         raise selection.SelectionError(f"autotune_guard: {message} (AUTOTUNE_ON_MISS=error)")
-    evidence.note_ungoverned(name, f"{cls}.run never calls Triton's Autotuner.run")
-    if message not in _now.warned:
-        _now.warned.add(message)
+    shared.note_ungoverned(name, f"{cls}.run never calls Triton's Autotuner.run")
+    if message not in shared.now.warned:
+        shared.now.warned.add(message)
         logger.warning("%s", message)
 
 
@@ -268,7 +245,7 @@ class _State:
     __slots__ = ("generation", "qualified", "mode", "arg_names", "arg_set", "keys", "key_index", "selected", "seen",
                  "lock", "via_pruning", "library_check", "accounted", "library", "direct")
 
-    def __init__(self, autotuner, process: _Process, lock, previous):
+    def __init__(self, autotuner, process: shared.Process, lock, previous):
         policy = process.policy
         self.generation = process.generation
         self.qualified = _qualified(autotuner)
@@ -285,11 +262,13 @@ class _State:
         self.via_pruning = self.mode == "pinned" and _pins_through_pruning
         # A subclass that overrides run may fill ``cache`` itself before calling Triton's run.
         self.library_check = getattr(type(autotuner).run, "_autotune_guard_wraps", None) is not None
-        # Triton 3.8+, pinned, and nothing on the launch path reads the arguments Triton's run
-        # keeps on the autotuner (``nargs``: pruning functions, Config pre_hooks): launches can go
-        # straight to Triton's run, with no lock (see _go_direct).
-        self.direct = (self.via_pruning and not self.library_check and not autotuner.early_config_prune
-                       and not autotuner.perf_model and not any(c.pre_hook for c in autotuner.configs))
+        # Triton 3.8+, pinned, and nothing on a decided key's launch reads the arguments Triton's
+        # run keeps on the autotuner (``nargs``, which every thread launching it rewrites): no
+        # Config pre_hook.  Launches then go straight to Triton's run, with no lock (see
+        # _go_direct).  Pruning functions read ``nargs`` too, but only at a new key's first
+        # launch, and there _guarded_prune hands them this call's own arguments.
+        self.direct = (self.via_pruning and not self.library_check
+                       and not any(c.pre_hook for c in autotuner.configs))
         # Entries an earlier policy accounted for (pinned or observed): not the library's.
         self.accounted = set(previous.seen) if isinstance(previous, _State) else set()
         if policy.enumerate and len(autotuner.configs) > 1:
@@ -324,7 +303,7 @@ def _new_state(autotuner, launch=None) -> _State:
             from . import api  # (not at the top: api imports this module)
 
             api.first_launch_of(autotuner)  # not the steady path: once per autotuner (may install pinned)
-        process = _now
+        process = shared.now
         attrs = autotuner.__dict__
         state = attrs.get(_STATE_ATTR)
         if state is None or state.generation != process.generation:
@@ -346,8 +325,8 @@ def _new_state(autotuner, launch=None) -> _State:
                 else:
                     cache.clear()
             setattr(autotuner, _STATE_ATTR, state)
-            if state.direct:
-                _go_direct(autotuner)
+            if state.via_pruning and not state.library_check:
+                _go_direct(autotuner, state)
             if state.library_check and launch is not None and cache and state.mode != "off":
                 _check_library_entry(autotuner, state, *launch)
             if state.mode in ("auto", "record") and cache:
@@ -356,42 +335,57 @@ def _new_state(autotuner, launch=None) -> _State:
         return state
 
 
-def _go_direct(autotuner) -> None:
-    """Triton 3.8+ pinned: later launches call Triton's own run directly (an instance attribute
-    shadows the class's guarded run), so the steady state is Triton's cached path and nothing
-    else.  A new key still meets the guard, in ``_guarded_prune``.  Under ``_swap_lock``, so a
-    policy change cannot miss it."""
-    with _swap_lock:
-        if autotuner.__dict__.get(_STATE_ATTR) is not None and autotuner.__dict__[_STATE_ATTR].generation == _now.generation:
-            autotuner.__dict__["run"] = types.MethodType(_original_run, autotuner)
+def _go_direct(autotuner, state) -> None:
+    """Triton 3.8+ pinned: later launches skip the guarded run (an instance attribute shadows the
+    class's), so the steady state is Triton's cached path: Triton's own run itself, or, when a
+    Config has a pre_hook, Triton's run under the autotuner's lock (``_hold_and_run``).  A new key
+    still meets the guard, in ``_guarded_prune``.  Under ``shared.swap_lock``, so a policy change
+    cannot miss it (``_replace`` takes the launches back)."""
+    with shared.swap_lock:
+        if autotuner.__dict__.get(_STATE_ATTR) is state and state.generation == shared.now.generation:
+            if state.direct:
+                run = types.MethodType(_original_run, autotuner)
+            else:
+                run = functools.partial(_hold_and_run, autotuner, state)
+            autotuner.__dict__["run"] = run
             _direct.add(autotuner)
+
+
+def _hold_and_run(self, state, *args, **kwargs):
+    """Triton 3.8+ pinned, a kernel whose Configs have pre_hooks: Triton's own run, under the
+    autotuner's lock, because Triton's run keeps the call's arguments in ``self.nargs``, shared
+    by every thread launching this autotuner, and a pre_hook reads them.  A failed launch leaves
+    the autotuner as it was.  acquire/release rather than ``with``: measurably cheaper per launch."""
+    lock = state.lock
+    lock.acquire()
+    try:
+        best = self.__dict__.get("best_config", _MISSING)
+        try:
+            return _original_run(self, *args, **kwargs)
+        except BaseException:
+            _undo_failed_launch(self, state, args, kwargs, best)
+            raise
+    finally:
+        lock.release()
 
 
 def _guarded_run(self, *args, **kwargs):
     state = self.__dict__.get(_STATE_ATTR)
-    if state is None or state.generation != _now.generation:
-        if _now.policy is None:
+    if state is None or state.generation != shared.now.generation:
+        if shared.now.policy is None:
             return _original_run(self, *args, **kwargs)
         state = _new_state(self, (args, kwargs))
     mode = state.mode
     if state.via_pruning:
-        # Triton 3.8+: the choice lives in Triton's cache; this is Triton's own cached path.  Under
-        # the autotuner's lock: Triton's run keeps the call's arguments in ``self.nargs``, shared
-        # by every thread launching this autotuner (pruning and pre_hooks read it).
-        lock = state.lock
-        lock.acquire()
-        try:
-            if state.library_check and len(self.cache) != len(state.seen):
+        # Triton 3.8+: the choice lives in Triton's cache; this is Triton's own cached path (later
+        # launches skip this function, see _go_direct, except for a subclass that may fill the
+        # cache itself: its new entries are looked at first, under the same hold of the lock).
+        if not state.library_check:
+            return _hold_and_run(self, state, *args, **kwargs)
+        with state.lock:
+            if len(self.cache) != len(state.seen):
                 _check_library_entry(self, state, args, kwargs)
-            attrs = self.__dict__
-            best = attrs.get("best_config", _MISSING)
-            try:
-                return _original_run(self, *args, **kwargs)
-            except BaseException:
-                _undo_failed_launch(self, state, args, kwargs, best)
-                raise
-        finally:
-            lock.release()
+            return _hold_and_run(self, state, *args, **kwargs)
     if mode == "pinned" or mode == "consensus":
         # The steady state, inlined (it is every launch): under the lock, because another
         # thread's pinned launch swaps ``configs`` to one element for the length of its call.
@@ -454,19 +448,25 @@ _guarded_run._autotune_guard = True
 
 def _guarded_prune(self, kwargs):
     """Triton 3.8+: the kernel's own pruning, then, for a pinned autotuner, the chosen config as
-    its only survivor (Triton caches it without timing).  Called by Triton's run under the
-    autotuner's lock, with ``self.nargs`` set to the call's positional arguments."""
-    pruned = _original_prune(self, kwargs)
+    its only survivor (Triton caches it without timing).  Called by Triton's run for a key not in
+    its cache; the pruning functions see this call's arguments even when other threads launch
+    the autotuner directly meanwhile (and rewrite ``self.nargs``)."""
+    call = _tritons_call(sys._getframe(1))
+    if call is not None and (self.early_config_prune or self.perf_model):
+        pruned = _original_prune(_OwnArguments(self, dict(zip(self.arg_names, call[1]))), kwargs)
+    else:
+        pruned = _original_prune(self, kwargs)
     while True:
         state = self.__dict__.get(_STATE_ATTR)
-        if not isinstance(state, _State) or state.generation != _now.generation:
-            if _now.policy is None:
+        if not isinstance(state, _State) or state.generation != shared.now.generation:
+            if shared.now.policy is None:
                 return pruned
             state = _new_state(self)
         if not state.via_pruning:
             return pruned
-        key = _key_in_tritons_run(sys._getframe(1))
-        if key is None:
+        if call is not None:
+            key = call[0]
+        else:
             key = _tuning_key(state, (), {**(self.nargs or {}), **kwargs})
         config = state.selected.get(key)
         if config is None:
@@ -480,14 +480,29 @@ def _guarded_prune(self, kwargs):
 _guarded_prune._autotune_guard = True
 
 
-def _key_in_tritons_run(frame):
-    """The tuning key Triton's run computed for this call (its local ``key``), when pruning was
-    called from it: exact even if another thread replaced ``self.nargs`` meanwhile."""
+def _tritons_call(frame):
+    """(the tuning key, the positional arguments) of the call of Triton's run that called the
+    pruning (its locals ``key`` and ``args``), or None when pruning was called from elsewhere:
+    exact even if another thread replaced ``self.nargs`` meanwhile."""
     if frame is not None and frame.f_code is _original_run.__code__:
-        key = frame.f_locals.get("key")
-        if isinstance(key, tuple):
-            return key
+        local = frame.f_locals
+        key, args = local.get("key"), local.get("args")
+        if isinstance(key, tuple) and isinstance(args, tuple):
+            return key, args
     return None
+
+
+class _OwnArguments:
+    """The autotuner as the kernel's pruning functions see it at a new key's first launch: its
+    ``nargs`` are this call's arguments, whatever other threads wrote into the autotuner's own;
+    every other attribute is the autotuner's.  Triton's ``prune_configs`` only reads ``self``."""
+
+    def __init__(self, autotuner, nargs):
+        self.__dict__["_autotuner"] = autotuner
+        self.__dict__["nargs"] = nargs
+
+    def __getattr__(self, name):
+        return getattr(self.__dict__["_autotuner"], name)
 
 
 def _undo_failed_launch(autotuner, state, args, kwargs, best) -> None:
@@ -522,31 +537,31 @@ def _check_library_entry(autotuner, state, args, kwargs) -> None:
 def _library_chose(autotuner, state, key) -> bool:
     config = autotuner.cache[key]
     arch = current_arch()
-    text = key_text(key)
-    desc = descriptor(config)
+    text = selection.key_text(key)
+    desc = selection.descriptor(config)
     signature = selection.signature(desc)
-    candidates = [compact(descriptor(c)) for c in autotuner.configs]
+    candidates = [selection.compact(selection.descriptor(c)) for c in autotuner.configs]
     if state.mode == "pinned":
         what = f"kernel {state.qualified} key ({text}) arch {arch}"
-        among = "" if compact(desc) in candidates else f", which is not one of its {len(candidates)} candidates"
+        among = "" if selection.compact(desc) in candidates else f", which is not one of its {len(candidates)} candidates"
         cls = type(autotuner)
         message = (f"{what}: its autotuner ({cls.__module__}.{cls.__qualname__}) chose {signature} itself{among} "
                    "(it put the config into Triton's cache before the launch); pinned mode leaves that choice to the "
                    "library and logs it as 'library'. To pin this kernel, turn off the library's own config choice "
                    "(for fla: leave FLA_CACHE_MODE unset)")
-        if _now.policy.on_miss == "error":
+        if shared.now.policy.on_miss == "error":
             raise selection.SelectionError(f"autotune_guard: {message}; refused with AUTOTUNE_ON_MISS=error")
-        if state.qualified not in _now.warned:
-            _now.warned.add(state.qualified)
+        if state.qualified not in shared.now.warned:
+            shared.now.warned.add(state.qualified)
             logger.warning("%s", message)
-    with _swap_lock:
-        if state.generation != _now.generation:
+    with shared.swap_lock:
+        if state.generation != shared.now.generation:
             return True
         state.seen.add(key)
         state.library.add(key)
-        evidence.note_choice(arch, state.qualified, text, signature, "library")
-        if _now.policy.record_path:
-            evidence.note_record(arch, state.qualified, text, compact(desc), signature, "library", None, candidates)
+        shared.note_choice(arch, state.qualified, text, signature, "library")
+        if shared.now.policy.record_path:
+            shared.note_record(arch, state.qualified, text, selection.compact(desc), signature, "library", None, candidates)
     return True
 
 
@@ -599,11 +614,6 @@ def _tuning_key(state, args, kwargs) -> tuple:
     return tuple(key)
 
 
-def key_text(key: tuple) -> str:
-    """The tuning key as tables and logs spell it: ``1024,torch.float16``."""
-    return ",".join(str(part) for part in key)
-
-
 def _candidates(autotuner, args, kwargs) -> list:
     """The live candidates after the kernel's own pruning (early_config_prune, perf_model/top_k)."""
     if not (autotuner.early_config_prune or autotuner.perf_model):
@@ -620,44 +630,23 @@ def _candidates(autotuner, args, kwargs) -> list:
 def _pinned_choice(autotuner, state, key, candidates):
     """Select among ``candidates`` (after the kernel's pruning) and note the choice; None when a
     new policy was installed meanwhile (the caller starts over under it)."""
-    process = _now
+    process = shared.now
     if state.generation != process.generation:
         return None
     arch = current_arch()
-    text = key_text(key)
-    descriptors = [descriptor(c) for c in candidates]
-    index, why = pinned_index(state.qualified, text, descriptors, process.policy)
+    text = selection.key_text(key)
+    descriptors = [selection.descriptor(c) for c in candidates]
+    index, why = pinning.pinned_index(state.qualified, text, descriptors, process.policy, arch)
     config = candidates[index]
     signature = selection.signature(descriptors[index])
-    with _swap_lock:
-        if state.generation != _now.generation:
+    with shared.swap_lock:
+        if state.generation != shared.now.generation:
             return None
         state.selected[key] = config
-        evidence.note_choice(arch, state.qualified, text, signature, "pinned")
+        shared.note_choice(arch, state.qualified, text, signature, "pinned")
     logger.debug("pinned %s key (%s) -> %s (%s)", state.qualified, text, signature, why)
     _tell_listener(autotuner, key, config)
     return config
-
-
-def pinned_index(qualified: str, text: str, descriptors: list, policy: AutotunePolicy) -> tuple[int, str]:
-    """Which of ``descriptors`` pinned mode runs for kernel ``qualified`` and key ``text``, and why.
-    One rule for eager launches and for kernels compiled by Inductor (``inductor``)."""
-    process = _now
-    arch = current_arch()
-    entry = files.table_entry(_tables_for(arch), qualified, text)
-    index, why, warning = selection.select(
-        descriptors, table_entry=entry, block_sizes=policy.block_sizes, on_miss=policy.on_miss,
-        defaults=config_defaults(), what=f"kernel {qualified} key ({text}) arch {arch}",
-    )
-    if warning and warning not in process.warned:
-        process.warned.add(warning)
-        logger.warning("%s; using %s", warning, why)
-    if policy.chaos:
-        from .distributed import rank_and_world
-
-        index = selection.chaos_shift(index, len(descriptors), rank_and_world()[0])
-        why = "chaos"
-    return index, why
 
 
 def _consensus_launch(autotuner, state, key, args, kwargs):
@@ -704,9 +693,9 @@ def _consensus_decide(autotuner, state, key, args, kwargs):
     """The config to pin for ``key``, or _Launched when this thread tuned it (``consensus.decide``)."""
     from . import consensus, distributed
 
-    policy = _now.policy
+    policy = shared.now.policy
     arch = current_arch()
-    text = key_text(key)
+    text = selection.key_text(key)
     what = f"kernel {state.qualified} key ({text}) arch {arch}"
     try:
         store = distributed.job_store()
@@ -716,7 +705,7 @@ def _consensus_decide(autotuner, state, key, args, kwargs):
         return _consensus_alone(autotuner, state, key, text, arch, args, kwargs)
     with state.lock:  # pruning sets autotuner.nargs for the call, like Triton's own run does
         candidates = _candidates(autotuner, args, kwargs)
-    signatures = [selection.signature(descriptor(c)) for c in candidates]
+    signatures = [selection.signature(selection.descriptor(c)) for c in candidates]
     index, tuned_here, tuned = consensus.decide(
         store, what, consensus.decision_name(arch, state.qualified, text), distributed.rank_and_world()[0],
         signatures, lambda: _consensus_tune(autotuner, state, key, args, kwargs, candidates), policy.consensus_timeout)
@@ -742,7 +731,7 @@ def _consensus_tune(autotuner, state, key, args, kwargs, candidates):
         result, winner, measured = _run_pinned(autotuner, state, candidates[0], args, kwargs), candidates[0], None
     else:
         result, winner, measured = _triton_tunes(autotuner, state, key, args, kwargs)
-    return selection.signature(descriptor(winner)), (result, winner, measured)
+    return selection.signature(selection.descriptor(winner)), (result, winner, measured)
 
 
 def _consensus_alone(autotuner, state, key, text, arch, args, kwargs):
@@ -750,8 +739,8 @@ def _consensus_alone(autotuner, state, key, text, arch, args, kwargs):
     from .distributed import rank_and_world
 
     note = "consensus: no process group"
-    if note not in _now.warned:
-        _now.warned.add(note)
+    if note not in shared.now.warned:
+        shared.now.warned.add(note)
         world = rank_and_world()[1]
         if world > 1:  # a distributed job that has not initialized its group yet: choices may differ
             logger.warning("AUTOTUNE_MODE=consensus but torch.distributed is not initialized yet (world size %d "
@@ -762,7 +751,7 @@ def _consensus_alone(autotuner, state, key, text, arch, args, kwargs):
                         "by this process alone, as in auto mode")
     result, winner, measured = _triton_tunes(autotuner, state, key, args, kwargs)
     state.selected[key] = winner
-    _consensus_evidence(autotuner, state, arch, text, winner, selection.signature(descriptor(winner)), measured,
+    _consensus_evidence(autotuner, state, arch, text, winner, selection.signature(selection.descriptor(winner)), measured,
                         "timed")
     return _Launched(result)
 
@@ -788,15 +777,15 @@ def _measured(autotuner, timings, timings_before) -> dict | None:
     live = {id(c) for c in autotuner.configs}
     if not all(id(c) in live for c in timings):
         return None
-    return {selection.signature(descriptor(c)): [float(t) for t in _as_list(v)] for c, v in timings.items()}
+    return {selection.signature(selection.descriptor(c)): [float(t) for t in _as_list(v)] for c, v in timings.items()}
 
 
 def _consensus_evidence(autotuner, state, arch, text, config, signature, measured, how) -> None:
     """The choice log on every rank; the record file too when AUTOTUNE_RECORD_PATH is set."""
-    evidence.note_choice(arch, state.qualified, text, signature, how)
-    if _now.policy.record_path:
-        evidence.note_record(arch, state.qualified, text, compact(descriptor(config)), signature, how, measured,
-                             [compact(descriptor(c)) for c in autotuner.configs])
+    shared.note_choice(arch, state.qualified, text, signature, how)
+    if shared.now.policy.record_path:
+        shared.note_record(arch, state.qualified, text, selection.compact(selection.descriptor(config)), signature, how, measured,
+                             [selection.compact(selection.descriptor(c)) for c in autotuner.configs])
 
 
 # --- observing Triton's choices -----------------------------------------------------------------
@@ -815,22 +804,22 @@ def _observe(autotuner, state, timings_before) -> None:
     for key, config in list(cache.items()):
         if key in state.seen:
             continue
-        text = key_text(key)
-        desc = descriptor(config)
+        text = selection.key_text(key)
+        desc = selection.descriptor(config)
         signature = selection.signature(desc)
         if key == newest:
             how, measured = _how_chosen(autotuner, key, heard, timings_now, timings_before)
         else:
             how, measured = "reused", None
-        with _swap_lock:
-            if state.generation != _now.generation:
+        with shared.swap_lock:
+            if state.generation != shared.now.generation:
                 return
             state.seen.add(key)
-            evidence.note_choice(arch, state.qualified, text, signature, "timed" if how == "reused" else how)
+            shared.note_choice(arch, state.qualified, text, signature, "timed" if how == "reused" else how)
             if state.mode == "record":
                 if candidates is None:
-                    candidates = [compact(descriptor(c)) for c in autotuner.configs]
-                evidence.note_record(arch, state.qualified, text, compact(desc), signature, how, measured, candidates)
+                    candidates = [selection.compact(selection.descriptor(c)) for c in autotuner.configs]
+                shared.note_record(arch, state.qualified, text, selection.compact(desc), signature, how, measured, candidates)
 
 
 def _how_chosen(autotuner, key, heard, timings_now, timings_before) -> tuple:
@@ -906,37 +895,16 @@ def _as_list(value):
 
 # --- configs, arch, tables ----------------------------------------------------------------------
 
-def descriptor(config) -> dict:
-    """A live ``triton.Config`` as plain data (see ``selection``): every field Triton's Config
-    compares in the running release; ``selection.EXTRA_FIELDS`` only when set off their default."""
-    desc = {
-        "kwargs": dict(config.kwargs),
-        "num_warps": config.num_warps,
-        "num_stages": config.num_stages,
-        "num_ctas": getattr(config, "num_ctas", 1),
-        "maxnreg": getattr(config, "maxnreg", None),
-    }
-    for name, default in selection.EXTRA_FIELDS.items():
-        value = getattr(config, name, default)
-        if value != default:
-            desc[name] = value
-    return desc
-
-
-def compact(desc: dict) -> dict:
-    """A descriptor as files store it (unset maxnreg left out)."""
-    return {k: v for k, v in desc.items() if v is not None}
-
-
 def config_defaults() -> dict:
-    """Triton's own defaults for the launch options a table entry may omit."""
-    global _config_defaults
-    if _config_defaults is None:
+    """Triton's own defaults for the launch options a table entry may omit (read once, kept on
+    the process state for the pinned decision, which does not import Triton)."""
+    lasting = shared.now.lasting
+    if lasting.config_defaults is None:
         import triton
 
         params = inspect.signature(triton.Config.__init__).parameters
-        _config_defaults = {n: params[n].default for n in selection.OPTION_FIELDS if n in params}
-    return _config_defaults
+        lasting.config_defaults = {n: params[n].default for n in selection.OPTION_FIELDS if n in params}
+    return lasting.config_defaults
 
 
 def _interpreting() -> bool:
@@ -945,28 +913,22 @@ def _interpreting() -> bool:
 
 def current_arch() -> str:
     """``sm90``, ``gfx942`` or ``interpret``; read at the first launch that needs it, so that
-    installing never initializes CUDA."""
-    global _arch_name
-    if _arch_name is None:
+    installing never initializes CUDA.  With it, the Config defaults: both are what the pinned
+    decision needs from Triton."""
+    lasting = shared.now.lasting
+    if lasting.arch is None:
+        config_defaults()
         if _interpreting():
-            _arch_name = "interpret"
+            lasting.arch = "interpret"
         else:
             from triton.runtime.driver import driver
 
             target = driver.active.get_current_target()
             if target.backend == "cuda":
-                _arch_name = f"sm{target.arch}"
+                lasting.arch = f"sm{target.arch}"
             else:
-                _arch_name = str(target.arch).split(":")[0]
-    return _arch_name
-
-
-def _tables_for(arch: str) -> dict:
-    process = _now
-    tables = process.tables.get(arch)
-    if tables is None:
-        tables = process.tables[arch] = files.load_tables(process.policy.table_path, arch, evidence.versions())
-    return tables
+                lasting.arch = str(target.arch).split(":")[0]
+    return lasting.arch
 
 
 def triton_autotuner_module():
@@ -975,4 +937,4 @@ def triton_autotuner_module():
 
 
 def active_policy() -> AutotunePolicy | None:
-    return _now.policy
+    return shared.now.policy

@@ -144,7 +144,7 @@ class AutotunePolicy:
     record_path: str | None = None
     verify_every: int = 0
     verify_strict: bool = False
-    run_id: str | None = None  # what the evidence files of one run share; derived when None (see evidence.run_id)
+    run_id: str | None = None  # what the evidence files of one run share; derived when None (see writer.run_id)
     consensus_timeout: float = DEFAULT_CONSENSUS_TIMEOUT_S
     log_level: str = "INFO"
     env_file: str | None = field(default=None, compare=False)

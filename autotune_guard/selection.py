@@ -1,8 +1,8 @@
 """Which candidate a pinned autotuner runs: plain functions over plain config descriptions.
 
 A *descriptor* is a dict ``{"kwargs": {...}, "num_warps": 4, "num_stages": 3, "num_ctas": 1,
-"maxnreg": None}``: what a table stores and what the interception layer makes of a live
-``triton.Config``.  A field of ``EXTRA_FIELDS`` is present only when the config sets it away from
+"maxnreg": None}``: what a table stores and what ``descriptor`` makes of a live ``triton.Config``
+(by reading its attributes: Triton itself is never imported here).  A field of ``EXTRA_FIELDS`` is present only when the config sets it away from
 its default, so the signature of every config that leaves them alone is the same text as before
 those fields were known.  Nothing here knows about Triton, so every rule is testable on its own.
 """
@@ -114,3 +114,30 @@ def select(
 def chaos_shift(index: int, count: int, rank: int) -> int:
     """AUTOTUNE_CHAOS: each rank runs a different candidate on purpose, reproducibly."""
     return (index + rank) % count
+
+
+def descriptor(config) -> dict:
+    """A live ``triton.Config`` as plain data: every field Triton's Config compares in the running
+    release; ``EXTRA_FIELDS`` only when set off their default."""
+    desc = {
+        "kwargs": dict(config.kwargs),
+        "num_warps": config.num_warps,
+        "num_stages": config.num_stages,
+        "num_ctas": getattr(config, "num_ctas", 1),
+        "maxnreg": getattr(config, "maxnreg", None),
+    }
+    for name, default in EXTRA_FIELDS.items():
+        value = getattr(config, name, default)
+        if value != default:
+            desc[name] = value
+    return desc
+
+
+def compact(desc: dict) -> dict:
+    """A descriptor as files store it (unset maxnreg left out)."""
+    return {k: v for k, v in desc.items() if v is not None}
+
+
+def key_text(key: tuple) -> str:
+    """A tuning key as tables and logs spell it: ``1024,torch.float16``."""
+    return ",".join(str(part) for part in key)

@@ -95,10 +95,10 @@ def main() -> int:
     guarded, original = cls.run, interception._original_run
     add_kernel[grid](*args)
     sync()
-    from autotune_guard import evidence
+    from autotune_guard import writer
 
-    evidence.write_files()
-    with open(evidence.rank_file(record_path, 0)) as src:
+    writer.write_files()
+    with open(writer.rank_file(record_path, 0)) as src:
         recorded = json.load(src)["kernels"]
     assert len(add_kernel.cache) == 1 and recorded, "the key was not tuned and recorded"
 

@@ -49,7 +49,7 @@ def worker(args) -> None:
     import triton  # noqa: F401  (install() applies the policy to Triton's autotuner)
 
     import autotune_guard
-    from autotune_guard import distributed, evidence
+    from autotune_guard import distributed, state
 
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -72,8 +72,8 @@ def worker(args) -> None:
         # timed part as a program makes them at its kernels' first launches; then the barrier.
         n = counter[0] = counter[0] + 1
         for i in range(args.entries):
-            evidence.note_choice("interpret", "bench.module.kernel_%d" % (i % 40), f"{n},{i},torch.float16",
-                                 f"BLOCK_M={64 << (i % 3)},BLOCK_N=64,num_warps=4,num_stages=3,num_ctas=1", "pinned")
+            state.note_choice("interpret", "bench.module.kernel_%d" % (i % 40), f"{n},{i},torch.float16",
+                              f"BLOCK_M={64 << (i % 3)},BLOCK_N=64,num_warps=4,num_stages=3,num_ctas=1", "pinned")
         start = time.perf_counter()
         wrapped()
         return time.perf_counter() - start

@@ -130,10 +130,10 @@ def test_rank_from_the_environment_then_fixed(tmp_path):
     code = """
 import os, torch
 from kernels import demo
-from autotune_guard import evidence
+from autotune_guard import writer
 demo.add(torch.arange(100.), torch.arange(100.))
 os.environ["RANK"] = "9"
-evidence.write_files()
+writer.write_files()
 """
     cases = [({"OMPI_COMM_WORLD_RANK": "7"}, 7), ({"OMPI_COMM_WORLD_RANK": "7", "SLURM_PROCID": "5"}, 5),
              ({"OMPI_COMM_WORLD_RANK": "7", "SLURM_PROCID": "5", "RANK": "3"}, 3)]

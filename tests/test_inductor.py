@@ -4,7 +4,7 @@ The real thing (Inductor compiling and launching Triton kernels) is in test_gpu_
 
 import torch
 
-from autotune_guard import inductor, interception
+from autotune_guard import inductor, interception, selection
 
 
 def test_source_hash_ignores_layout_decorators_and_the_function_name():
@@ -26,7 +26,7 @@ def test_key_is_rebuilt_with_tritons_formula():
     # Runtime arguments arrive by launcher order; the key follows the kernel's declaration order.
     values = {"n": 4096, "out_ptr": out, "x_ptr": x}
     key = inductor.rebuild_key(["x_ptr", "out_ptr", "n", "BLOCK"], ["n"], values)
-    assert interception.key_text(key) == "4096,torch.float16,torch.float32"
+    assert selection.key_text(key) == "4096,torch.float16,torch.float32"
     # A key argument Inductor turned into a constant (passed 1) still counts.
     assert inductor.rebuild_key(["x_ptr", "n"], ["n"], {"x_ptr": x, "n": 1}) == (1, "torch.float16")
 
@@ -201,9 +201,9 @@ def test_on_miss_error_refuses_what_the_guard_cannot_govern(stand_in, guard):
     guard({"AUTOTUNE_MODE": "auto", "AUTOTUNE_ON_MISS": "error"})
     kernel = _generated()
     kernel.run(torch.zeros(1), torch.zeros(1), 8192)
-    from autotune_guard import evidence
+    from autotune_guard import state
 
-    evidence._ungoverned.clear()  # named once per process: the auto test above named this kernel
+    state.now.lasting.ungoverned.kernels.clear()  # named once per process: the auto test above named this kernel
     with pytest.raises(SelectionError, match="coordinate descent"):
         kernel.coordinate_descent_tuning(kernel.launchers[0])
 

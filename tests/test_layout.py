@@ -1,5 +1,6 @@
-"""The package's shape, read from its sources: no import loop between its modules, and each
-foreign system's internals touched by one adapter module only (see ARCHITECTURE in the README)."""
+"""The package's shape, read from its sources: no import loop between its modules, each foreign
+system's internals touched by one adapter module only, and the pure modules touching neither
+Triton nor torch (see "Architecture" in the README)."""
 
 import ast
 import os
@@ -15,12 +16,22 @@ ADAPTERS = {
     "torch.distributed": "distributed",
 }
 
+# Plain data and rules: what tests drive without Triton or torch, and what the adapters call.
+PURE = ("state", "choices", "policy", "selection", "pinning", "files", "consensus", "verification", "report")
+# The one look a pure module takes: policy reads torch's deterministic flag, from sys.modules and
+# only when the program imported torch itself (it never imports torch).
+LOOKS = {("policy", "torch")}
+
 
 def _modules():
-    for name in sorted(os.listdir(PACKAGE)):
-        if name.endswith(".py"):
-            with open(os.path.join(PACKAGE, name)) as f:
-                yield name[:-3], ast.parse(f.read())
+    """(module name, parsed source) of every module; a subpackage's modules as ``package.module``."""
+    for root, _, names in sorted(os.walk(PACKAGE)):
+        package = os.path.relpath(root, PACKAGE).replace(os.sep, ".")
+        for name in sorted(names):
+            if name.endswith(".py"):
+                module = name[:-3] if package == "." else f"{package}.{name[:-3]}"
+                with open(os.path.join(root, name)) as f:
+                    yield module, ast.parse(f.read())
 
 
 def _foreign_names(tree):
@@ -50,13 +61,27 @@ def test_each_foreign_system_is_touched_by_one_module():
     assert not offenders, offenders
 
 
+def test_pure_modules_import_neither_triton_nor_torch():
+    offenders = []
+    for module, tree in _modules():
+        if module.split(".")[0] in PURE:
+            offenders += [f"{module}.py uses {name}" for name in _foreign_names(tree)
+                          if name.split(".")[0] in ("triton", "torch") and (module, name) not in LOOKS]
+    assert not offenders, offenders
+    assert {m.split(".")[0] for m, _ in _modules()} >= set(PURE)  # every pure module named exists
+
+
 def test_no_import_loop_between_the_packages_modules():
     imports = {}
     for module, tree in _modules():
         found = set()
         for node in tree.body:  # what loading the module imports
-            if isinstance(node, ast.ImportFrom) and node.level == 1:
-                found.update([node.module.split(".")[0]] if node.module else [a.name for a in node.names])
+            if isinstance(node, ast.ImportFrom) and node.level:
+                # relative to the module's package, ``level`` packages up (1: its own)
+                base = module.split(".")[:-node.level]
+                base = ".".join(base + ([node.module] if node.module else []))
+                targets = [base] if node.module else [f"{base}.{a.name}".lstrip(".") for a in node.names]
+                found.update(t for t in targets if t)
         imports[module] = found
 
     def loop_from(start, path):

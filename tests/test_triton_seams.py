@@ -73,27 +73,27 @@ def test_a_launch_after_install_waits_for_a_pinned_launch_in_flight(guard, fresh
 def test_no_choice_escapes_the_log_while_a_policy_is_installed(guard, fresh, monkeypatch):
     """Race 2: a thread's first launch while install() runs.  Its choice is either made under the
     old policy and not used, or made under the new one and in the new log: never used unlogged."""
-    from autotune_guard import choice_log, evidence
+    from autotune_guard import choice_log, state
 
     guard({"AUTOTUNE_MODE": "pinned", "AUTOTUNE_ON_MISS": "first"})
     kernel = seams.make()
-    real_reset = evidence.reset
+    real_replace = state.replace
     launched = {}
 
     def launch():
         launched["ok"] = seams.launch(kernel, _x(100)).equal(_x(100) * 2)
 
-    def reset_with_a_launch_in_between():
-        # A launch by another thread while install() is between applying and resetting.
+    def replace_with_a_launch_in_between(policy):
+        # A launch by another thread while install() is replacing the process state.
         thread = threading.Thread(target=launch)
         thread.start()
         thread.join(0.5)
         launched["thread"] = thread
-        real_reset()
+        return real_replace(policy)
 
-    monkeypatch.setattr(evidence, "reset", reset_with_a_launch_in_between)
+    monkeypatch.setattr(state, "replace", replace_with_a_launch_in_between)
     guard({"AUTOTUNE_MODE": "pinned"})  # min_cost
-    monkeypatch.setattr(evidence, "reset", real_reset)
+    monkeypatch.setattr(state, "replace", real_replace)
     launched["thread"].join(30)
     assert launched["ok"] is True
     # The launch ran the new policy's choice (min_cost: 16), and the new log says so.
@@ -211,14 +211,14 @@ def test_configs_differing_only_in_ir_override_are_told_apart(guard, fresh, tmp_
     from autotune_guard import files, interception, selection
 
     plain = triton.Config({"BLOCK": 16})
-    assert selection.signature(interception.descriptor(plain)) == "BLOCK=16,num_warps=4,num_stages=3,num_ctas=1"
+    assert selection.signature(selection.descriptor(plain)) == "BLOCK=16,num_warps=4,num_stages=3,num_ctas=1"
     if "ir_override" in triton.Config.__init__.__code__.co_varnames:
         other = triton.Config({"BLOCK": 16}, ir_override="/kernels/double.ttgir")
-        a, b = interception.descriptor(plain), interception.descriptor(other)
+        a, b = selection.descriptor(plain), selection.descriptor(other)
         assert selection.signature(b) == "BLOCK=16,num_warps=4,num_stages=3,num_ctas=1,ir_override=/kernels/double.ttgir"
-        assert interception.compact(b)["ir_override"] == "/kernels/double.ttgir"
+        assert selection.compact(b)["ir_override"] == "/kernels/double.ttgir"
         defaults = interception.config_defaults()
-        entry = interception.compact(b)
+        entry = selection.compact(b)
         assert [selection.entry_matches(entry, d, defaults) for d in (a, b)] == [False, True]
         assert [selection.entry_matches({"kwargs": {"BLOCK": 16}}, d, defaults) for d in (a, b)] == [True, False]
         # A table naming the ir_override config is valid, and min_cost breaks the tie by the text.
@@ -235,7 +235,7 @@ def test_configs_differing_only_in_ir_override_are_told_apart(guard, fresh, tmp_
         kwargs, num_warps, num_stages, num_ctas, maxnreg = {"BLOCK": 16}, 4, 3, 1, None
         num_buffers_warp_spec, num_consumer_groups, reg_dec_producer, reg_inc_consumer = 2, 2, 40, 232
 
-    desc = interception.descriptor(WarpSpecConfig())
+    desc = selection.descriptor(WarpSpecConfig())
     assert selection.signature(desc) == ("BLOCK=16,num_warps=4,num_stages=3,num_ctas=1,num_buffers_warp_spec=2,"
                                          "num_consumer_groups=2,reg_dec_producer=40,reg_inc_consumer=232")
     assert not selection.entry_matches({"kwargs": {"BLOCK": 16}}, desc, interception.config_defaults())
@@ -264,8 +264,8 @@ def test_pinned_governs_keys_triton_tuned_before_and_leaves_nothing_behind(guard
 
 
 def test_on_triton_3_8_pinned_launches_go_straight_to_tritons_run(guard, fresh):
-    """Without pruning functions or Config pre_hooks (nothing reads Triton's ``nargs``), a pinned
-    autotuner's launches call Triton's own run: the steady state is Triton's cached path and
+    """Without Config pre_hooks (nothing on a decided key's launch reads Triton's ``nargs``), a
+    pinned autotuner's launches call Triton's own run: the steady state is Triton's cached path and
     nothing else.  A new key still meets the guard (in pruning); a new policy takes it back."""
     from autotune_guard import choice_log, interception
 
@@ -286,6 +286,45 @@ def test_on_triton_3_8_pinned_launches_go_straight_to_tritons_run(guard, fresh):
     assert len(seams.TIMER_CALLS) == 3 and choice_log()[_entry(100)].endswith(";timed")
 
 
+def test_on_triton_3_8_a_pruned_kernel_goes_straight_to_tritons_run_and_prunes_its_own_arguments(guard, fresh):
+    """A kernel with its own pruning is launched by Triton's run directly too: the pruning runs
+    at a new key's first launch, and reads that launch's arguments even when another thread's
+    launch rewrote (and cleared) the autotuner's shared ``nargs`` after Triton's run set them."""
+    from autotune_guard import choice_log, interception
+
+    guard({"AUTOTUNE_MODE": "pinned"})  # patches Triton, whose release says whether it pins by pruning
+    if not interception._pins_through_pruning:
+        pytest.skip("pruning to one is timed before Triton 3.8")
+    pruned_for = []
+
+    def prune(configs, nargs, **kwargs):
+        pruned_for.append(nargs["n"])
+        return seams.prune_small_blocks_for_large_n(configs, nargs)
+
+    kernel = triton.autotune(configs=[triton.Config({"BLOCK": b}) for b in (128, 16, 64, 32)], key=["n"],
+                             do_bench=seams.random_timer, prune_configs_by={"early_config_prune": prune})(seams.double_body)
+    assert seams.launch(kernel, _x(100)).equal(_x(100) * 2)
+    assert kernel.__dict__["run"].__func__ is interception._original_run
+    other = []
+
+    class Interleaved(list):
+        """Triton's run reads ``keys`` between setting ``nargs`` and pruning: another thread's
+        launch of the decided key runs right there, to its end (which sets ``nargs`` to None)."""
+
+        def __iter__(self):
+            if threading.current_thread() is threading.main_thread() and not other:
+                thread = threading.Thread(target=lambda: other.append(seams.launch(kernel, _x(100)).equal(_x(100) * 2)))
+                thread.start()
+                thread.join(30)
+            return super().__iter__()
+
+    kernel.keys = Interleaved(kernel.keys)
+    assert seams.launch(kernel, _x(2000)).equal(_x(2000) * 2)
+    assert other == [True] and pruned_for == [100, 2000]
+    assert choice_log()[_entry(2000)].startswith("BLOCK=64,") and choice_log()[_entry(2000)].endswith(";pinned")
+    assert seams.TIMER_CALLS == []
+
+
 CONSENSUS_LISTENED = """
 import json, os, sys, torch, triton
 import torch.distributed as dist
@@ -297,7 +336,7 @@ from kernels import demo
 dist.init_process_group("gloo", init_method="file://" + sys.argv[1], rank=0, world_size=1)
 store = distributed.job_store()
 # Another rank claimed key 200 and published its winner, as _consensus_tune does.
-signatures = [selection.signature(interception.descriptor(c)) for c in demo.add_kernel.configs]
+signatures = [selection.signature(selection.descriptor(c)) for c in demo.add_kernel.configs]
 winner = demo.add_kernel.configs[5]
 name = consensus.decision_name("interpret", "kernels.demo.add_kernel", "200,torch.float32,torch.float32,torch.float32")
 # Rank 1's side of the protocol, run here first: it claims, "tunes" (its winner: candidate 5), publishes.

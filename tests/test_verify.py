@@ -113,7 +113,7 @@ def test_chaos_strict_stops_every_rank():
     assert proc.returncode != 0
     assert done(proc.stdout) == set()
     for rank in (0, 1):  # raised on every rank, each one's own traceback...
-        assert f"[rank{rank}]: autotune_guard.distributed.ChoiceMismatchError: {REPORT} 0,1" in proc.stderr
+        assert f"[rank{rank}]: autotune_guard.verification.ChoiceMismatchError: {REPORT} 0,1" in proc.stderr
     # ...and torchrun saw each rank exit non-zero
     exits = {int(r): int(code) for r, code in re.findall(
         r"rank\s*:\s*(\d+) \(local_rank: \d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)", proc.stderr)}
@@ -290,7 +290,7 @@ def test_chaos_on_a_rank_that_imports_triton_late_is_still_caught():
     proc = mixed("late", 1, AUTOTUNE_CHAOS=1, AUTOTUNE_VERIFY_STRICT=1)
     assert proc.returncode != 0 and "WRONG" not in proc.stdout
     for rank in (0, 1):
-        assert f"[rank{rank}]: autotune_guard.distributed.ChoiceMismatchError: {REPORT} 0,1 at barrier 3 of" in proc.stderr, \
+        assert f"[rank{rank}]: autotune_guard.verification.ChoiceMismatchError: {REPORT} 0,1 at barrier 3 of" in proc.stderr, \
             proc.stderr[-4000:]
     found = reports(proc.stderr)
     assert len(found) == 1 and "an earlier check, rank 0:" in found[0] and f"{ADD} key (300," in found[0]

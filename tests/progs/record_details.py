@@ -16,7 +16,7 @@ import triton
 from kernels import demo
 
 import autotune_guard
-from autotune_guard import evidence
+from autotune_guard import writer
 
 tmp = sys.argv[1]
 result = {}
@@ -26,8 +26,8 @@ y = torch.arange(300, dtype=torch.float32)
 demo.add(x, x)  # key 100 tuned under the first policy
 autotune_guard.install({"AUTOTUNE_RECORD_PATH": os.path.join(tmp, "second")})
 demo.add(y, y)  # key 300 tuned under the second; key 100 is seen by it for the first time
-evidence.write_files()
-with open(evidence.rank_file(os.path.join(tmp, "second"), 0)) as src:
+writer.write_files()
+with open(writer.rank_file(os.path.join(tmp, "second"), 0)) as src:
     result["second"] = json.load(src)["kernels"]["kernels.demo.add_kernel"]
 
 # A disk-cache hit, as Triton 3.4+ makes it: the winner and configs_timings come from JSON, as
@@ -48,8 +48,8 @@ if hasattr(demo.add_kernel, "check_disk_cache"):
     z = torch.arange(500, dtype=torch.float32)
     demo.add(z, z)
     result["cached_timer_calls"] = len(demo.TIMER_CALLS) - calls
-    evidence.write_files()
-    with open(evidence.rank_file(os.path.join(tmp, "cached"), 0)) as src:
+    writer.write_files()
+    with open(writer.rank_file(os.path.join(tmp, "cached"), 0)) as src:
         result["cached"] = json.load(src)["kernels"]["kernels.demo.add_kernel"]
 
 print(json.dumps(result))

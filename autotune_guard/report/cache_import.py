@@ -21,16 +21,16 @@ import glob
 import json
 import math
 import os
-import sys
 import time
 
-from . import __version__, files, selection
+from .. import __version__, files, selection
+from .reading import InputError
 
 SUFFIX = ".autotune.json"
 
 
-class CacheError(ValueError):
-    """A cache that cannot be imported; the message (one line) names the file or directory."""
+class CacheError(InputError):
+    """A cache directory or file that cannot be turned into a table: one line, naming it."""
 
 
 def default_cache_dir() -> str:
@@ -58,7 +58,7 @@ def cache_files(directory: str) -> list[str]:
 
 def descriptor_of(fields: dict, where: str) -> dict:
     """A ``Config.__dict__`` as Triton wrote it -> a table descriptor (fields at default left out
-    as ``interception.compact`` leaves them)."""
+    as ``selection.compact`` leaves them)."""
     if not isinstance(fields, dict) or not isinstance(fields.get("kwargs", {}), dict):
         raise CacheError(f"{where}: a config must be an object with a 'kwargs' object")
     desc = {"kwargs": dict(fields.get("kwargs", {}))}
@@ -128,7 +128,7 @@ def build_table(paths: list[str], arch: str) -> tuple[dict, list[dict], list[str
 
 
 def run(args, out) -> int:
-    """The ``import`` command (registered by ``report.parser``)."""
+    """The ``import`` command."""
     directory = args.cache_dir or default_cache_dir()
     output = args.output
     if output.endswith(("/", os.sep)) or os.path.isdir(output):
@@ -156,7 +156,8 @@ def run(args, out) -> int:
     return 0
 
 
-def add_parser(commands) -> None:
+def add_parser(commands, common) -> None:
+    # Not the common options: --check and --all-runs mean nothing for a cache; --json is its own.
     sub = commands.add_parser(
         "import", help="turn Triton's own autotune disk cache into a table",
         description="Read the *.autotune.json files Triton 3.4+ writes with TRITON_CACHE_AUTOTUNING=1 or "
@@ -168,7 +169,4 @@ def add_parser(commands) -> None:
     sub.add_argument("--arch", required=True,
                      help="the arch the cache was made on (sm90, gfx942, interpret): Triton's files do not say")
     sub.add_argument("--json", action="store_true", help="machine-readable output")
-
-
-if __name__ == "__main__":  # pragma: no cover - the CLI is report's
-    sys.exit("use: python -m autotune_guard.report import ...")
+    sub.set_defaults(run=run)

@@ -1,8 +1,7 @@
-"""What this process chose: the choice log, its digest, per-process record and choices files.
+"""The writer: this process's evidence files, kept current and saved at the end.
 
-Plain data.  Entries are added on the first choice of each (arch, kernel, key) only, never on
-the steady-state launch path.  Files are rewritten atomically by a background thread shortly
-after each new choice, so a process killed with SIGKILL leaves on disk what it had chosen, on
+Files are rewritten atomically by a background thread shortly after each new choice in the
+log (``choices``), so a process killed with SIGKILL leaves on disk what it had chosen, on
 SIGTERM (the previous handler then runs, or the signal's default effect), and once more at exit.
 
 Every process writes its own files, ``<prefix>.rank<N>.<host>-<pid>.json``, and only once it has
@@ -10,13 +9,14 @@ made a choice: an ``import triton`` child or an Inductor compile worker writes n
 child that does choose (fork, spawn, forkserver, subprocess) keeps its own file instead of
 overwriting its rank's.  Each file carries the run id (``run_id()``) so the report can tell the
 files of this run from those an earlier run left under the same prefix.  The rank is fixed at the
-process's first choice: the process group's when there is one, else the environment's.
+process's first choice: the process group's when there is one, else the environment's.  Where the
+files go is the installed policy's (``state.now.policy``); what this module keeps itself is the
+machinery only: the background thread, the handlers, whether the final files are written.
 """
 
 from __future__ import annotations
 
 import atexit
-import hashlib
 import logging
 import os
 import re
@@ -28,77 +28,24 @@ import threading
 import time
 import uuid
 
-from . import files
+from . import choices, files, state
+from .choices import digest_of
 
 logger = logging.getLogger("autotune_guard")
 
-# "arch|module.function|key" -> "signature;pinned|timed|consensus"
-_choice_log: dict[str, str] = {}
-# entries made since the last cross-rank check (consumed by verification)
-_unverified: dict[str, str] = {}
-# record mode: kernel -> key -> {"config", "signature", "timings", "candidates", "how"}
-_records: dict[str, dict[str, dict]] = {}
-_record_arch: str | None = None
-_packages: dict[str, str | None] = {}
-_lock = threading.Lock()
 # Serializes whole writes (snapshot + rename): without it the background writer could rename an
 # older snapshot over the final one written at exit.
 _write_lock = threading.Lock()
 _final_written = False
-
-_digest_path: str | None = None
-_record_path: str | None = None
-_record_mode: str | None = None
 _flusher: "_Flusher | None" = None
 _exit_registered = False
-# (rank, world size), fixed at this process's first choice (a fork child keeps its parent's).
-_rank_world: tuple[int, int] | None = None
 _started = time.time()
+# "SIGTERM" once that signal's save ran: every later write says so too, so that the background
+# writer, should it write after the handler (the program ignored the signal and ran on), keeps it.
+_ended_by: str | None = None
 
 # The run id children inherit: set by the first guarded process of a run (see run_id()).
 RUN_VARIABLE = "_AUTOTUNE_GUARD_RUN"
-
-
-def choice_entry(arch: str, qualified: str, key: str) -> str:
-    return f"{arch}|{qualified}|{key}"
-
-
-def note_choice(arch: str, qualified: str, key: str, signature: str, how: str) -> None:
-    entry = choice_entry(arch, qualified, key)
-    if _rank_world is None:
-        fix_rank()
-    with _lock:
-        if entry in _choice_log:
-            return
-        _choice_log[entry] = f"{signature};{how}"
-        _unverified[entry] = _choice_log[entry]
-    logger.debug("choice %s -> %s;%s", entry, signature, how)
-    _changed()
-
-
-def note_record(arch: str, qualified: str, key: str, config: dict, signature: str, how: str,
-                timings: dict | None, candidates: list[dict]) -> None:
-    """A winner for the record file (record mode, and consensus with a record path).
-
-    ``timings``: candidate signature -> Triton's measurements (median first), or None when the
-    winner was not timed in this process; ``candidates``: the declared configs, as descriptors.
-    """
-    global _record_arch
-    if _rank_world is None:
-        fix_rank()
-    with _lock:
-        _record_arch = _record_arch or arch
-        _records.setdefault(qualified, {})[key] = {
-            "config": config,
-            "signature": signature,
-            "how": how,
-            "timings": timings,
-            "candidates": candidates,
-        }
-        top = qualified.split(".", 1)[0]
-        if top not in _packages:
-            _packages[top] = files.installed_version(top)
-    _changed()
 
 
 RANK_VARIABLE = "_AUTOTUNE_GUARD_RANK"  # "rank:world" of the process that started this one
@@ -112,23 +59,24 @@ def fix_rank() -> tuple[int, int]:
     OMPI_COMM_WORLD_RANK); else the rank of the guarded process that started this one, when that
     one had chosen already (the data-loader workers of an ``mp.spawn`` rank, which sets no RANK).
     """
-    global _rank_world
-    if _rank_world is None:
+    lasting = state.now.lasting
+    if lasting.rank_world is None:
         from .distributed import _RANK_VARIABLES, initialized_dist, rank_and_world
 
         inherited = os.environ.get(RANK_VARIABLE, "")
         if initialized_dist() is None and inherited and not any(os.environ.get(v) for v, _ in _RANK_VARIABLES):
             rank, _, world = inherited.partition(":")
-            _rank_world = (int(rank), int(world)) if rank.isdigit() and world.isdigit() else rank_and_world()
+            found = (int(rank), int(world)) if rank.isdigit() and world.isdigit() else rank_and_world()
         else:
-            _rank_world = rank_and_world()
-        os.environ[RANK_VARIABLE] = f"{_rank_world[0]}:{_rank_world[1]}"  # for the processes it starts
-    return _rank_world
+            found = rank_and_world()
+        lasting.rank_world = found
+        os.environ[RANK_VARIABLE] = f"{found[0]}:{found[1]}"  # for the processes it starts
+    return lasting.rank_world
 
 
 def fixed_rank() -> tuple[int, int] | None:
     """(rank, world size) once fixed by the first choice, else None."""
-    return _rank_world
+    return state.now.lasting.rank_world
 
 
 def run_id() -> str:
@@ -136,8 +84,9 @@ def run_id() -> str:
     (``--standalone`` or ``--rdzv-id``), else Slurm's job step, else the id the first guarded
     process of the run put in the environment at start-up for the processes it starts
     (the ``torchrun`` launcher's workers, ``mp.spawn`` children and plain subprocesses inherit it)."""
-    if _given_run_id:
-        return _given_run_id
+    policy = state.now.policy
+    if policy is not None and policy.run_id:
+        return policy.run_id
     elastic = os.environ.get("TORCHELASTIC_RUN_ID", "")
     if elastic and elastic != "none":  # "none" is torchrun's default --rdzv-id: every run has it
         return "torchelastic:" + elastic
@@ -158,56 +107,19 @@ def new_run_id() -> str:
     return f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
 
 
-def choice_log() -> dict[str, str]:
-    """The per-(kernel, key) choices this process has made so far."""
-    with _lock:
-        return dict(_choice_log)
-
-
-def choice_digest() -> str:
-    """A hash of every choice this process has made so far (equal logs, equal digests)."""
-    return digest_of(choice_log())
-
-
-def digest_of(log: dict[str, str]) -> str:
-    text = "\n".join(f"{k} -> {v}" for k, v in sorted(log.items()))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def take_unverified() -> dict[str, str]:
-    with _lock:
-        taken = dict(_unverified)
-        _unverified.clear()
-        return taken
-
-
-_given_run_id: str | None = None
-
-
-def configure(digest_path: str | None, record_path: str | None, mode: str, run: str | None = None) -> None:
-    """Where this process's files go, and the run id given (from the installed policy)."""
-    global _digest_path, _record_path, _record_mode, _exit_registered, _given_run_id
-    _digest_path, _record_path, _record_mode, _given_run_id = digest_path, record_path, mode, run
+def configure(policy) -> None:
+    """Called as ``policy`` replaces the previous one (with its new, empty log): the exit and
+    fork handlers once, the run id children inherit and SIGTERM saving when files are wanted."""
+    global _exit_registered, _final_written
+    _final_written = False  # a new log: its final state is not on disk yet
     if not _exit_registered:
         atexit.register(_at_exit)
         _save_in_forked_children()
+        choices.watch(_changed)
         _exit_registered = True
-    if digest_path or record_path:
+    if policy is not None and (policy.digest_path or policy.record_path):
         inherited_run_id()  # children started from now on share it
         _save_on_sigterm()
-    if _choice_log or _records:
-        _changed()
-
-
-def reset() -> None:
-    """Forget everything chosen so far (a new policy starts a new log)."""
-    global _record_arch, _final_written
-    with _lock:
-        _choice_log.clear()
-        _unverified.clear()
-        _records.clear()
-        _record_arch = None
-    _final_written = False
 
 
 def check_writable(prefix: str, variable: str) -> None:
@@ -256,29 +168,26 @@ def write_files(complete: bool = False) -> None:
         if _final_written and not complete:
             return  # the final state is on disk; a late background write must not replace it
         _final_written = _final_written or complete
-        with _lock:
-            log = dict(_choice_log)
-            records = {k: dict(v) for k, v in _records.items()}
-            arch = _record_arch
-            packages = dict(_packages)
-        if log or records:  # a process that chose nothing writes nothing
-            _write(*fix_rank(), log, records, arch, packages, complete)
+        process = state.now
+        log, records, arch, packages = process.log.snapshot()
+        if process.policy is not None and (log or records):  # a process that chose nothing writes nothing
+            _write(process.policy, *fix_rank(), log, records, arch, packages, complete, _ended_by)
 
 
-def _write(rank, world, log, records, arch, packages, complete, ended=None) -> None:
+def _write(policy, rank, world, log, records, arch, packages, complete, ended=None) -> None:
     process = {"run_id": run_id(), "pid": os.getpid(), "host": socket.gethostname(), "started": _started,
                "updated": time.time(), "written": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     if ended:
         process["ended"] = ended
-    if _digest_path:
-        files.atomic_write_json(rank_file(_digest_path, rank), {
+    if policy.digest_path:
+        files.atomic_write_json(rank_file(policy.digest_path, rank), {
             "format": files.CHOICES_FORMAT, "rank": rank, "world_size": world, **process,
             "digest": digest_of(log), "count": len(log), "log": log, "complete": complete,
         })
-    if _record_path and records:
-        files.atomic_write_json(rank_file(_record_path, rank), {
+    if policy.record_path and records:
+        files.atomic_write_json(rank_file(policy.record_path, rank), {
             "format": files.RECORD_FORMAT, "arch": arch or _current_arch_name(log), "rank": rank,
-            "world_size": world, "mode": _record_mode, "versions": versions(), "packages": packages,
+            "world_size": world, "mode": policy.mode, "versions": versions(), "packages": packages,
             "kernels": records, "complete": complete, **process,
         })
 
@@ -311,8 +220,12 @@ class _Flusher:
 
 
 def _changed() -> None:
+    """A new entry in the log: the rank is fixed at the first, and the files rewritten soon."""
     global _flusher
-    if not (_digest_path or _record_path):
+    if state.now.lasting.rank_world is None:
+        fix_rank()
+    policy = state.now.policy
+    if policy is None or not (policy.digest_path or policy.record_path):
         return
     if signal.getsignal(signal.SIGTERM) is not _on_sigterm:
         _save_on_sigterm()  # the program set a handler of its own after install: chain that one too
@@ -325,12 +238,10 @@ def _after_fork_in_child() -> None:
     # A lock held by the parent's writer thread at fork() would stay held forever in the child.
     # The child's file holds the choices the child makes (the parent's are in the parent's file);
     # it keeps the parent's rank and run.
-    global _lock, _write_lock, _flusher, _final_written, _started, _exited
-    _lock, _write_lock, _flusher = threading.Lock(), threading.Lock(), None
-    _started, _exited = time.time(), False
-    _choice_log.clear()
-    _unverified.clear()
-    _records.clear()
+    global _write_lock, _flusher, _final_written, _started, _exited, _ended_by
+    _write_lock, _flusher = threading.Lock(), None
+    _started, _exited, _ended_by = time.time(), False, None
+    state.now.log.forget_after_fork()
     _final_written = False
 
 
@@ -382,17 +293,16 @@ def _save_on_sigterm() -> None:
 def _on_sigterm(signum, frame):
     # The interrupted main thread may hold a lock the write needs: wait a little, never forever
     # (the copy the background writer keeps current is then what remains).
+    global _ended_by
+    _ended_by = "SIGTERM"
     if _write_lock.acquire(timeout=2.0):
         try:
-            if _lock.acquire(timeout=2.0):
-                try:
-                    log = dict(_choice_log)
-                    records = {k: dict(v) for k, v in _records.items()}
-                    arch, packages = _record_arch, dict(_packages)
-                finally:
-                    _lock.release()
-                if (log or records) and not _final_written:
-                    _write(*fix_rank(), log, records, arch, packages, False, ended="SIGTERM")
+            process = state.now
+            snapshot = process.log.snapshot(timeout=2.0)
+            if snapshot is not None:
+                log, records, arch, packages = snapshot
+                if (log or records) and not _final_written and process.policy is not None:
+                    _write(process.policy, *fix_rank(), log, records, arch, packages, False, ended="SIGTERM")
         except Exception as exc:
             logger.error("could not write the choices/record files on SIGTERM: %s", exc)
         finally:
@@ -409,33 +319,14 @@ def _on_sigterm(signum, frame):
 _exited = False
 
 
-# kernel -> why autotune_guard did not govern a choice this process made for it (a library's own
-# autotuner class, Inductor's coordinate descent, ...): named when met, counted at exit.
-_ungoverned: dict[str, str] = {}
-
-
-def note_ungoverned(qualified: str, why: str) -> bool:
-    """Note a kernel whose config choice the guard did not govern; False when already noted."""
-    with _lock:
-        if qualified in _ungoverned:
-            return False
-        _ungoverned[qualified] = why
-        return True
-
-
-def ungoverned() -> dict[str, str]:
-    """The kernels whose choices this process made without the guard governing them, and why."""
-    with _lock:
-        return dict(_ungoverned)
-
-
 def _at_exit() -> None:
     global _exited
-    log = choice_log()
-    if _record_mode is None or _exited:
+    process = state.now
+    if process.policy is None or _exited:
         return  # (a spawn child may get here twice: multiprocessing's finalizer, then atexit)
     _exited = True
-    missed = ungoverned()
+    log = process.log.copy()
+    missed = process.lasting.ungoverned.copy()
     if log or missed:
         logger.info("rank %d made %d autotune choices, digest %s%s", fix_rank()[0], len(log), digest_of(log),
                     f"; {len(missed)} not governed: {', '.join(sorted(missed)[:5])}"
@@ -443,7 +334,7 @@ def _at_exit() -> None:
     from . import api
 
     api.warn_ineffective_at_exit()
-    if _digest_path or _record_path:
+    if process.policy.digest_path or process.policy.record_path:
         try:
             write_files(complete=True)
         except Exception as exc:

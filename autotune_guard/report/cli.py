@@ -1,0 +1,56 @@
+"""The command line: its options, the dispatch to one module per subcommand, the exit status."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from . import cache_import, diff, merge, show
+from .reading import InputError
+
+COMMANDS = ("show", "merge", "diff", "import")
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(
+        prog="python -m autotune_guard.report",
+        description="Read autotune_guard record and choices files; merge records into a table; compare runs. "
+                    "FILES are files, glob patterns, or the prefix given to AUTOTUNE_RECORD_PATH/AUTOTUNE_DIGEST_PATH "
+                    "(runs/rec reads runs/rec.rank*.json). Exit status: 0 done, 1 disagreement with --check, "
+                    "2 unusable input.")
+    commands = top.add_subparsers(dest="command", metavar="{show,merge,diff,import}")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--json", action="store_true", help="machine-readable output")
+    common.add_argument("--check", action="store_true", help="exit 1 when ranks or runs disagree (a CI gate)")
+    common.add_argument("--all-runs", action="store_true",
+                        help="read the files of every run the arguments name; by default files of runs other than "
+                             "the latest (by the run id each file carries) are named on stderr and left out")
+    for command in (show, merge, diff, cache_import):
+        command.add_parser(commands, common)
+    return top
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] not in COMMANDS and argv[0] not in ("-h", "--help"):
+        argv.insert(0, "show")  # `report FILES...`
+    args = parser().parse_args(argv)
+    if not getattr(args, "run", None):
+        parser().print_usage(sys.stderr)
+        print("python -m autotune_guard.report: error: give a command (show, merge, diff) or files", file=sys.stderr)
+        return 2
+    try:
+        return args.run(args, sys.stdout)
+    except InputError as exc:
+        message = " ".join(str(exc).split())  # one line, whatever a file's keys hold
+        if len(message) > 1000:
+            message = message[:1000] + " ..."
+        print(f"python -m autotune_guard.report: error: {message}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # `... | head`: the reader left; nothing is wrong
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return 0

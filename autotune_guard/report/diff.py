@@ -1,0 +1,108 @@
+"""``report diff``: two runs' choices per kernel and key (same, changed, only in one), and their
+digests rank by rank."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from ..choices import digest_of
+from .reading import dump, grouped, md, natural, read_sources
+
+def run(args, out) -> int:
+    sides = [read_sources([side], ("record", "choices"), "diff", args.all_runs) for side in (args.a, args.b)]
+    groups = [grouped(side) for side in sides]
+    rows = []
+    for ident in sorted(set(groups[0]) | set(groups[1]), key=lambda i: tuple(natural(p) for p in i)):
+        configs = [sorted({c.signature for c in g.get(ident, [])}) for g in groups]
+        if not configs[1]:
+            status = "only in A"
+        elif not configs[0]:
+            status = "only in B"
+        elif configs[0] == configs[1] and len(configs[0]) == 1:
+            status = "same"
+        elif configs[0] == configs[1]:
+            status = "same, ranks disagree"
+        else:
+            status = "changed"
+        arch, kernel, key = ident
+        rows.append({"arch": arch, "kernel": kernel, "key": key, "status": status, "a": configs[0], "b": configs[1],
+                     "a_ranks_disagree": len(configs[0]) > 1, "b_ranks_disagree": len(configs[1]) > 1})
+    counts = Counter(r["status"] for r in rows)
+    failing = sum(1 for r in rows if r["status"] == "changed" or r["a_ranks_disagree"] or r["b_ranks_disagree"])
+    # Choices files carry a digest of the whole log: equal digests, equal choices, rank by rank
+    # (a rank whose processes left several files: the digest of their combined log).
+    digests = [_rank_digests(side) for side in sides]
+    compared = {rank: {"a": digests[0][rank], "b": digests[1][rank], "same": digests[0][rank] == digests[1][rank]}
+                for rank in sorted(set(digests[0]) & set(digests[1]))}
+    if args.format == "markdown":
+        print_diff_markdown(sides, rows, counts, failing, out)
+    elif args.json or args.format == "json":
+        dump({"a": [s.path for s in sides[0]], "b": [s.path for s in sides[1]], "keys": rows,
+               "counts": dict(counts), "digests": {str(rank): d for rank, d in compared.items()},
+               "disagreements": failing}, out)
+    else:
+        for name, side in zip("AB", sides):
+            print(f"{name}: {', '.join(s.path for s in side)}", file=out)
+        for rank, d in compared.items():
+            print(f"  digest rank {rank}: {d['a']} {'==' if d['same'] else '!='} {d['b']}", file=out)
+        for r in rows:
+            where = f"{r['kernel']} key ({r['key']}) [arch {r['arch']}]"
+            if r["status"] == "same":
+                print(f"  same     {where}: {r['a'][0]}", file=out)
+            elif r["status"] == "only in A":
+                print(f"  only A   {where}: {' | '.join(r['a'])}", file=out)
+            elif r["status"] == "only in B":
+                print(f"  only B   {where}: {' | '.join(r['b'])}", file=out)
+            else:
+                tag = "CHANGED " if r["status"] == "changed" else "SAME*   "
+                print(f"  {tag} {where}:\n      A: {' | '.join(r['a'])}\n      B: {' | '.join(r['b'])}", file=out)
+            for name in "ab":
+                if r[f"{name}_ranks_disagree"]:
+                    print(f"      ({name.upper()}'s ranks disagree among themselves)", file=out)
+        print(f"{counts['same']} same, {counts['changed']} changed, {counts['only in A']} only in A, "
+              f"{counts['only in B']} only in B" + (f", {counts['same, ranks disagree']} where ranks disagree"
+                                                     if counts['same, ranks disagree'] else ""), file=out)
+    return 1 if args.check and failing else 0
+
+
+def _rank_digests(sources) -> dict:
+    logs: dict = {}
+    for s in sources:
+        if s.kind == "choices":
+            logs.setdefault(s.rank, []).append(s.document)
+    digests = {}
+    for rank, docs in logs.items():
+        if len(docs) == 1:
+            digests[rank] = docs[0]["digest"]
+        else:
+            digests[rank] = digest_of({k: v for doc in docs for k, v in doc["log"].items()})
+    return digests
+
+
+def print_diff_markdown(sides, rows, counts, failing, out) -> None:
+    """Changed keys and keys whose ranks disagree, in a table; the unchanged ones only counted."""
+    verdict = f"{failing} kernel/key entr{'y' if failing == 1 else 'ies'} CHANGED or disagreeing" if failing \
+        else "no autotune choice changed"
+    print(f"### autotune_guard diff: {verdict}\n", file=out)
+    for name, side in zip("AB", sides):
+        print(f"- {name}: {', '.join(s.path for s in side)}", file=out)
+    print(f"\n{counts['same']} same, {counts['changed']} changed, {counts['only in A']} only in A, "
+          f"{counts['only in B']} only in B", file=out)
+    shown = [r for r in rows if r["status"] != "same"]
+    if shown:
+        print("\n| kernel | key | arch | status | A | B |\n|---|---|---|---|---|---|", file=out)
+        for r in shown:
+            status = r["status"] + "".join(f", {n.upper()}'s ranks disagree" for n in "ab" if r[f"{n}_ranks_disagree"])
+            a, b = ("<br>".join(md(sig) for sig in r[n]) or "—" for n in "ab")
+            print(f"| {md(r['kernel'])} | {md(r['key'])} | {r['arch']} | {status} | {a} | {b} |", file=out)
+
+
+def add_parser(commands, common) -> None:
+    diff = commands.add_parser("diff", parents=[common], help="compare two runs' choices",
+                               description="Per kernel and key: same, changed, only in A, only in B. Each run is a "
+                                           "file, a glob pattern or a rank-file prefix.")
+    diff.add_argument("--format", choices=("text", "json", "markdown"), default="text",
+                      help="markdown: a pull-request comment (--json is --format json)")
+    diff.add_argument("a", metavar="RUN_A")
+    diff.add_argument("b", metavar="RUN_B")
+    diff.set_defaults(run=run)

@@ -1,0 +1,176 @@
+"""``report merge``: per-rank record files -> one table for pinned mode (majority vote, or the
+fastest by Triton's measured times across ranks)."""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import time
+from collections import Counter
+
+from .. import __version__, files, selection
+from .reading import Choice, InputError, descriptors_of, dump, grouped, median_of, read_sources
+
+def run(args, out) -> int:
+    output = args.output
+    if output.endswith(("/", os.sep)) or os.path.isdir(output):
+        raise InputError(f"{output}: -o names a directory; give the table file, like {os.path.join(output, 'sm90.json')}")
+    sources = read_sources(args.files, ("record",), "merge", args.all_runs)
+    if os.path.abspath(output) in {os.path.abspath(s.path) for s in sources}:
+        raise InputError(f"{output}: is one of the inputs; write the table elsewhere")
+    partial = [s for s in sources if not s.complete]
+    if partial and not args.allow_partial:
+        raise InputError(f"{partial[0].path}: is a partial record (complete=false: its rank was killed or is still "
+                         "running); pass --allow-partial to merge what it holds")
+    used = [s for s in sources if s.document["kernels"]]
+    if not used:
+        raise InputError(f"{sources[0].path}: holds no autotune choices" if len(sources) == 1
+                         else f"none of {', '.join(s.path for s in sources)} holds an autotune choice")
+    archs = {}
+    for s in used:
+        archs.setdefault(s.arch, []).append(s.path)
+    if args.arch is None:
+        if len(archs) > 1:
+            listing = "; ".join(f"{arch}: {', '.join(paths)}" for arch, paths in sorted(archs.items()))
+            raise InputError(f"{used[0].path}: the records are for several archs ({listing}); choose one with --arch")
+        arch = next(iter(archs))
+    else:
+        arch = args.arch
+        if arch not in archs:
+            listing = "; ".join(f"{a}: {', '.join(paths)}" for a, paths in sorted(archs.items()))
+            raise InputError(f"{used[0].path}: no record is for arch {arch} (records: {listing})")
+    if not arch:
+        raise InputError(f"{archs[arch][0] if arch in archs else used[0].path}: the records name no arch; give --arch")
+    notes = [f"skipped {path}: arch {a}" for a, paths in sorted(archs.items()) if a != arch for path in paths]
+    used = [s for s in used if s.arch == arch]
+
+    decisions = []
+    kernels: dict[str, dict] = {}
+    for (_, kernel, key), choices in grouped(used).items():
+        decision = decide(choices, args.rule)
+        _refuse_foreign_winner(kernel, key, decision, choices)
+        decisions.append({"kernel": kernel, "key": key, **decision})
+        kernels.setdefault(kernel, {})[key] = decision["descriptor"]
+
+    versions, version_notes = _common_versions(used)
+    notes += version_notes
+    packages = {}
+    for s in used:
+        for name, version in sorted((s.document.get("packages") or {}).items()):
+            if version:
+                packages.setdefault(name, version)
+    table = {
+        "format": files.TABLE_FORMAT, "arch": arch, **versions, "packages": packages,
+        "source": {"files": [s.path for s in used], "rule": args.rule, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                   "by": f"autotune_guard {__version__} report merge"},
+        "kernels": kernels,
+    }
+    try:
+        files.atomic_write_json(output, table)
+    except OSError as exc:
+        raise InputError(f"{output}: cannot be written ({exc.strerror or exc})") from None
+    disagree = [d for d in decisions if not d["agree"]]
+    if args.json:
+        dump({"table": output, "arch": arch, "rule": args.rule, "files": [s.path for s in used], "notes": notes,
+               "entries": [{k: v for k, v in d.items() if k != "descriptor"} for d in decisions],
+               "disagreements": len(disagree)}, out)
+    else:
+        print(f"wrote {output}: arch {arch}, rule {args.rule}, {len(kernels)} kernel{'s' * (len(kernels) != 1)}, "
+              f"{len(decisions)} key{'s' * (len(decisions) != 1)} from {len(used)} record file{'s' * (len(used) != 1)}",
+              file=out)
+        for note in notes:
+            print(f"  note: {note}", file=out)
+        for d in decisions:
+            if not d["agree"] or d["why"] != "unanimous":
+                votes = ", ".join(f"{sig} x{n}" for sig, n in d["votes"].items())
+                print(f"  {d['kernel']} key ({d['key']}): {d['chosen']} ({d['why']}; votes: {votes})", file=out)
+        if os.path.basename(output) != f"{arch}.json":
+            print(f"  note: pinned runs find it by AUTOTUNE_TABLE_PATH={output}; in a directory on that path it must "
+                  f"be named {arch}.json", file=out)
+    return 1 if args.check and disagree else 0
+
+
+def _refuse_foreign_winner(kernel: str, key: str, decision: dict, choices: list[Choice]) -> None:
+    """A winner that is none of the kernel's candidates (a config an Autotuner subclass put into
+    Triton's cache itself, like fla's) would be a table entry no pinned run can match."""
+    candidates = {selection.signature(c) for choice in choices for c in choice.candidates}
+    if candidates and decision["chosen"] not in candidates:
+        chooser = next(c for c in choices if c.signature == decision["chosen"])
+        raise InputError(f"{chooser.source.path}: kernel {kernel} key ({key}): the winner {decision['chosen']} "
+                         f"(chosen as '{chooser.how}') is not among the kernel's {len(candidates)} candidates; "
+                         "a pinned run could not use it")
+
+
+def decide(choices: list[Choice], rule: str) -> dict:
+    """One config for a (kernel, key) from what every rank chose.
+
+    ``vote``: the config most ranks chose; a tie goes to the lowest static cost (the order
+    ``AUTOTUNE_ON_MISS=min_cost`` uses), so the same files always give the same table.
+    ``fastest``: the config with the lowest median, across ranks, of Triton's measured medians;
+    ties, and keys no rank timed, as for ``vote``.
+    """
+    votes = Counter(c.signature for c in choices)
+    descriptors = {}
+    for c in choices:
+        descriptors.update({sig: d for sig, d in descriptors_of(c).items() if sig not in descriptors})
+    result = {"votes": dict(sorted(votes.items(), key=lambda kv: (-kv[1], kv[0]))), "agree": len(votes) == 1}
+    if rule == "fastest":
+        measured: dict[str, list[float]] = {}
+        for c in choices:
+            for sig, m in (c.timings or {}).items():
+                if sig in descriptors:
+                    measured.setdefault(sig, []).append(median_of(m))
+        scored = {sig: statistics.median(ms) for sig, ms in measured.items()}
+        scored = {sig: ms for sig, ms in scored.items() if math.isfinite(ms)}
+        if scored:
+            best = min(scored.values())
+            tied = [sig for sig, ms in scored.items() if ms == best]
+            chosen = min(tied, key=lambda sig: selection.static_cost(descriptors[sig]))
+            return {**result, "chosen": chosen, "descriptor": descriptors[chosen], "median_ms": best,
+                    "why": f"fastest median over {len(measured[chosen])} rank{'s' * (len(measured[chosen]) != 1)}"}
+        fallback = "no timings: by vote"
+    else:
+        fallback = None
+    top = max(votes.values())
+    tied = [sig for sig, n in votes.items() if n == top]
+    chosen = min(tied, key=lambda sig: selection.static_cost(descriptors[sig]))
+    if fallback:
+        why = fallback
+    elif len(votes) == 1:
+        why = "unanimous"
+    elif len(tied) == 1:
+        why = f"majority {top} of {len(choices)}"
+    else:
+        why = f"tie of {len(tied)} at {top} vote{'s' * (top != 1)}, broken by static cost"
+    return {**result, "chosen": chosen, "descriptor": descriptors[chosen], "why": why}
+
+
+def _common_versions(sources) -> tuple[dict, list[str]]:
+    """The triton, torch and python versions the records were made with (the most common one,
+    with a note where the records differ)."""
+    versions, notes = {}, []
+    for name in ("triton", "torch", "python"):
+        seen = Counter((s.document.get("versions") or {}).get(name) for s in sources)
+        seen.pop(None, None)
+        if not seen:
+            continue
+        versions[name] = seen.most_common(1)[0][0]
+        if len(seen) > 1:
+            notes.append(f"the records were made with different {name} versions ({', '.join(sorted(seen))}); "
+                         f"the table says {versions[name]}")
+    return versions, notes
+
+
+def add_parser(commands, common) -> None:
+    merge = commands.add_parser("merge", parents=[common], help="merge record files into a table",
+                                description="Merge per-rank record files into one table for AUTOTUNE_MODE=pinned.")
+    merge.add_argument("files", nargs="+", metavar="FILE", help="record files (or AUTOTUNE_RECORD_PATH prefixes)")
+    merge.add_argument("-o", "--output", required=True, metavar="TABLE.json", help="the table to write (atomically)")
+    merge.add_argument("--arch", help="the arch to build the table for (needed when the records mix archs)")
+    merge.add_argument("--rule", choices=("vote", "fastest"), default="vote",
+                       help="vote: the config most ranks chose, ties to the lowest static cost (default); "
+                            "fastest: the lowest median of Triton's measured times across ranks")
+    merge.add_argument("--allow-partial", action="store_true",
+                       help="also merge records of ranks that did not exit normally (complete=false)")
+    merge.set_defaults(run=run)

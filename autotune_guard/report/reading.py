@@ -1,0 +1,302 @@
+"""What the report commands read: record, choices and table files (validated by ``files``),
+grouped by rank and run; what Triton measured; and the plumbing of their output.  Plain data."""
+
+from __future__ import annotations
+
+import glob
+import json
+import math
+import os
+import re
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from .. import files, selection
+
+_KIND_OF = {files.RECORD_FORMAT: "record", files.CHOICES_FORMAT: "choices", files.TABLE_FORMAT: "table"}
+# <prefix>.rank<N>.json, and <prefix>.rank<N>.<host>-<pid>.json: one file per process
+_RANK_FILE = re.compile(r"\.rank(\d+)(?:\.[A-Za-z0-9_-]+)?\.json$")
+
+
+class InputError(Exception):
+    """Input the report cannot use; the message (one line) names the file."""
+
+
+# --- reading ------------------------------------------------------------------------------------
+
+@dataclass
+class Source:
+    """One input file."""
+
+    path: str
+    kind: str  # record | choices | table
+    document: dict
+    label: str = ""
+
+    @property
+    def rank(self):
+        return self.document.get("rank")
+
+    @property
+    def complete(self) -> bool:
+        return self.document.get("complete") is True
+
+    @property
+    def arch(self):
+        return self.document.get("arch")
+
+
+@dataclass
+class Choice:
+    """What one file says one rank chose for one (arch, kernel, key)."""
+
+    source: Source
+    arch: str
+    kernel: str
+    key: str
+    signature: str
+    how: str
+    config: dict | None = None  # records only
+    timings: dict | None = None  # signature -> Triton's measurements (median first)
+    candidates: list = field(default_factory=list)  # declared configs, as descriptors
+
+
+def expand(arg: str) -> list[str]:
+    """The files one command-line argument names: itself, a glob's matches, or ``ARG.rank*.json``."""
+    if os.path.exists(arg):
+        return [arg]
+    if glob.has_magic(arg):
+        found = sorted(p for p in glob.glob(arg) if not os.path.isdir(p))
+        if found:
+            return _by_rank(found)
+        raise InputError(f"{arg}: no file matches")
+    found = [p for p in glob.glob(glob.escape(arg) + ".rank*.json") if _RANK_FILE.search(p[len(arg):])]
+    if found:
+        return _by_rank(found)
+    raise InputError(f"{arg}: no such file, and no rank files {arg}.rank<N>[.<host>-<pid>].json")
+
+
+def _by_rank(paths):
+    def order(path):
+        match = _RANK_FILE.search(path)
+        return (_RANK_FILE.sub("", path), int(match.group(1)) if match else -1, path)
+
+    return sorted(paths, key=order)
+
+
+def read_sources(args, accept, command, all_runs=False) -> list[Source]:
+    """Read every file the arguments name; refuse formats ``command`` cannot use, naming the file.
+    Files of runs other than the latest are named on stderr and left out (unless ``all_runs``)."""
+    paths = []
+    for arg in args:
+        for path in expand(arg):
+            if path not in paths:
+                paths.append(path)
+    sources = []
+    for path in paths:
+        if os.path.isdir(path):
+            raise InputError(f"{path}: is a directory; name its files ({os.path.join(path, '*.json')}) "
+                             f"or the prefix the run used ({os.path.join(path, 'rec')})")
+        try:
+            document = files.read_document(path)
+        except files.FileFormatError as exc:
+            raise InputError(str(exc)) from None
+        kind = _KIND_OF[document["format"]]
+        if kind not in accept:
+            raise InputError(f"{path}: is a {kind} file; {command} reads {' and '.join(k + ' files' for k in accept)}"
+                             + (" (written under AUTOTUNE_RECORD_PATH)" if accept == ("record",) else ""))
+        sources.append(Source(path, kind, document))
+    if not all_runs:
+        sources, left_out = latest_run(sources)
+        for note in left_out:
+            print(f"python -m autotune_guard.report: note: {note}", file=sys.stderr)
+    _label(sources)
+    return sources
+
+
+def _last_written(source: Source) -> float:
+    doc = source.document
+    for name in ("updated", "started"):
+        if isinstance(doc.get(name), (int, float)) and math.isfinite(doc[name]):
+            return float(doc[name])
+    try:
+        return os.path.getmtime(source.path)
+    except OSError:
+        return 0.0
+
+
+def latest_run(sources) -> tuple[list[Source], list[str]]:
+    """The files of the latest run among ``sources`` (by run id; the run written to last), and a
+    note naming each file of another run: an earlier run into the same prefix leaves files that
+    must not be mixed in (a rank that no longer exists, a stale choice)."""
+    tables = [s for s in sources if s.kind == "table"]  # a table belongs to no run
+    sources = [s for s in sources if s.kind != "table"]
+    runs: dict = {}
+    for s in sources:
+        runs.setdefault(s.document.get("run_id"), []).append(s)
+    if len(runs) <= 1:
+        return sources + tables, []
+    newest = {run: max(_last_written(s) for s in group) for run, group in runs.items()}
+    current = max(runs, key=lambda run: (newest[run], str(run)))
+    notes = [f"left out {s.path}: it is of run {s.document.get('run_id') or '(no run id)'} (last written "
+             f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(_last_written(s)))}), not of the latest run "
+             f"{current or '(no run id)'}; --all-runs reads every run" for s in sources if s.document.get("run_id") != current]
+    return [s for s in sources if s.document.get("run_id") == current] + tables, notes
+
+
+def _label(sources) -> None:
+    """``rank N`` where that names one file; ``rank N pid P`` where a rank has several processes'
+    files; else the file's name."""
+    files_of_rank = Counter(s.rank for s in sources)
+    process_ids = Counter((s.rank, s.document.get("pid"), s.kind) for s in sources)
+    unique_names = len({os.path.basename(s.path) for s in sources}) == len(sources)
+    for s in sources:
+        if s.kind == "table":
+            s.label = f"table {os.path.basename(s.path)}"
+        elif files_of_rank[s.rank] == 1:
+            s.label = f"rank {s.rank}"
+        elif s.document.get("pid") is not None and process_ids[(s.rank, s.document["pid"], s.kind)] == 1:
+            s.label = f"rank {s.rank} pid {s.document['pid']}"
+        else:
+            s.label = os.path.basename(s.path) if unique_names else s.path
+
+
+def choices_of(source: Source) -> list[Choice]:
+    doc = source.document
+    if source.kind == "table":
+        return table_choices(source)
+    if source.kind == "record":
+        found = []
+        for kernel, entries in doc["kernels"].items():
+            for key, entry in entries.items():
+                config = _full(entry["config"])
+                # The signature is recomputed, not read: it is what merge and diff compare.
+                found.append(Choice(source, doc["arch"], kernel, key, selection.signature(config),
+                                    str(entry.get("how", "timed")), config, entry.get("timings"),
+                                    [_full(c) for c in entry.get("candidates", [])]))
+        return found
+    found = []
+    for entry, value in doc["log"].items():
+        arch, kernel, key = entry.split("|", 2)
+        signature, _, how = value.rpartition(";")
+        found.append(Choice(source, arch, kernel, key, signature, how))
+    return found
+
+
+def table_choices(source: Source) -> list[Choice]:
+    """A table's entries as choices (``how`` is ``table``), so ``show`` lays them beside what ranks
+    chose.  A field the table leaves out is left out of the signature too (Triton's default)."""
+    doc = source.document
+    return [Choice(source, doc["arch"], kernel, key, selection.signature(_full(desc)), "table")
+            for kernel, entries in doc["kernels"].items() for key, desc in entries.items()]
+
+
+def _full(desc: dict) -> dict:
+    """A stored config with its ``kwargs`` present (a file may leave an empty one out)."""
+    return {**desc, "kwargs": dict(desc.get("kwargs", {}))}
+
+
+def grouped(sources) -> dict[tuple, list[Choice]]:
+    """Choices per (arch, kernel, key).  A rank's files are combined: where several processes of
+    one rank (a parent and the children that chose too) made the same choice it counts once
+    (the copy with timings kept), so a rank never votes twice."""
+    groups: dict[tuple, dict] = {}
+    for source in sources:
+        for choice in choices_of(source):
+            kept = groups.setdefault((choice.arch, choice.kernel, choice.key), {})
+            same = (choice.source.kind, choice.source.rank, choice.signature)
+            if same not in kept or (choice.timings and not kept[same].timings):
+                kept[same] = choice
+    return dict(sorted(((ident, list(kept.values())) for ident, kept in groups.items()),
+                       key=lambda item: tuple(natural(part) for part in item[0])))
+
+
+def natural(text: str):
+    """Sort ``2,float`` before ``10,float``."""
+    return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", text) if part]
+
+
+# --- timings ------------------------------------------------------------------------------------
+
+def median_of(measured):
+    """Triton's timer returns ``[p50, p20, p80]`` (or one number): the median comes first."""
+    value = measured[0] if isinstance(measured, list) else measured
+    return float(value)
+
+
+def descriptors_of(choice: Choice) -> dict[str, dict]:
+    found = {selection.signature(c): c for c in choice.candidates}
+    if choice.config is not None:
+        found.setdefault(choice.signature, choice.config)
+    return found
+
+
+def min_cost_signature(choice: Choice):
+    """The candidate pinned mode's ``min_cost`` would run: among those Triton timed (the ones left
+    after the kernel's own pruning) when timings are known, else among the declared ones."""
+    descriptors = descriptors_of(choice)
+    if choice.timings:
+        descriptors = {sig: d for sig, d in descriptors.items() if sig in choice.timings}
+    if not descriptors:
+        return None
+    return min(descriptors, key=lambda sig: selection.static_cost(descriptors[sig]))
+
+
+def timing_summary(choice: Choice) -> dict:
+    """The winner's median, the spread over the timed candidates, and what min-cost would cost."""
+    summary = {"winner_ms": None, "fastest_ms": None, "slowest_ms": None, "timed": 0,
+               "min_cost": min_cost_signature(choice), "min_cost_ms": None, "min_cost_slowdown": None,
+               "min_cost_failed": False}
+    if not choice.timings:
+        return summary
+    medians = {sig: median_of(m) for sig, m in choice.timings.items()}
+    finite = [m for m in medians.values() if math.isfinite(m)]
+    summary["timed"] = len(medians)
+    summary["fastest_ms"] = min(finite) if finite else None
+    summary["slowest_ms"] = max(finite) if finite else None
+    winner = medians.get(choice.signature)
+    summary["winner_ms"] = winner
+    if summary["min_cost"] in medians:
+        cost = medians[summary["min_cost"]]
+        if not math.isfinite(cost):  # Triton's time for a candidate that failed to compile or run
+            summary["min_cost_failed"] = True
+        else:
+            summary["min_cost_ms"] = cost
+            if winner is not None and winner > 0 and math.isfinite(winner):
+                summary["min_cost_slowdown"] = cost / winner
+    return summary
+
+
+def _plain(value):
+    """JSON without Infinity/NaN (a failed candidate's time), which strict parsers refuse."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def dump(document, out) -> None:
+    json.dump(_plain(document), out, indent=1, sort_keys=False, allow_nan=False)
+    out.write("\n")
+
+
+# --- markdown (a CI job summary, a pull-request comment) -----------------------------------------
+
+def md(text) -> str:
+    """Text for a markdown table cell, as code."""
+    return "`" + str(text).replace("`", "'").replace("|", "\\|") + "`"
+
+
+def label_list(labels: list[str], limit: int = 8) -> str:
+    return ", ".join(labels[:limit]) + (f" and {len(labels) - limit} more" if len(labels) > limit else "")
+
+
+def source_json(s: Source) -> dict:
+    doc = s.document
+    return {"file": s.path, "kind": s.kind, "label": s.label, "rank": s.rank, "world_size": doc.get("world_size"),
+            "arch": doc.get("arch"), "complete": s.complete, "versions": doc.get("versions"), "digest": doc.get("digest")}

@@ -1,0 +1,165 @@
+"""``report show``: per kernel and key, what each rank chose (or a table holds), disagreements,
+the spread of measured times, the min-cost config's slowdown; as text, JSON or markdown."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections import Counter
+
+from .reading import Source, dump, grouped, label_list, md, read_sources, source_json, timing_summary
+
+def analyse(sources) -> list[dict]:
+    rows = []
+    for (arch, kernel, key), choices in grouped(sources).items():
+        configs = Counter(c.signature for c in choices)
+        entries = []
+        for c in choices:
+            entries.append({"file": c.source.path, "label": c.source.label, "rank": c.source.rank, "kind": c.source.kind,
+                            "config": c.signature, "how": c.how, **timing_summary(c)})
+        winners = [e["winner_ms"] for e in entries if e["winner_ms"] is not None]
+        rows.append({"arch": arch, "kernel": kernel, "key": key, "agree": len(configs) == 1,
+                     "configs": dict(configs.most_common()), "choices": entries,
+                     "winner_ms_range": [min(winners), max(winners)] if winners else None})
+    return rows
+
+
+def _describe_source(s: Source) -> str:
+    doc = s.document
+    if s.kind == "table":
+        return f"  {s.path}: {_describe_table(doc)}"
+    parts = [s.kind, f"rank {s.rank}" + (f" of {doc['world_size']}" if isinstance(doc.get("world_size"), int) else "")]
+    if s.kind == "record":
+        parts.append(f"arch {doc['arch']}")
+        count = sum(len(e) for e in doc["kernels"].values())
+        versions = doc.get("versions") or {}
+        if versions.get("triton"):
+            parts.append(f"triton {versions['triton']}")
+    else:
+        count = len(doc["log"])
+        parts.append(f"digest {doc['digest']}")
+    parts.append(f"{count} choices")
+    if s.complete:
+        parts.append("complete")
+    elif isinstance(doc.get("ended"), str):
+        parts.append(f"PARTIAL (ended by {doc['ended']})")
+    else:
+        parts.append("PARTIAL (the rank did not exit normally, or is still running)")
+    return f"  {s.path}: " + ", ".join(parts)
+
+
+def _describe_table(doc: dict) -> str:
+    count = sum(len(e) for e in doc["kernels"].values())
+    parts = [f"table, arch {doc['arch']}"]
+    parts += [f"{name} {doc[name]}" for name in ("triton", "torch") if isinstance(doc.get(name), str)]
+    parts.append(f"{count} entr{'y' if count == 1 else 'ies'}")
+    source = doc.get("source")
+    if isinstance(source, dict) and isinstance(source.get("files"), list):
+        parts.append(f"merged by {source.get('rule', '?')} from {len(source['files'])} file"
+                     f"{'s' * (len(source['files']) != 1)}")
+    return ", ".join(parts)
+
+
+def _ms(value) -> str:
+    if value is None:
+        return "?"
+    return "failed" if not math.isfinite(value) else f"{value:.4g} ms"
+
+
+def print_show(sources, rows, out) -> None:
+    print(f"{len(sources)} file{'s' * (len(sources) != 1)}:", file=out)
+    for s in sources:
+        print(_describe_source(s), file=out)
+    current = None
+    for row in rows:
+        if (row["arch"], row["kernel"]) != current:
+            current = (row["arch"], row["kernel"])
+            print(f"\n{row['kernel']}  [arch {row['arch']}]", file=out)
+        n = len(row["choices"])
+        verdict = "agree" if row["agree"] else f"DISAGREE: {len(row['configs'])} configs (a, b, ...: most chosen first)"
+        print(f"  key ({row['key']}): {verdict}, {n} file{'s' * (n != 1)}", file=out)
+        width = max(len(e["label"]) for e in row["choices"])
+        ordered = sorted(row["configs"], key=lambda sig: (-row["configs"][sig], sig))
+        letters = {sig: chr(ord("a") + i) if i < 26 else "+" for i, sig in enumerate(ordered)}
+        for e in row["choices"]:
+            mark = " " if row["agree"] else letters[e["config"]]
+            line = f"   {mark} {e['label']:<{width}}  {e['config']}  [{e['how']}]"
+            if e["timed"]:
+                line += f"  {_ms(e['winner_ms'])} (fastest..slowest of {e['timed']} timed: " \
+                        f"{_ms(e['fastest_ms'])}..{_ms(e['slowest_ms'])})"
+            print(line, file=out)
+        if row["winner_ms_range"] and len(row["choices"]) > 1:
+            lo, hi = row["winner_ms_range"]
+            print(f"    winners' medians across files: {_ms(lo)}..{_ms(hi)}", file=out)
+        costs = [e for e in row["choices"] if e["min_cost"]]
+        if costs:
+            names = sorted({e["min_cost"] for e in costs})
+            known = [f"failed on {e['label']}" if e["min_cost_failed"] else f"{e['min_cost_slowdown']:.2f}x on {e['label']}"
+                     for e in costs if e["min_cost_failed"] or e["min_cost_slowdown"] is not None]
+            text = ", ".join(known) if known else "not measured"
+            print(f"    min-cost {' / '.join(names)}: {text}", file=out)
+    disagree = sum(not r["agree"] for r in rows)
+    kernels = len({(r["arch"], r["kernel"]) for r in rows})
+    print(f"\n{kernels} kernel{'s' * (kernels != 1)}, {len(rows)} key{'s' * (len(rows) != 1)}, "
+          f"{disagree} disagreement{'s' * (disagree != 1)}", file=out)
+
+
+def run(args, out) -> int:
+    sources = read_sources(args.files, ("record", "choices", "table"), "show", args.all_runs)
+    rows = analyse(sources)
+    disagree = sum(not r["agree"] for r in rows)
+    if args.json or args.format == "json":
+        dump({"files": [source_json(s) for s in sources], "keys": rows, "disagreements": disagree}, out)
+    elif args.format == "markdown":
+        print_show_markdown(sources, rows, out)
+    else:
+        print_show(sources, rows, out)
+    return 1 if args.check and disagree else 0
+
+
+def print_show_markdown(sources, rows, out) -> None:
+    """Disagreements first, in a table; the keys where every file agrees folded away below them."""
+    disagree = [r for r in rows if not r["agree"]]
+    agree = [r for r in rows if r["agree"]]
+    kernels = len({(r["arch"], r["kernel"]) for r in rows})
+    if len(sources) == 1:  # nothing to compare: what the one file holds
+        verdict = f"{len(rows)} kernel/key entr{'y' if len(rows) == 1 else 'ies'} in {os.path.basename(sources[0].path)}"
+    elif disagree:
+        verdict = f"{len(disagree)} of {len(rows)} kernel/key entries DISAGREE"
+    else:
+        verdict = f"all {len(rows)} kernel/key entries agree across {len(sources)} files"
+    print(f"### autotune_guard: {verdict}\n", file=out)
+    print(f"{kernels} kernel{'s' * (kernels != 1)}, {len(rows)} key{'s' * (len(rows) != 1)}, "
+          f"{len(sources)} file{'s' * (len(sources) != 1)}:\n", file=out)
+    for s in sources:
+        print(f"- {_describe_source(s).strip()}", file=out)
+    if disagree:
+        print("\n| kernel | key | arch | what each file chose |\n|---|---|---|---|", file=out)
+        for r in disagree:
+            by_config: dict[str, list[str]] = {}
+            for e in r["choices"]:
+                by_config.setdefault(e["config"], []).append(e["label"])
+            chosen = "<br>".join(f"{md(sig)}: {label_list(labels)}"
+                                 for sig, labels in sorted(by_config.items(), key=lambda kv: (-len(kv[1]), kv[0])))
+            print(f"| {md(r['kernel'])} | {md(r['key'])} | {r['arch']} | {chosen} |", file=out)
+    if agree:
+        if len(sources) > 1:
+            print(f"\n<details><summary>{len(agree)} kernel/key entr{'y' if len(agree) == 1 else 'ies'} where every "
+                  "file agrees</summary>", file=out)
+        print("\n| kernel | key | arch | config | files |\n|---|---|---|---|---|", file=out)
+        for r in agree:
+            print(f"| {md(r['kernel'])} | {md(r['key'])} | {r['arch']} | {md(next(iter(r['configs'])))} | "
+                  f"{len(r['choices'])} |", file=out)
+        if len(sources) > 1:
+            print("\n</details>", file=out)
+
+
+def add_parser(commands, common) -> None:
+    show = commands.add_parser("show", parents=[common], help="what each rank chose, per kernel and key (the default)",
+                               description="Per kernel and key: what each rank chose (or a table holds), "
+                                           "disagreements, the spread of measured times, and the slowdown of the "
+                                           "min-cost config vs the winner.")
+    show.add_argument("files", nargs="+", metavar="FILE", help="record, choices or table files (or prefixes)")
+    show.add_argument("--format", choices=("text", "json", "markdown"), default="text",
+                      help="markdown: a CI job summary or a pull-request comment (--json is --format json)")
+    show.set_defaults(run=run)

@@ -1,0 +1,105 @@
+"""The rules of the cross-rank check: bucket hashes, what a group knows, comparing, the message.
+
+Plain data: imports neither Triton nor torch.  Where and how a check's collectives run is the
+torch.distributed adapter's (``distributed``); what they carry and what the answer means is here.
+
+Each group keeps the set of (entry, signature) pairs its ranks have agreed to have seen
+(``known``, identical on every member) and its per-bucket hashes.  A rank's view of a bucket is
+``known`` plus its own new pairs: equal views on every rank mean nothing new disagrees, and a
+rank reaching a key late with the group's value adds nothing to its view.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+class ChoiceMismatchError(RuntimeError):
+    """Ranks of one process group ran different configs for one kernel and key
+    (raised on every rank of the group with ``AUTOTUNE_VERIFY_STRICT=1``)."""
+
+
+REPORT_ENTRIES = 5  # offending entries a report spells out; the rest are counted
+BUCKETS = 256  # per-bucket hashes in a check with new choices: 2 x 256 int64 = 4 KiB each way
+_HASH_MASK = (1 << 62) - 1  # hashes and their negations fit an int64
+
+
+class GroupState:
+    __slots__ = ("barriers", "cursor", "reference", "known", "digests", "pending", "guard")
+
+    def __init__(self):
+        self.barriers = 0  # barrier calls of this group seen by this rank
+        self.cursor = 0  # _taken[:cursor] has been looked at for this group
+        # entry -> (signature, global rank that first reported it): what the group saw first for
+        # each entry, so that a report can say what an earlier check found.
+        self.reference: dict[str, tuple[str, int]] = {}
+        self.known: set = set()  # (entry, signature) pairs the group has seen, the same on every member
+        self.digests = [0] * BUCKETS  # XOR of the hashes of ``known`` by bucket
+        self.pending: set = set()  # this rank's pairs not in ``known`` yet
+        self.guard = None  # the guard's own ProcessGroupGloo for this group
+
+
+def pair_hash(entry: str, signature: str) -> tuple[int, int]:
+    """(bucket, hash) of one choice: the bucket by the entry alone, so that two values of one
+    kernel/key always meet in one bucket."""
+    bucket = int.from_bytes(hashlib.blake2b(entry.encode(), digest_size=4).digest(), "little") % BUCKETS
+    value = int.from_bytes(hashlib.blake2b(f"{entry}\0{signature}".encode(), digest_size=8).digest(), "little")
+    return bucket, value & _HASH_MASK
+
+
+def learn(state: GroupState, pair) -> None:
+    if pair not in state.known:
+        state.known.add(pair)
+        bucket, value = pair_hash(*pair)
+        state.digests[bucket] ^= value
+
+
+def compare(payloads, ranks, reference: dict) -> dict:
+    """Compare what the ranks of a group sent in one check.
+
+    ``payloads[i]`` is the list of ``(entry, signature)`` pairs that group rank ``i`` (global rank
+    ``ranks[i]``) sent; ``reference`` maps each entry the group saw in earlier checks to
+    ``(signature, first rank)`` and is updated in place.  Returns the offending entries:
+    entry -> list of ``(signature, ranks, earlier)`` where ``earlier`` marks the group's earlier
+    value.  An entry only some ranks sent is compared among those and with the earlier value."""
+    arrived: dict[str, dict[str, list[int]]] = {}
+    for rank, payload in zip(ranks, payloads):
+        for entry, signature in payload or ():
+            arrived.setdefault(entry, {}).setdefault(signature, []).append(rank)
+    conflicts = {}
+    for entry, by_signature in arrived.items():
+        known = reference.get(entry)
+        if known is None:
+            if len(by_signature) > 1:
+                conflicts[entry] = [(sig, rs, False) for sig, rs in by_signature.items()]
+            # what the group's lowest rank ran is the value later arrivals are compared with
+            first_sig, first_ranks = min(by_signature.items(), key=lambda item: min(item[1]))
+            reference[entry] = (first_sig, min(first_ranks))
+        elif set(by_signature) != {known[0]}:
+            earlier = [(known[0], [known[1]], True)]
+            conflicts[entry] = earlier + [(sig, rs, False) for sig, rs in by_signature.items() if sig != known[0]] + \
+                [(sig, rs, False) for sig, rs in by_signature.items() if sig == known[0]]
+    return conflicts
+
+
+def report(conflicts: dict, ranks, where: str, limit: int = REPORT_ENTRIES) -> str:
+    """One message naming each offending kernel and key and what each rank ran (the first
+    ``limit`` entries, and a count)."""
+    lines = [f"autotune choices differ across the ranks of group {rank_list(ranks)} at {where}: "
+             f"{len(conflicts)} kernel/key entr{'y disagrees' if len(conflicts) == 1 else 'ies disagree'}"]
+    for entry in sorted(conflicts)[:limit]:
+        arch, _, rest = entry.partition("|")
+        kernel, _, key = rest.partition("|")
+        values = "; ".join(
+            f"{'an earlier check, ' if earlier else ''}rank{'s' if len(rs) > 1 else ''} {rank_list(rs)}: {sig}"
+            for sig, rs, earlier in conflicts[entry]
+        )
+        lines.append(f"  {kernel} key ({key}) arch {arch}: {values}")
+    if len(conflicts) > limit:
+        lines.append(f"  ... and {len(conflicts) - limit} more")
+    return "\n".join(lines)
+
+
+def rank_list(ranks, limit: int = 8) -> str:
+    ranks = sorted(ranks)
+    text = ",".join(str(r) for r in ranks[:limit])
+    return text + (f",... ({len(ranks)} ranks)" if len(ranks) > limit else "")
