@@ -115,6 +115,9 @@ def patch(autotuner_module) -> None:
     cls.run = _guarded_run
     _original_init = cls.__init__
     cls.__init__ = _guarded_init
+    # A bound method pickles as getattr(instance, its function's __name__): the guard's answer to
+    # Triton's names, so an autotuner's bound run or prune_configs still pickles.
+    _guarded_run.__name__, _guarded_init.__name__, _guarded_prune.__name__ = "run", "__init__", "prune_configs"
     # Triton 3.3 resolves its default timer in __init__, which under TRITON_INTERPRET=1 on a
     # CPU-only machine fails at decoration ("0 active drivers") even for kernels we pin.
     _init_needs_timer = not isinstance(inspect.getattr_static(cls, "do_bench", None), cached_property)

@@ -236,3 +236,21 @@ def test_torchrun_terminating_surviving_ranks_leaves_their_choices(tmp_path):
     assert read(rank_file(ch, 1))["count"] == 1
     shown = report("show", ch)
     assert shown.returncode == 0 and "ended by SIGTERM" in shown.stdout
+
+
+def test_merge_all_runs_counts_each_runs_ranks(tmp_path):
+    """Separate runs (the same rank, read with --all-runs) are separate processes: each votes,
+    though a rank's own processes count once within a run.  One real record, filed again as
+    two later runs of the same rank that chose the same."""
+    rec = tmp_path / "rec"
+    code = "import torch\nfrom kernels import demo\ndemo.add(torch.arange(100.), torch.arange(100.))"
+    env = {**env_for(AUTOTUNE_RECORD_PATH=rec, AUTOTUNE_RUN_ID="run-a"), "RANK": "0", "WORLD_SIZE": "1"}
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True, timeout=120)
+    (first,) = rank_files(rec, 0)
+    document = read(first)
+    for n, run in enumerate(("run-b", "run-c")):
+        (tmp_path / f"rec.rank0.other-{n}.json").write_text(json.dumps({**document, "run_id": run}))
+    merged = report("merge", "--all-runs", "--json", rec, "-o", tmp_path / "t.json")
+    assert merged.returncode == 0, merged.stderr
+    (entry,) = json.loads(merged.stdout)["entries"]
+    assert list(entry["votes"].values()) == [3], entry

@@ -4,7 +4,7 @@ The real thing (Inductor compiling and launching Triton kernels) is in test_gpu_
 
 import torch
 
-from autotune_guard import inductor, interception, selection
+from autotune_guard import inductor, selection
 
 
 def test_source_hash_ignores_layout_decorators_and_the_function_name():

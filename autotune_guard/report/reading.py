@@ -201,12 +201,13 @@ def _full(desc: dict) -> dict:
 def grouped(sources) -> dict[tuple, list[Choice]]:
     """Choices per (arch, kernel, key).  A rank's files are combined: where several processes of
     one rank (a parent and the children that chose too) made the same choice it counts once
-    (the copy with timings kept), so a rank never votes twice."""
+    (the copy with timings kept), so a rank never votes twice.  Ranks of different runs (read
+    with ``--all-runs``) are different processes and each votes."""
     groups: dict[tuple, dict] = {}
     for source in sources:
         for choice in choices_of(source):
             kept = groups.setdefault((choice.arch, choice.kernel, choice.key), {})
-            same = (choice.source.kind, choice.source.rank, choice.signature)
+            same = (choice.source.kind, choice.source.document.get("run_id"), choice.source.rank, choice.signature)
             if same not in kept or (choice.timings and not kept[same].timings):
                 kept[same] = choice
     return dict(sorted(((ident, list(kept.values())) for ident, kept in groups.items()),
