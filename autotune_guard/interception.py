@@ -9,7 +9,8 @@ through every alias: ``triton.autotune``, ``triton.runtime.Autotuner``) with ``_
   path.  The selection (``pinning.pinned_index``) runs on what the kernel's pruning kept, which
   reads this call's own arguments (``_OwnArguments``).  Where no Config has a pre_hook (the one
   reader of Triton's shared ``nargs`` on a decided key's launch) later launches call Triton's run
-  directly (``_go_direct``); otherwise they hold the autotuner's lock.
+  directly (``_go_direct``); otherwise a decided key's launch is Triton's cached path written out
+  with the pre_hook given this call's own arguments (``_run_decided``), no lock.
 * pinned, Triton 3.3-3.7 (where a pruning result of one is still timed), and consensus: the
   tuning key is computed exactly as Triton 3.2+ computes it; the first launch of a key selects,
   later launches find it in a dict; the launch runs through Triton's single-config branch
@@ -67,6 +68,7 @@ _original_run = None
 _original_init = None
 _original_prune = None
 _pins_through_pruning = False
+_writes_out_decided = False  # Triton 3.8 ... the newest tested: _run_decided matches its cached path
 _user_listener = None  # the listener that was there before ours, called after ours
 _heard = threading.local()  # what Triton's listener last said in this thread
 _init_needs_timer = False
@@ -106,7 +108,7 @@ def _replace(policy: AutotunePolicy | None) -> None:
 
 
 def patch(autotuner_module) -> None:
-    global _original_run, _original_init, _original_prune, _pins_through_pruning, _init_needs_timer
+    global _original_run, _original_init, _original_prune, _pins_through_pruning, _init_needs_timer, _writes_out_decided
     cls = getattr(autotuner_module, "Autotuner", None)
     version = check_supported(autotuner_module)
     if getattr(cls.run, "_autotune_guard", False):
@@ -125,6 +127,8 @@ def patch(autotuner_module) -> None:
         _original_prune = cls.prune_configs
         cls.prune_configs = _guarded_prune
         _pins_through_pruning = True
+        # A newer release may change its run's cached path: there, Triton's run under the lock.
+        _writes_out_decided = version <= NEWEST_TESTED_TRITON
     for sub in _subclasses(cls):  # autotuner classes defined before the patch
         _wrap_overriding_run(sub)
 
@@ -269,7 +273,8 @@ class _State:
         # run keeps on the autotuner (``nargs``, which every thread launching it rewrites): no
         # Config pre_hook.  Launches then go straight to Triton's run, with no lock (see
         # _go_direct).  Pruning functions read ``nargs`` too, but only at a new key's first
-        # launch, and there _guarded_prune hands them this call's own arguments.
+        # launch, and there _guarded_prune hands them this call's own arguments.  With a
+        # pre_hook: _run_decided.
         self.direct = (self.via_pruning and not self.library_check
                        and not any(c.pre_hook for c in autotuner.configs))
         # Entries an earlier policy accounted for (pinned or observed): not the library's.
@@ -341,24 +346,46 @@ def _new_state(autotuner, launch=None) -> _State:
 def _go_direct(autotuner, state) -> None:
     """Triton 3.8+ pinned: later launches skip the guarded run (an instance attribute shadows the
     class's), so the steady state is Triton's cached path: Triton's own run itself, or, when a
-    Config has a pre_hook, Triton's run under the autotuner's lock (``_hold_and_run``).  A new key
-    still meets the guard, in ``_guarded_prune``.  Under ``shared.swap_lock``, so a policy change
-    cannot miss it (``_replace`` takes the launches back)."""
+    Config has a pre_hook, that path written out (``_run_decided``; Triton's run under the
+    autotuner's lock on a release newer than the newest tested).  A new key still meets the
+    guard, in ``_guarded_prune``.  Under ``shared.swap_lock``, so a policy change cannot miss it
+    (``_replace`` takes the launches back)."""
     with shared.swap_lock:
         if autotuner.__dict__.get(_STATE_ATTR) is state and state.generation == shared.now.generation:
             if state.direct:
                 run = types.MethodType(_original_run, autotuner)
+            elif _writes_out_decided:
+                run = functools.partial(_run_decided, autotuner, state)
             else:
                 run = functools.partial(_hold_and_run, autotuner, state)
             autotuner.__dict__["run"] = run
             _direct.add(autotuner)
 
 
+def _run_decided(self, state, *args, **kwargs):
+    """Triton 3.8+ pinned, a kernel whose Configs have pre_hooks: what Triton's run does for a key
+    in its cache (3.8 and 3.9 alike), except that the pre_hook gets this call's own arguments.
+    Triton's run hands it ``self.nargs``, which every thread launching this autotuner rewrites;
+    here no launch of a decided key writes it, and a new key's launch (the only writer left) runs
+    Triton's run under the autotuner's lock, so no lock is needed on the steady path.  As in
+    ``_hold_and_run``, a failed launch leaves ``best_config`` as it was."""
+    config = self.cache.get(_tuning_key(state, args, kwargs))
+    if config is None:  # a key not decided yet: its pruning chooses (_guarded_prune)
+        return _hold_and_run(self, state, *args, **kwargs)
+    settings = config.all_kwargs()
+    if config.pre_hook is not None:
+        config.pre_hook({**dict(zip(state.arg_names, args)), **kwargs, **settings})
+    result = self.fn.run(*args, **kwargs, **settings)
+    self.best_config = config
+    return result
+
+
 def _hold_and_run(self, state, *args, **kwargs):
-    """Triton 3.8+ pinned, a kernel whose Configs have pre_hooks: Triton's own run, under the
-    autotuner's lock, because Triton's run keeps the call's arguments in ``self.nargs``, shared
-    by every thread launching this autotuner, and a pre_hook reads them.  A failed launch leaves
-    the autotuner as it was.  acquire/release rather than ``with``: measurably cheaper per launch."""
+    """Triton 3.8+ pinned, a kernel whose Configs have pre_hooks, a key's first launch: Triton's
+    own run, under the autotuner's lock, because Triton's run keeps the call's arguments in
+    ``self.nargs``, shared by every thread launching this autotuner, and a pre_hook reads them.
+    A failed launch leaves the autotuner as it was.  acquire/release rather than ``with``:
+    measurably cheaper per launch."""
     lock = state.lock
     lock.acquire()
     try:

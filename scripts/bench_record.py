@@ -60,8 +60,9 @@ def main() -> int:
     import autotune_guard
     from autotune_guard import interception
 
-    timer = None
-    if not opts.gpu:
+    if opts.gpu:
+        timer = None  # Triton's own
+    else:
         def timer(kernel_call, quantiles):  # Triton's default timer needs a GPU
             start = time.perf_counter()
             kernel_call()

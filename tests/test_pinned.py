@@ -345,7 +345,7 @@ class _SlowToRead(list):
         return super().__iter__()
 
 
-def test_two_threads_launching_one_pinned_autotuner_never_time_and_agree(guard):
+def test_two_threads_launching_one_pinned_autotuner_never_time_and_agree(guard, monkeypatch):
     from autotune_guard import choice_log
     from kernels import spine
 
@@ -354,6 +354,16 @@ def test_two_threads_launching_one_pinned_autotuner_never_time_and_agree(guard):
     # The first launch builds the guard's per-autotuner state, reading ``keys``: reading it
     # yields the GIL for a moment here, so both threads surely meet that first launch together.
     kernel.keys = _SlowToRead(kernel.keys)
+    # Triton's interpreter, unlike a GPU launch, cannot run two kernels at once (its builder is
+    # global): the launch itself is serialized here, everything before it (the key, the cache,
+    # the pre_hook and its arguments) still interleaves.
+    interpreted, interpreter_lock = kernel.fn.run, threading.Lock()
+
+    def run_one_at_a_time(*args, **kwargs):
+        with interpreter_lock:
+            return interpreted(*args, **kwargs)
+
+    monkeypatch.setattr(kernel.fn, "run", run_one_at_a_time)  # (the kernel function is shared with other tests)
     del spine.HOOK_CALLS[:], spine.PRUNE_CALLS[:]
     sizes = [100, 2000, 300, 4000, 500, 6000]
     expected = {n: 64 if n >= 1000 else 16 for n in sizes}  # what one thread alone would choose

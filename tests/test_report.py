@@ -225,7 +225,7 @@ def test_diff_same_changed_only_in_one(capsys, tmp_path):
     write(tmp_path / "a" / "rec.rank0.json", record(0, {K: {KEY: entry(cfg(16)), KEY2: entry(cfg(32))}}))
     write(tmp_path / "a" / "rec.rank1.json", record(1, {K: {KEY: entry(cfg(16))}, "pkg.x.only_a": {"1": entry(cfg(16))}}))
     log = {f"interpret|{K}|{KEY}": signature(cfg(16)) + ";pinned", f"interpret|{K}|{KEY2}": signature(cfg(64)) + ";pinned",
-           f"interpret|pkg.x.only_b|1": signature(cfg(16)) + ";pinned"}
+           "interpret|pkg.x.only_b|1": signature(cfg(16)) + ";pinned"}
     write(tmp_path / "b" / "ch.rank0.json", choices(0, log))
     code, out, _ = run(capsys, "diff", tmp_path / "a" / "rec", tmp_path / "b" / "ch")
     assert code == 0

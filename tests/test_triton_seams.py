@@ -139,8 +139,8 @@ def test_a_listener_hears_timed_and_pinned_choices_and_the_guard_labels_from_it(
 
     from autotune_guard import choice_log, interception
 
-    if not hasattr(triton, "knobs") or not interception._pins_through_pruning:
-        pytest.skip("knobs.autotuning.listener is called from Triton 3.8 on")
+    if not hasattr(triton, "knobs") or interception.check_supported(triton.runtime.autotuner) < interception.PRUNING_PINS:
+        pytest.skip("knobs.autotuning.listener is called from Triton 3.8 on")  # (the patch may not be in yet)
     knobs = triton.knobs.autotuning
     heard = []
     saved = knobs.listener
@@ -269,9 +269,9 @@ def test_on_triton_3_8_pinned_launches_go_straight_to_tritons_run(guard, fresh):
     nothing else.  A new key still meets the guard (in pruning); a new policy takes it back."""
     from autotune_guard import choice_log, interception
 
+    guard({"AUTOTUNE_MODE": "pinned"})  # patches Triton, whose release says whether it pins by pruning
     if not interception._pins_through_pruning:
         pytest.skip("pruning to one is timed before Triton 3.8")
-    guard({"AUTOTUNE_MODE": "pinned"})
     kernel = triton.autotune(configs=[triton.Config({"BLOCK": b}) for b in (64, 16, 32)], key=["n"],
                              do_bench=seams.random_timer)(seams.double_body)
     for n in (100, 100, 300, 300):
@@ -284,6 +284,90 @@ def test_on_triton_3_8_pinned_launches_go_straight_to_tritons_run(guard, fresh):
     assert "run" not in kernel.__dict__
     seams.launch(kernel, _x(100))
     assert len(seams.TIMER_CALLS) == 3 and choice_log()[_entry(100)].endswith(";timed")
+
+
+def test_on_triton_3_8_a_hooked_kernels_decided_launches_take_no_lock(guard, fresh):
+    """With Config pre_hooks, a decided key's launch is Triton's cached path written out (the
+    pre_hook gets this call's own arguments, not the autotuner's shared ``nargs``): it runs while
+    another thread holds the autotuner's lock; a new key's first launch, which goes through
+    Triton's run and its ``nargs``, waits for that lock."""
+    from autotune_guard import choice_log, interception
+
+    guard({"AUTOTUNE_MODE": "pinned"})
+    if not interception._pins_through_pruning:
+        pytest.skip("pruning to one is timed before Triton 3.8")
+    kernel = seams.make()
+    for n in (100, 100, 2000):
+        assert seams.launch(kernel, _x(n)).equal(_x(n) * 2)
+    assert kernel.__dict__["run"].func is interception._run_decided
+    assert kernel.best_config.kwargs["BLOCK"] == 64
+    held, release = threading.Event(), threading.Event()
+
+    def hold_the_lock():
+        with kernel.__dict__[interception._LOCK_ATTR]:
+            held.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=hold_the_lock)
+    holder.start()
+    held.wait(10)
+    done = {}
+    new_key = threading.Thread(target=lambda: done.setdefault(300, seams.launch(kernel, _x(300)).equal(_x(300) * 2)))
+    try:
+        assert seams.launch(kernel, _x(100)).equal(_x(100) * 2)  # decided: does not wait
+        assert kernel.best_config.kwargs["BLOCK"] == 16
+        new_key.start()
+        new_key.join(0.5)
+        assert done == {}  # a new key waits for the lock
+    finally:
+        release.set()
+        holder.join(30)
+        new_key.join(30)
+    assert done == {300: True}
+    assert [(block, n) for block, n, _ in seams.RAN] == [(16, 100), (16, 100), (64, 2000), (16, 100), (16, 300)]
+    assert choice_log()[_entry(300)] == "BLOCK=16,num_warps=4,num_stages=3,num_ctas=1;pinned"
+    assert seams.TIMER_CALLS == []
+
+
+def test_on_triton_3_8_the_written_out_cached_path_does_what_tritons_run_does(guard, fresh, monkeypatch):
+    """The guard's launch of a decided key of a hooked kernel against Triton's own run on the same
+    key, both launches stubbed: the same pre_hook arguments (in the same order), the same call of
+    the kernel's ``run``, the same ``best_config``, the same cache.  A Triton release that changes
+    its cached path fails here."""
+    from autotune_guard import interception
+
+    guard({"AUTOTUNE_MODE": "pinned"})
+    if not interception._pins_through_pruning:
+        pytest.skip("pruning to one is timed before Triton 3.8")
+    kernel = seams.make()
+    x, out = _x(100), torch.empty(100)
+    assert seams.launch(kernel, x).equal(x * 2)
+    assert seams.launch(kernel, _x(2000)).equal(_x(2000) * 2)
+    assert kernel.__dict__["run"].func is interception._run_decided
+    hooked, launched = [], []
+    for config in kernel.configs:
+        config.pre_hook = lambda nargs: hooked.append(nargs)
+    # (the kernel function is shared with other tests: monkeypatch puts its run back)
+    monkeypatch.setattr(kernel.fn, "run", lambda *args, **kwargs: launched.append((args, kwargs)) or "launched")
+
+    def grid(meta):
+        return (triton.cdiv(100, meta["BLOCK"]),)
+
+    cache = dict(kernel.cache)
+    for args, kwargs in (((x, out, 100), {}), ((x, out), {"n": 100}), ((x,), {"n": 100, "out_ptr": out})):
+        del hooked[:], launched[:]
+        kernel.best_config = None
+        assert kernel[grid](*args, **kwargs) == "launched"  # the guard's path
+        guards = kernel.best_config
+        kernel.best_config = None
+        assert interception._original_run(kernel, *args, grid=grid, warmup=False, **kwargs) == "launched"
+        assert kernel.best_config is guards and guards.kwargs["BLOCK"] == 16
+        assert len(hooked) == 2 and hooked[0] == hooked[1] and list(hooked[0]) == list(hooked[1])
+        assert hooked[0]["n"] == 100 and hooked[0]["BLOCK"] == 16
+        assert len(launched) == 2 and launched[0] == launched[1]
+        assert list(launched[0][1]) == list(launched[1][1])
+        assert kernel.cache == cache and kernel.__dict__.get("nargs") is None
+    assert seams.TIMER_CALLS == []
 
 
 def test_on_triton_3_8_a_pruned_kernel_goes_straight_to_tritons_run_and_prunes_its_own_arguments(guard, fresh):
