@@ -329,6 +329,23 @@ def test_on_triton_3_8_a_hooked_kernels_decided_launches_take_no_lock(guard, fre
     assert seams.TIMER_CALLS == []
 
 
+def test_on_a_triton_newer_than_tested_a_hooked_kernel_runs_tritons_run_under_the_lock(guard, fresh, monkeypatch):
+    """Past the newest tested release Triton's cached path may have changed: a hooked kernel's
+    launches are Triton's own run, under the autotuner's lock, instead of the written-out path."""
+    from autotune_guard import choice_log, interception
+
+    guard({"AUTOTUNE_MODE": "pinned"})
+    if not interception._pins_through_pruning:
+        pytest.skip("pruning to one is timed before Triton 3.8")
+    monkeypatch.setattr(interception, "_writes_out_decided", False)  # what patch() sets for such a release
+    kernel = seams.make()
+    for n in (100, 100, 2000, 2000):
+        assert seams.launch(kernel, _x(n)).equal(_x(n) * 2)
+        assert kernel.__dict__["run"].func is interception._hold_and_run
+    assert [(block, n) for block, n, _ in seams.RAN] == [(16, 100), (16, 100), (64, 2000), (64, 2000)]
+    assert choice_log()[_entry(2000)].startswith("BLOCK=64,") and seams.TIMER_CALLS == []
+
+
 def test_on_triton_3_8_the_written_out_cached_path_does_what_tritons_run_does(guard, fresh, monkeypatch):
     """The guard's launch of a decided key of a hooked kernel against Triton's own run on the same
     key, both launches stubbed: the same pre_hook arguments (in the same order), the same call of
