@@ -8,16 +8,20 @@ __version__ = "0.1.0"
 
 _API = {
     "install": "api",
+    "uninstall": "api",
     "active_policy": "api",
     "choice_log": "api",
     "choice_digest": "api",
-    "verify_choices": "distributed",
-    "maybe_verify_choices": "distributed",
-    "AutotunePolicy": "policy",
-    "PolicyError": "policy",
-    "SelectionError": "selection",
-    "ConsensusError": "consensus",
-    "ChoiceMismatchError": "verification",
+    "ungoverned": "api",
+    "verify_choices": "adapters.distributed",
+    "maybe_verify_choices": "adapters.distributed",
+    "AutotunePolicy": "core.settings",
+    "GuardError": "core.errors",
+    "PolicyError": "core.errors",
+    "SelectionError": "core.errors",
+    "ConsensusError": "core.errors",
+    "ChoiceMismatchError": "core.errors",
+    "FileFormatError": "core.errors",
 }
 __all__ = list(_API)
 

@@ -10,7 +10,7 @@ a GPU.  The kernels are launched from a module shaped like Inductor's generated 
 * ``static``   ``row_sum_0.run(x, out, 16384, stream=0)``: the key is a literal, so the guard
                leaves no wrapper and this is the stand-in's own ``run``;
 * ``dynamic``  ``row_sum_0.run(x, out, n, stream=0)``: the key can change, so the guard follows
-               it with its per-key wrapper (``inductor._follow_keys``) on every launch.
+               it with its per-key wrapper (``adapters.inductor.step.follow_keys``) on every launch.
 
 Both pinned from the same table.  Repetitions interleave the variants; figures are medians.
 
@@ -37,7 +37,8 @@ import triton  # noqa: E402
 from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table  # noqa: E402
 from triton.runtime.jit import JITFunction  # noqa: E402
 
-from autotune_guard import api, choice_log, inductor  # noqa: E402
+from autotune_guard import choice_log, install  # noqa: E402
+from autotune_guard.adapters import inductor  # noqa: E402
 
 
 def row_sum(x_ptr, out_ptr, n, BLOCK):  # the user's kernel; only its source is read
@@ -109,7 +110,7 @@ def main() -> int:
         json.dump({"format": "autotune_guard.table/1", "arch": "interpret", "kernels": {
             f"{__name__}.row_sum": {"*": {"kwargs": {"BLOCK": 1024}, "num_warps": 4}}}}, f)
     inductor.patch(types.SimpleNamespace(CachingAutotuner=CachingAutotuner, AutotuneCache=AutotuneCache))
-    api.install({"AUTOTUNE_MODE": "pinned", "AUTOTUNE_TABLE_PATH": work, "AUTOTUNE_ON_MISS": "error"})
+    install({"AUTOTUNE_MODE": "pinned", "AUTOTUNE_TABLE_PATH": work, "AUTOTUNE_ON_MISS": "error"})
 
     copy = types.SimpleNamespace(__name__="row_sum", src=user.fn.src)
     x, out = torch.zeros(4), torch.zeros(4)

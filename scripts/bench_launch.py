@@ -62,7 +62,8 @@ def main() -> int:
     from triton.runtime import autotuner as triton_autotuner
 
     import autotune_guard
-    from autotune_guard import interception
+    from autotune_guard.adapters import _patching
+    from autotune_guard.adapters import triton as triton_adapter
 
     def stub_timer(kernel_call, quantiles):
         kernel_call()
@@ -80,7 +81,7 @@ def main() -> int:
 
     autotune_guard.install({"AUTOTUNE_MODE": "auto"})  # patches Autotuner.run
     cls = triton_autotuner.Autotuner
-    guarded, original = cls.run, interception._original_run
+    guarded, original = cls.run, _patching.original(cls, "run")
     assert getattr(guarded, "_autotune_guard", False) and original is not None
 
     launched = []
@@ -114,6 +115,7 @@ def main() -> int:
         variant(name)
         if name == "pinned":
             pinned_log = autotune_guard.choice_log()
+            pinned_strategy = triton_adapter.strategy_of(add_kernel)
     assert len(add_kernel.cache) == 1  # Triton tuned the key once; later 'triton' blocks are cache hits
     assert len(pinned_log) == 1 and list(pinned_log.values())[0].endswith(";pinned"), pinned_log
 
@@ -125,7 +127,7 @@ def main() -> int:
     for rep in range(opts.reps):
         for name in names[rep % len(names):] + names[:rep % len(names)]:
             variant(name)
-            if getattr(add_kernel.__dict__.get("run"), "__func__", None) is interception._original_run:
+            if triton_adapter.strategy_of(add_kernel) == "pin-through-pruning:direct":
                 direct.add(name)  # the guard handed the launches to Triton's own run
             launch = add_kernel[grid]
             gc.collect()
@@ -148,7 +150,7 @@ def main() -> int:
     print("pinned steady state: " + ("Triton's own cached path (the choice survived the kernel's pruning alone); "
                                      "with pre_hooks, that path written out by the guard (the pre_hook gets "
                                      "the call's own arguments), no lock"
-                                     if interception._pins_through_pruning else
+                                     if pinned_strategy.startswith("pin-through-pruning") else
                                      "the guard's key lookup + Triton's single-config branch (configs swapped), "
                                      "under the autotuner's lock"))
     print("launched by Triton's own run, nothing of the guard between: "

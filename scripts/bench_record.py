@@ -58,7 +58,7 @@ def main() -> int:
     from triton.runtime import autotuner as triton_autotuner
 
     import autotune_guard
-    from autotune_guard import interception
+    from autotune_guard.adapters import _patching
 
     if opts.gpu:
         timer = None  # Triton's own
@@ -93,10 +93,10 @@ def main() -> int:
     # The record policy first, so that the one tuning of the key happens (and is recorded) under it.
     autotune_guard.install(policies["record"])
     cls = triton_autotuner.Autotuner
-    guarded, original = cls.run, interception._original_run
+    guarded, original = cls.run, _patching.original(cls, "run")
     add_kernel[grid](*args)
     sync()
-    from autotune_guard import writer
+    from autotune_guard import evidence as writer
 
     writer.write_files()
     with open(writer.rank_file(record_path, 0)) as src:

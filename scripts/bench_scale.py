@@ -15,7 +15,7 @@ heartbeat), requests/s of all ranks over the decision, and each waiter's latency
 claimer sent the winner (p50, p99).
 
 Verification: N gloo ranks (loopback device) run the check's collectives
-(``distributed.exchange``) as ranks do at a barrier: steady state (nothing new), E new choices the
+(``adapters.distributed.exchange``) as ranks do at a barrier: steady state (nothing new), E new choices the
 same on every rank, and E new choices on rank 0 alone (those buckets are gathered).  Printed per N:
 bytes each rank sends and receives per check (payloads) and the check's time (the slowest rank's
 median); beside them what the all_gather_object of every rank's entries used before would move.
@@ -50,7 +50,10 @@ os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # not a warning per faile
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
-from autotune_guard import consensus, distributed  # noqa: E402
+from autotune_guard.core import consensus  # noqa: E402
+from autotune_guard.adapters.distributed import exchange  # noqa: E402
+from autotune_guard.core.agreement import BUCKETS, pair_hash  # noqa: E402
+from autotune_guard.core.model import ChoiceKey  # noqa: E402
 
 HOST = "127.0.0.1"
 SIGNATURES = [f"BLOCK={b},num_warps={w},num_stages=3,num_ctas=1" for b in (32, 64, 128, 256) for w in (4, 8)]
@@ -193,9 +196,9 @@ def waiters_task(conn, port, variant, name, ranks, timeout):
 def verify_task(conn, port, size, ranks, entries, repeat, tag, timeout):
     """Gloo ranks ``ranks`` of a group of ``size``: each times the three kinds of check."""
     deadline = time.monotonic() + timeout
-    pairs = [(f"sm90|bench.module.kernel_{i % 40}|{i},4096,torch.float16",
+    pairs = [(ChoiceKey("sm90", f"bench.module.kernel_{i % 40}", f"{i},4096,torch.float16"),
               f"BLOCK_M={64 << (i % 3)},BLOCK_N=64,num_warps=4,num_stages=3,num_ctas=1") for i in range(entries)]
-    hashed_all = {pair: distributed._pair_hash(*pair) for pair in pairs}
+    hashed_all = {pair: pair_hash(*pair) for pair in pairs}
     new = {CASES[0]: lambda r: {}, CASES[1]: lambda r: hashed_all, CASES[2]: lambda r: hashed_all if r == 0 else {}}
     results, errors = {}, {}
 
@@ -212,11 +215,11 @@ def verify_task(conn, port, size, ranks, entries, repeat, tag, timeout):
                 times = []
                 for _ in range(repeat):
                     start = time.perf_counter()
-                    differ, gathered, moved = distributed.exchange(group, size, [0] * distributed.BUCKETS,
-                                                                   new[case](rank))
-                    if differ:  # the first rank's verdict, as _check sends it: the distinct pairs
-                        verdict = {"pairs": sorted({tuple(p) for g in gathered for p in g})} if rank == 0 else None
-                        distributed._broadcast_verdict(group, verdict, moved)
+                    differ, gathered, moved = exchange.exchange(group, size, [0] * BUCKETS, new[case](rank))
+                    if differ:  # the first rank's verdict, as a check sends it: the distinct pairs
+                        pairs_seen = sorted({p for g in gathered for p in g})
+                        verdict = {"pairs": exchange.encode_pairs(pairs_seen)} if rank == 0 else None
+                        exchange.broadcast_verdict(group, verdict, moved)
                     times.append(time.perf_counter() - start)
                 mine[case] = {"ms": 1e3 * statistics.median(times), "sent": moved[0], "received": moved[1]}
             group.barrier().wait()
@@ -375,7 +378,7 @@ def bench_consensus(args, pool, server, stop_at):
 # --- verification -------------------------------------------------------------------------------
 
 def bench_verify(args, pool, server, stop_at):
-    pairs = [(f"sm90|bench.module.kernel_{i % 40}|{i},4096,torch.float16",
+    pairs = [(ChoiceKey("sm90", f"bench.module.kernel_{i % 40}", f"{i},4096,torch.float16"),
               f"BLOCK_M={64 << (i % 3)},BLOCK_N=64,num_warps=4,num_stages=3,num_ctas=1") for i in range(args.entries)]
     old_bytes = len(json.dumps(pairs).encode())  # what each rank's new entries weigh as a payload
     rows, ok = [], True

@@ -49,7 +49,10 @@ def worker(args) -> None:
     import triton  # noqa: F401  (install() applies the policy to Triton's autotuner)
 
     import autotune_guard
-    from autotune_guard import distributed, state
+    from autotune_guard import runtime
+    from autotune_guard.adapters.distributed import last_check
+    from autotune_guard.core.model import Choice, ChoiceKey
+    from autotune_guard.core.settings import StartupSettings
 
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -60,7 +63,9 @@ def worker(args) -> None:
     plain = getattr(wrapped, "__wrapped__", None)
     if plain is None:
         raise SystemExit("dist.barrier is not wrapped")
+    guard = runtime.current()
     counter = [0]
+    moved = {}  # what the latest first-N check moved on this rank (bytes sent, received)
     flag = torch.zeros(1, dtype=torch.int64)
 
     def plain_plus_one():
@@ -72,11 +77,14 @@ def worker(args) -> None:
         # timed part as a program makes them at its kernels' first launches; then the barrier.
         n = counter[0] = counter[0] + 1
         for i in range(args.entries):
-            state.note_choice("interpret", "bench.module.kernel_%d" % (i % 40), f"{n},{i},torch.float16",
-                              f"BLOCK_M={64 << (i % 3)},BLOCK_N=64,num_warps=4,num_stages=3,num_ctas=1", "pinned")
+            key = ChoiceKey("interpret", "bench.module.kernel_%d" % (i % 40), f"{n},{i},torch.float16")
+            signature = f"BLOCK_M={64 << (i % 3)},BLOCK_N=64,num_warps=4,num_stages=3,num_ctas=1"
+            guard.note(guard.epoch, key, Choice(signature, "pinned"))
         start = time.perf_counter()
         wrapped()
-        return time.perf_counter() - start
+        elapsed = time.perf_counter() - start
+        moved.update(sent=last_check.get("sent"), received=last_check.get("received"))
+        return elapsed
 
     variants = {  # name -> (policy, barrier call, calls per loop)
         "plain": (off, plain, args.iters),
@@ -94,7 +102,7 @@ def worker(args) -> None:
             policy, call, iters = variants[name]
             # The cadence is fixed at start-up for a program (every rank must count alike); the
             # benchmark switches it between variants, on every rank at the same point.
-            distributed._startup = (policy["AUTOTUNE_VERIFY_EVERY"], False, None)
+            guard.startup = StartupSettings(policy["AUTOTUNE_VERIFY_EVERY"], False)
             wrapped()  # a first check after install() takes what is new; steady state starts after it
             for _ in range(3):
                 plain()
@@ -111,7 +119,9 @@ def worker(args) -> None:
         for name in names:
             extra = median[name] - base
             print(f"  {name:<12} {median[name]:8.3f} ms   x{median[name] / base:5.2f}   +{extra:7.3f} ms over plain")
-        print("RESULT " + json.dumps({"ranks": world, **median}))
+        print(f"  a first-{args.entries} check on rank 0 sent {moved.get('sent')} and received {moved.get('received')} "
+              "bytes (payloads)")
+        print("RESULT " + json.dumps({"ranks": world, **median, f"first-{args.entries} bytes": moved}))
     dist.destroy_process_group()
 
 

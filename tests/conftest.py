@@ -15,14 +15,14 @@ def guard():
     after the test the process is left as an unguarded one (no policy, empty choice log)."""
     import triton  # noqa: F401  (installs in place on Triton's Autotuner)
 
-    from autotune_guard import api, interception
+    import autotune_guard
 
-    saved = interception.active_policy()
-    yield api.install
+    saved = autotune_guard.active_policy()
+    yield autotune_guard.install
     if saved is not None:
-        api.install(saved)
+        autotune_guard.install(saved)
     else:
-        interception.clear()  # per-autotuner state of the test's policy is dropped; the log too
+        autotune_guard.uninstall()  # per-autotuner state of the test's policy is dropped; the log too
 
 
 class _Collect(logging.Handler):

@@ -20,12 +20,12 @@ LOADED = "sorted(m for m in sys.modules if m.split('.')[0] in ('autotune_guard',
 PROBE = f"""
 import json, sys
 loaded_at_start = {LOADED}
-watchers = sum(type(f).__name__ == "_ImportWatch" for f in sys.meta_path)
+watchers = sum(type(f).__name__ == "ImportWatch" for f in sys.meta_path)
 import triton
 from triton.runtime.autotuner import Autotuner
 info = {{"loaded_at_start": loaded_at_start, "watchers": watchers, "venv": sys.prefix != sys.base_prefix,
         "patched": getattr(Autotuner.run, "_autotune_guard", False), "loaded_after": {LOADED}}}
-if "autotune_guard.interception" in sys.modules:
+if "autotune_guard.adapters.triton" in sys.modules:
     from autotune_guard import active_policy
     info["mode"] = active_policy().mode
 print(json.dumps(info))
@@ -50,7 +50,7 @@ def test_active_start_defers_wrapt_and_dotenv_until_triton(tmp_path):
                                            AUTOTUNE_LOG_LEVEL="debug"))
     result = last_json(proc.stdout)
     # Only the tiny start-up module; one watcher although a venv runs every .pth twice.
-    assert result["loaded_at_start"] == ["autotune_guard", "autotune_guard._boot"]
+    assert result["loaded_at_start"] == ["autotune_guard", "autotune_guard._boot", "autotune_guard._watch"]
     assert result["watchers"] == 1 and result["venv"] is True
     assert result["patched"] is True and result["mode"] == "pinned"
     assert "wrapt" in result["loaded_after"] and "dotenv" in result["loaded_after"]
@@ -61,7 +61,7 @@ def test_disable_turns_everything_off():
     env = clean_env(AUTOTUNE_DISABLE="1", AUTOTUNE_MODE="pined")  # disabled: even a bad value is not read
     result = last_json(run_python(PROBE, env=env).stdout)
     assert result["watchers"] == 0 and result["patched"] is False
-    assert not any(m in result["loaded_after"] for m in ("wrapt", "dotenv", "autotune_guard.interception"))
+    assert not any(m in result["loaded_after"] for m in ("wrapt", "dotenv", "autotune_guard.adapters.triton"))
 
 
 PROBE_RUN = PROBE + """
@@ -253,7 +253,7 @@ def test_installed_into_fresh_venvs_the_pth_runs(tmp_path):
         assert all(name < "autotune_guard.pth" for name in path_files), (how, pth_files)
         lines = [json.loads(line) for line in proc.stdout.strip().splitlines()[-3:]]
         probe, launched, package = lines
-        assert probe["loaded_at_start"] == ["autotune_guard", "autotune_guard._boot"] and probe["watchers"] == 1, how
+        assert probe["loaded_at_start"] == ["autotune_guard", "autotune_guard._boot", "autotune_guard._watch"] and probe["watchers"] == 1, how
         assert probe["venv"] is True, how
         assert probe["patched"] and probe["mode"] == "pinned" and launched["timer_calls"] == 0, how
         assert installs(proc.stderr) == 1, how
@@ -275,11 +275,11 @@ import json
 import triton
 from kernels import demo
 import autotune_guard, torch
-from autotune_guard import interception
+from autotune_guard.adapters import triton as triton_adapter
 
 # The release under test made newer than the newest tested one by lowering the latter (faking
 # triton.__version__ instead would also change which of Triton's seams the guard uses).
-interception.NEWEST_TESTED_TRITON = (3, 2)
+triton_adapter.NEWEST_TESTED_TRITON = (3, 2)
 autotune_guard.install({"AUTOTUNE_MODE": "pinned"})
 autotune_guard.install({"AUTOTUNE_MODE": "pinned", "AUTOTUNE_ON_MISS": "first"})  # a second install: no second warning
 x = torch.ones(100)
@@ -297,5 +297,5 @@ def test_a_triton_newer_than_the_newest_tested_warns_once_and_is_still_guarded()
     assert result["sum"] == 200.0 and result["timer_calls"] == 0
     assert list(result["log"].values()) and all(v.endswith(";pinned") for v in result["log"].values())
     # The release under test is not newer than the newest tested: no warning.
-    current = run_python(NEWER_TRITON.replace("interception.NEWEST_TESTED_TRITON = (3, 2)", "pass"))
+    current = run_python(NEWER_TRITON.replace("triton_adapter.NEWEST_TESTED_TRITON = (3, 2)", "pass"))
     assert "newer than" not in current.stderr, current.stderr

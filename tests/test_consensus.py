@@ -20,8 +20,8 @@ import pytest
 
 from support import TESTS, clean_env, last_json, rank_file, run_python, torchrun
 
-from autotune_guard import consensus, files
-from autotune_guard.consensus import ConsensusError
+from autotune_guard.core import consensus, schema as files
+from autotune_guard.core.errors import ConsensusError
 
 PROGS = os.path.join(TESTS, "progs")
 F32 = "torch.float32"
@@ -103,7 +103,8 @@ DECIDE_RUN = """
 import collections, json, threading, time
 from datetime import timedelta
 import torch.distributed as dist
-from autotune_guard import consensus as c, distributed as d
+from autotune_guard.core import consensus as c
+from autotune_guard.adapters import distributed as d
 out = {"job_store": repr(d.job_store())}  # not distributed: no Store, and no error
 server = dist.TCPStore("127.0.0.1", 0, 1, True, timedelta(seconds=30), wait_for_workers=False)
 base = dist.PrefixStore("default_pg", dist.TCPStore("127.0.0.1", server.port, 1, False, timedelta(seconds=30)))

@@ -16,7 +16,7 @@ import pytest
 
 from support import TESTS, clean_env, last_json, rank_file, rank_files, torchrun
 
-from autotune_guard import files
+from autotune_guard.core import schema as files
 
 PROGS = os.path.join(TESTS, "progs")
 _RANK_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_JOB_ID",
@@ -130,7 +130,7 @@ def test_rank_from_the_environment_then_fixed(tmp_path):
     code = """
 import os, torch
 from kernels import demo
-from autotune_guard import writer
+from autotune_guard import evidence as writer
 demo.add(torch.arange(100.), torch.arange(100.))
 os.environ["RANK"] = "9"
 writer.write_files()

@@ -10,8 +10,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from autotune_guard.policy import KNOWN_VARIABLES, AutotunePolicy, PolicyError, policy_from_environment, \
-    policy_from_settings, settings_from_environment
+from autotune_guard.core.errors import GuardError, PolicyError
+from autotune_guard.core.settings import KNOWN_VARIABLES, AutotunePolicy, StartupSettings, derived_mode, \
+    ineffective_settings, policy_from_environment, policy_from_settings, settings_from_environment, startup_settings
 from support import clean_env, last_json, run_python
 
 
@@ -41,8 +42,10 @@ def test_every_setting_is_parsed(tmp_path):
     assert policy == AutotunePolicy(
         mode="pinned", modules=("pkg.ops", "other"), config_invariant=("pkg.ops.reduce", "matmul_kernel"),
         table_path=(str(tables), str(table_file)), on_miss="first", block_sizes=(("BLOCK_M", 64), ("BLOCK_N", 128)),
-        deterministic=True, enumerate=True, chaos=True, digest_path="runs/choices", verify_every=10,
+        deterministic=True, enumerate=True, chaos=True, digest_path="runs/choices",
         verify_strict=True, consensus_timeout=2.5, log_level="DEBUG")
+    # AUTOTUNE_VERIFY_EVERY is no policy field: read once at start-up, only noted when install() is given it.
+    assert policy.startup_given == (("AUTOTUNE_VERIFY_EVERY", 10),)
     record = policy_from_settings({"AUTOTUNE_MODE": "record", "AUTOTUNE_RECORD_PATH": "runs/rec"})
     assert record.record_path == "runs/rec"
 
@@ -76,15 +79,34 @@ def test_mode_is_derived_when_omitted():
     assert policy_from_settings({}).mode == "auto"
 
 
-def test_torch_deterministic_flag_selects_pinned():
-    torch = pytest.importorskip("torch")
-    assert policy_from_settings({}).mode == "auto"
-    torch.use_deterministic_algorithms(True)
-    try:
-        assert policy_from_settings({}).mode == "pinned"
-        assert policy_from_settings({"AUTOTUNE_MODE": "auto"}).mode == "auto"
-    finally:
-        torch.use_deterministic_algorithms(False)
+def test_torch_deterministic_flag_selects_pinned_at_the_first_launch():
+    """A mode no setting chose is settled by ``derived_mode`` with torch's flag as the first launch
+    finds it (a program may ask for determinism after Triton is imported); a chosen mode stays."""
+    derived = policy_from_settings({})
+    assert derived.mode == "auto"
+    pinned = derived_mode(derived, torch_deterministic=True)
+    assert pinned.mode == "pinned" and "torch.are_deterministic_algorithms_enabled()" in pinned.mode_from
+    assert derived_mode(derived, torch_deterministic=False) is derived
+    for chosen in ({"AUTOTUNE_MODE": "auto"}, {"AUTOTUNE_RECORD_PATH": "runs/rec"}, {"AUTOTUNE_MODE": "consensus"}):
+        policy = policy_from_settings(chosen)
+        assert derived_mode(policy, torch_deterministic=True) is policy, chosen
+
+
+def test_start_up_settings_are_read_once_apart_from_the_policy():
+    assert startup_settings({}) == StartupSettings(verify_every=0, verify_strict=False)
+    assert startup_settings({"AUTOTUNE_VERIFY_EVERY": " 5 ", "AUTOTUNE_VERIFY_STRICT": "yes"}) == StartupSettings(5, True)
+    assert startup_settings({"AUTOTUNE_VERIFY_EVERY": "", "AUTOTUNE_VERIFY_STRICT": " "}) == StartupSettings()
+    with pytest.raises(PolicyError, match=r"AUTOTUNE_VERIFY_EVERY='-1'.*integer >= 0"):
+        startup_settings({"AUTOTUNE_VERIFY_EVERY": "-1"})
+    with pytest.raises(PolicyError, match=r"AUTOTUNE_VERIFY_STRICT='strict'.*1/0"):
+        startup_settings({"AUTOTUNE_VERIFY_STRICT": "strict"})
+    # install() given another cadence than start-up's: named, not applied (every rank counts the same barriers).
+    given = policy_from_settings({"AUTOTUNE_VERIFY_EVERY": "3"})
+    assert given == AutotunePolicy()
+    (line,) = ineffective_settings(given, StartupSettings(verify_every=10))
+    assert "AUTOTUNE_VERIFY_EVERY=3 given to install() is not applied" in line and "(10)" in line
+    assert ineffective_settings(given, StartupSettings(verify_every=3)) == []
+    assert issubclass(PolicyError, GuardError) and issubclass(PolicyError, ValueError)
 
 
 def test_scope_by_module_prefix_and_config_invariant_names():

@@ -11,7 +11,7 @@ import pytest
 
 from support import TESTS, clean_env, last_json, rank_file, run_python, torchrun
 
-from autotune_guard import files
+from autotune_guard.core import schema as files
 
 PROGS = os.path.join(TESTS, "progs")
 ADD = "kernels.demo.add_kernel"
@@ -93,7 +93,7 @@ def test_record_report_merge_pin_end_to_end(tmp_path):
     assert table["arch"] == "interpret" and table["source"]["rule"] == "vote"
     entries = {(k, key): e for k, es in table["kernels"].items() for key, e in es.items()}
     assert set(entries) == KEYS
-    from autotune_guard import selection
+    from autotune_guard.core import model as selection
 
     table_choice = {ident: selection.signature(e) for ident, e in entries.items()}
     for ident, signature in table_choice.items():
@@ -210,8 +210,8 @@ def test_files_are_readable_like_any_file_the_user_writes(tmp_path):
     """Atomic writes go through mkstemp (mode 0600); records and tables must get the umask's mode."""
     proc = run_python(
         "import os, sys; os.umask(0o022); sys.path.insert(0, %r)\n"
-        "from autotune_guard import files\n"
-        "files.atomic_write_json(%r, {'format': 'x'})" % (TESTS, str(tmp_path / "t.json")),
+        "from autotune_guard.core import jsonfile\n"
+        "jsonfile.atomic_write_json(%r, {'format': 'x'})" % (TESTS, str(tmp_path / "t.json")),
         env=env_for(),
     )
     assert proc.returncode == 0

@@ -15,8 +15,9 @@ import pytest
 
 from support import clean_env
 
-from autotune_guard import files, report
-from autotune_guard.selection import signature
+from autotune_guard import report
+from autotune_guard.core import schema
+from autotune_guard.core.model import signature
 
 K = "pkg.ops.kern"
 KEY = "1024,torch.float16"
@@ -39,13 +40,13 @@ def entry(winner, medians=None, candidates=CANDIDATES):
 
 
 def record(rank, kernels, *, arch="interpret", complete=True, world=2, triton="3.9.0"):
-    return {"format": files.RECORD_FORMAT, "arch": arch, "rank": rank, "world_size": world, "mode": "record",
+    return {"format": schema.RECORD_FORMAT, "arch": arch, "rank": rank, "world_size": world, "mode": "record",
             "versions": {"triton": triton, "torch": "2.13.0", "python": "3.11.7"}, "packages": {"pkg": "1.2.3"},
             "kernels": kernels, "complete": complete}
 
 
 def choices(rank, log, world=2):
-    return {"format": files.CHOICES_FORMAT, "rank": rank, "world_size": world, "digest": "0" * 16,
+    return {"format": schema.CHOICES_FORMAT, "rank": rank, "world_size": world, "digest": "0" * 16,
             "count": len(log), "log": log, "complete": True}
 
 
@@ -111,16 +112,28 @@ def test_show_is_the_default_and_reads_choices_files_too(capsys, tmp_path):
     assert [(r["arch"], r["agree"]) for r in doc["keys"]] == [("interpret", False), ("sm90", True)]
 
 
+def test_a_signature_holding_a_semicolon_and_a_key_holding_a_bar_survive_a_choices_file(capsys, tmp_path):
+    # A string meta-parameter may hold ';' (the signature keeps it; ``how`` never has one), a key text '|'.
+    log = {f"interpret|{K}|1024,a|b": "MODE=x;y,num_warps=4;pinned"}
+    write(tmp_path / "ch.rank0.json", choices(0, log))
+    write(tmp_path / "ch.rank1.json", choices(1, log))
+    code, out, err = run(capsys, "show", "--json", "--check", tmp_path / "ch")
+    assert code == 0 and not err
+    (row,) = json.loads(out)["keys"]
+    assert (row["kernel"], row["key"], row["agree"]) == (K, "1024,a|b", True)
+    assert {(c["config"], c["how"]) for c in row["choices"]} == {("MODE=x;y,num_warps=4", "pinned")}
+
+
 def test_the_least_a_valid_record_holds_is_enough(capsys, tmp_path):
     # No signature, candidates, timings, how, versions or packages; a config without kwargs.
-    minimal = {"format": files.RECORD_FORMAT, "arch": "interpret", "rank": 0, "complete": True,
+    minimal = {"format": schema.RECORD_FORMAT, "arch": "interpret", "rank": 0, "complete": True,
                "kernels": {K: {KEY: {"config": {"num_warps": 4}}}}}
     path = write(tmp_path / "m.rank0.json", minimal)
     for argv in (["show", path], ["show", "--json", path], ["diff", path, path],
                  ["merge", path, "-o", tmp_path / "t.json"], ["merge", "--rule", "fastest", path, "-o", tmp_path / "t.json"]):
         code, out, err = run(capsys, *argv)
         assert code == 0 and not err, (argv, err)
-    assert files.read_document(str(tmp_path / "t.json"))["kernels"] == {K: {KEY: {"kwargs": {}, "num_warps": 4}}}
+    assert schema.read_document(str(tmp_path / "t.json"))["kernels"] == {K: {KEY: {"kwargs": {}, "num_warps": 4}}}
 
 
 def test_show_names_partial_records(capsys, tmp_path):
@@ -138,7 +151,7 @@ def test_merge_vote_writes_a_table_with_provenance(capsys, tmp_path):
     code, out, _ = run(capsys, "merge", tmp_path / "rec", "-o", out_path)
     assert code == 0
     assert "majority 2 of 3" in out
-    table = files.read_document(str(out_path), formats=(files.TABLE_FORMAT,))
+    table = schema.read_document(str(out_path), formats=(schema.TABLE_FORMAT,))
     assert table["kernels"] == {K: {KEY: cfg(64)}}
     assert (table["arch"], table["triton"], table["torch"], table["python"]) == ("interpret", "3.9.0", "2.13.0", "3.11.7")
     assert table["packages"] == {"pkg": "1.2.3"}
@@ -157,7 +170,7 @@ def test_merge_tie_break_is_deterministic(capsys, tmp_path):
         out_path = tmp_path / f"t{len(tables)}.json"
         code, out, _ = run(capsys, "merge", *order, "-o", out_path)
         assert code == 0 and "broken by static cost" in out
-        tables.append(files.read_document(str(out_path))["kernels"])
+        tables.append(schema.read_document(str(out_path))["kernels"])
     assert tables[0] == tables[1] == {K: {KEY: cfg(32)}}  # the lower static cost
 
 
@@ -176,10 +189,10 @@ def test_merge_fastest_takes_the_best_median_across_ranks(capsys, tmp_path):
     decisions = {d["key"]: d for d in json.loads(out)["entries"]}
     assert decisions[KEY]["chosen"] == signature(cfg(32)) and decisions[KEY]["median_ms"] == 1.05
     assert decisions[KEY2]["why"] == "no timings: by vote"
-    assert files.read_document(str(tmp_path / "fast.json"))["kernels"][K] == {KEY: cfg(32), KEY2: cfg(64)}
-    assert files.read_document(str(tmp_path / "fast.json"))["source"]["rule"] == "fastest"
+    assert schema.read_document(str(tmp_path / "fast.json"))["kernels"][K] == {KEY: cfg(32), KEY2: cfg(64)}
+    assert schema.read_document(str(tmp_path / "fast.json"))["source"]["rule"] == "fastest"
     assert run(capsys, "merge", tmp_path / "r", "-o", tmp_path / "vote.json")[0] == 0
-    assert files.read_document(str(tmp_path / "vote.json"))["kernels"][K][KEY] == cfg(16)
+    assert schema.read_document(str(tmp_path / "vote.json"))["kernels"][K][KEY] == cfg(16)
 
 
 def test_merge_arch_selection(capsys, tmp_path):
@@ -192,13 +205,13 @@ def test_merge_arch_selection(capsys, tmp_path):
     assert code == 2 and "no record is for arch gfx942" in err and "a.rank1.json" in err
     code, out, _ = run(capsys, "merge", tmp_path / "a", "-o", tmp_path / "sm90.json", "--arch", "sm90")
     assert code == 0 and "skipped" in out and "a.rank1.json" in out
-    assert files.read_document(str(tmp_path / "sm90.json"))["kernels"] == {K: {KEY: cfg(16)}}
+    assert schema.read_document(str(tmp_path / "sm90.json"))["kernels"] == {K: {KEY: cfg(16)}}
     assert not (tmp_path / "t.json").exists()
 
 
 def test_merge_refuses_tables_choices_and_partial_records(capsys, tmp_path):
     good = write(tmp_path / "rec.rank0.json", record(0, {K: {KEY: entry(cfg(16))}}))
-    table = write(tmp_path / "interpret.json", {"format": files.TABLE_FORMAT, "arch": "interpret", "kernels": {}})
+    table = write(tmp_path / "interpret.json", {"format": schema.TABLE_FORMAT, "arch": "interpret", "kernels": {}})
     chosen = write(tmp_path / "ch.rank0.json", choices(0, {f"interpret|{K}|{KEY}": "BLOCK=16;timed"}))
     partial = write(tmp_path / "p.rank1.json", record(1, {K: {KEY: entry(cfg(16))}}, complete=False))
     empty = write(tmp_path / "e.rank1.json", record(1, {}))

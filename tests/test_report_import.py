@@ -129,3 +129,76 @@ def test_the_newest_file_wins_and_extra_fields_are_kept(tmp_path):
     assert len(result["notes"]) == 1 and str(new) in result["notes"][0]
     entry = json.loads((tmp_path / "sm90.json").read_text())["kernels"]["mm"]["64,torch.float16"]
     assert entry == {"kwargs": {"B": 32}, "num_warps": 4, "num_stages": 3, "num_ctas": 1, "ir_override": "/o/mm.ttgir"}
+
+
+# Hostile cache files (the architecture review's cases): each is one line naming the file and exit 2,
+# never a traceback, and no table is written that `report show` would refuse.
+HUGE_INT = "9" * 5000
+GOOD_CONFIG = {"kwargs": {"B": 32}, "num_warps": 4, "num_ctas": 1, "num_stages": 3, "maxnreg": None, "pre_hook": None}
+
+
+def _cache_text(config_text=None, key_text='[64, "torch.float16"]'):
+    config_text = config_text or json.dumps(GOOD_CONFIG)
+    return f'{{"key": {key_text}, "configs_timings": [[{config_text}, [1.0, 0.9, 1.1]]]}}'
+
+
+HOSTILE = {
+    "a 5,000-digit integer": _cache_text(json.dumps(GOOD_CONFIG).replace('"num_warps": 4', f'"num_warps": {HUGE_INT}')),
+    "a 5,000-digit integer in the key": _cache_text(key_text=f"[{HUGE_INT}]"),
+    "100,000 nested brackets": "[" * 100000 + "]" * 100000,
+    "100,000 nested brackets in a kwarg": _cache_text(json.dumps(GOOD_CONFIG).replace(
+        '"B": 32', '"B": ' + "[" * 100000 + "]" * 100000)),
+    '"num_warps": "x"': _cache_text(json.dumps({**GOOD_CONFIG, "num_warps": "x"})),
+    "a list-valued kwarg": _cache_text(json.dumps({**GOOD_CONFIG, "kwargs": {"B": [32, 64]}})),
+    "an object-valued kwarg": _cache_text(json.dumps({**GOOD_CONFIG, "kwargs": {"B": {"v": 32}}})),
+    "kwargs a list": _cache_text(json.dumps({**GOOD_CONFIG, "kwargs": [32]})),
+    "a boolean num_stages": _cache_text(json.dumps({**GOOD_CONFIG, "num_stages": True})),
+    "a key part that is an object": _cache_text(key_text='[{"n": 64}]'),
+    "timings a string": _cache_text().replace("[1.0, 0.9, 1.1]", '"fast"'),
+    "not UTF-8": None,
+    "a FIFO": None,
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_a_hostile_cache_file_is_one_line_naming_it(tmp_path, case):
+    cache = tmp_path / "cache"
+    (cache / "h0").mkdir(parents=True)
+    (cache / "h0" / "good.autotune.json").write_text(_cache_text())  # a usable file beside it changes nothing
+    bad = cache / "h1" / "mm.autotune.json"
+    bad.parent.mkdir()
+    if case == "a FIFO":
+        os.mkfifo(bad)
+    elif case == "not UTF-8":
+        bad.write_bytes(b'{"key": [1], "configs_timings": "\xff\xfe"}')
+    else:
+        bad.write_text(HOSTILE[case])
+    table = tmp_path / "sm90.json"
+    for given in (cache, bad):  # the cache directory, and the one file named
+        proc = report("import", str(given), "--arch", "sm90", "-o", str(table))
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, (case, proc.stderr[-2000:])
+        assert len(lines) == 1 and str(bad) in lines[0], (case, proc.stderr[-2000:])
+        assert lines[0].startswith("python -m autotune_guard.report: error: ")
+        assert not table.exists() and proc.stdout == ""
+    if case == "a FIFO":
+        assert "FIFO" in lines[0]
+
+
+def test_fields_the_cache_file_omits_are_left_to_triton_and_the_table_is_one_show_reads(tmp_path):
+    """No default is written down here: a field Triton's file leaves out stays out of the table
+    (a pinned run takes Triton's default for it), and `report show` reads what import wrote."""
+    cache = tmp_path / "c" / "h" / "mm.autotune.json"
+    cache.parent.mkdir(parents=True)
+    cache.write_text(json.dumps({"key": [64, "a,b", "torch.float16"], "configs_timings": [
+        [{"kwargs": {"B": 32}}, [2.0, 1.9, 2.1]],
+        [{"kwargs": {"B": 64}, "num_warps": 8, "maxnreg": None}, [1.0, 0.9, 1.1]]]}))
+    table = tmp_path / "sm90.json"
+    proc = report("import", str(cache.parent.parent), "--arch", "sm90", "-o", str(table))
+    assert proc.returncode == 0, proc.stderr
+    # The key is spelled as tuning keys are everywhere: a part holding a comma is quoted.
+    assert json.loads(table.read_text())["kernels"] == {"mm": {'64,"a,b",torch.float16': {"kwargs": {"B": 64},
+                                                                                          "num_warps": 8}}}
+    shown = report("show", "--json", str(table))
+    assert shown.returncode == 0, shown.stderr
+    assert [row["configs"] for row in json.loads(shown.stdout)["keys"]] == [{"B=64,num_warps=8": 1}]

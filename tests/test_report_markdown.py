@@ -14,8 +14,9 @@ import triton
 
 from support import clean_env, rank_file, run_python
 
-from autotune_guard import files, report
-from autotune_guard.selection import signature
+from autotune_guard import report
+from autotune_guard.core import schema
+from autotune_guard.core.model import signature
 
 K = "pkg.ops.kern"
 KEY = "1024,torch.float16"
@@ -27,13 +28,13 @@ def cfg(block, warps=4):
 
 
 def record(rank, kernels):
-    return {"format": files.RECORD_FORMAT, "arch": "sm90", "rank": rank, "world_size": 2, "mode": "record",
+    return {"format": schema.RECORD_FORMAT, "arch": "sm90", "rank": rank, "world_size": 2, "mode": "record",
             "versions": {"triton": "3.9.0"}, "complete": True,
             "kernels": {k: {key: {"config": c} for key, c in entries.items()} for k, entries in kernels.items()}}
 
 
 def table(kernels, **extra):
-    return {"format": files.TABLE_FORMAT, "arch": "sm90", "triton": "3.9.0", "torch": "2.13.0", "kernels": kernels,
+    return {"format": schema.TABLE_FORMAT, "arch": "sm90", "triton": "3.9.0", "torch": "2.13.0", "kernels": kernels,
             **extra}
 
 
@@ -66,7 +67,7 @@ demo.scale(x, 2.0)
 def test_show_reads_a_table_merged_from_a_real_record(tmp_path):
     run_python(RECORD_ONE, env=clean_env(AUTOTUNE_RECORD_PATH=str(tmp_path / "rec")))
     assert cli("merge", tmp_path / "rec", "-o", tmp_path / "interpret.json")[0] == 0
-    recorded = files.read_document(rank_file(tmp_path / "rec", 0))
+    recorded = schema.read_document(rank_file(tmp_path / "rec", 0))
     expected = {(k, key): signature(e["config"]) for k, entries in recorded["kernels"].items()
                 for key, e in entries.items()}
     assert len(expected) == 2

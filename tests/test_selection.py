@@ -1,17 +1,17 @@
-"""The pinned-selection rules and the table lookup, as plain functions over plain data.
+"""The choice model, the pinned rule and the table lookup, as plain functions over plain data.
 
-No Triton here: candidates are descriptors (``selection``'s plain-data form of a Config) and
+No Triton here: candidates are descriptors (``core.model``'s plain-data form of a Config) and
 tables are real JSON files in a temporary directory.
 """
 
 import json
-import logging
 import random
 
 import pytest
 
-from autotune_guard import files, selection
-from autotune_guard.selection import SelectionError
+from autotune_guard.core import model, pinned, schema, tables
+from autotune_guard.core.errors import GuardError, SelectionError
+from autotune_guard.core.model import Choice, ChoiceKey
 
 DEFAULTS = {"num_warps": 4, "num_stages": 3, "num_ctas": 1, "maxnreg": None}
 WHAT = "kernel pkg.mod.k key (1024,torch.float16) arch sm90"
@@ -22,7 +22,7 @@ def desc(num_warps=4, num_stages=3, **kwargs):
 
 
 def select(candidates, *, entry=None, block_sizes=(), on_miss="min_cost"):
-    return selection.select(candidates, table_entry=entry, block_sizes=block_sizes, on_miss=on_miss,
+    return pinned.select(candidates, table_entry=entry, block_sizes=block_sizes, on_miss=on_miss,
                             defaults=DEFAULTS, what=WHAT)
 
 
@@ -31,15 +31,15 @@ def select(candidates, *, entry=None, block_sizes=(), on_miss="min_cost"):
 def test_signature_is_canonical():
     a = {"kwargs": {"BLOCK_N": 32, "BLOCK_M": 64}, "num_warps": 2, "num_stages": 3, "num_ctas": 1, "maxnreg": None}
     b = {"maxnreg": None, "num_ctas": 1, "num_stages": 3, "num_warps": 2, "kwargs": {"BLOCK_M": 64, "BLOCK_N": 32}}
-    assert selection.signature(a) == selection.signature(b) == "BLOCK_M=64,BLOCK_N=32,num_warps=2,num_stages=3,num_ctas=1"
-    assert selection.signature(dict(a, maxnreg=128)).endswith(",maxnreg=128")
+    assert model.signature(a) == model.signature(b) == "BLOCK_M=64,BLOCK_N=32,num_warps=2,num_stages=3,num_ctas=1"
+    assert model.signature(dict(a, maxnreg=128)).endswith(",maxnreg=128")
 
 
 def test_static_cost_prefers_the_smallest_tile_then_fewer_warps_and_stages():
     small, wide, big = desc(BLOCK_M=32, BLOCK_N=32), desc(BLOCK_M=16, BLOCK_N=128), desc(BLOCK_M=64, BLOCK_N=64)
-    assert sorted([big, wide, small], key=selection.static_cost) == [small, wide, big]
-    assert selection.static_cost(desc(num_warps=2, B=64)) < selection.static_cost(desc(num_warps=4, B=64))
-    assert selection.static_cost(desc(num_stages=2, B=64)) < selection.static_cost(desc(num_stages=4, B=64))
+    assert sorted([big, wide, small], key=model.static_cost) == [small, wide, big]
+    assert model.static_cost(desc(num_warps=2, B=64)) < model.static_cost(desc(num_warps=4, B=64))
+    assert model.static_cost(desc(num_stages=2, B=64)) < model.static_cost(desc(num_stages=4, B=64))
 
 
 def test_min_cost_does_not_depend_on_declaration_order():
@@ -51,20 +51,20 @@ def test_min_cost_does_not_depend_on_declaration_order():
         shuffled = candidates[:]
         rng.shuffle(shuffled)
         index, why, warning = select(shuffled)
-        winners.add(selection.signature(shuffled[index]))
+        winners.add(model.signature(shuffled[index]))
         assert (why, warning) == ("min_cost", None)
     assert winners == {"BLOCK_M=32,BLOCK_N=64,num_warps=4,num_stages=3,num_ctas=1"}
 
 
 def test_entry_matches_uses_defaults_for_omitted_fields():
     candidate = desc(BLOCK=64)  # num_warps 4 and num_stages 3: Triton's defaults
-    assert selection.entry_matches({"kwargs": {"BLOCK": 64}}, candidate, DEFAULTS)
-    assert selection.entry_matches({"kwargs": {"BLOCK": 64}, "num_warps": 4}, candidate, DEFAULTS)
-    assert not selection.entry_matches({"kwargs": {"BLOCK": 64}, "num_warps": 8}, candidate, DEFAULTS)
-    assert not selection.entry_matches({"kwargs": {"BLOCK": 32}}, candidate, DEFAULTS)
-    assert not selection.entry_matches({"kwargs": {"BLOCK": 64, "EXTRA": 1}}, candidate, DEFAULTS)
+    assert pinned.entry_matches({"kwargs": {"BLOCK": 64}}, candidate, DEFAULTS)
+    assert pinned.entry_matches({"kwargs": {"BLOCK": 64}, "num_warps": 4}, candidate, DEFAULTS)
+    assert not pinned.entry_matches({"kwargs": {"BLOCK": 64}, "num_warps": 8}, candidate, DEFAULTS)
+    assert not pinned.entry_matches({"kwargs": {"BLOCK": 32}}, candidate, DEFAULTS)
+    assert not pinned.entry_matches({"kwargs": {"BLOCK": 64, "EXTRA": 1}}, candidate, DEFAULTS)
     # An omitted field means the default, not "anything": num_warps=2 is not the default 4.
-    assert not selection.entry_matches({"kwargs": {"BLOCK": 64}}, desc(num_warps=2, BLOCK=64), DEFAULTS)
+    assert not pinned.entry_matches({"kwargs": {"BLOCK": 64}}, desc(num_warps=2, BLOCK=64), DEFAULTS)
 
 
 # --- the order of select(): table, block sizes, on_miss ----------------------------------------
@@ -125,20 +125,20 @@ def test_block_sizes_for_other_kernels_do_not_apply_here():
     assert select(CANDIDATES, block_sizes=[("BLOCK_M", 64)]) == (1, "min_cost", None)
     # A kernel with BLOCK_M and BLOCK_N obeys the names it has.
     two_d = [desc(BLOCK_M=64, BLOCK_N=64), desc(BLOCK_M=32, BLOCK_N=128), desc(BLOCK_M=32, BLOCK_N=32)]
-    assert selection.block_size_matches([("BLOCK_M", 32), ("OTHER", 8)], two_d) == [1, 2]
+    assert pinned.block_size_matches([("BLOCK_M", 32), ("OTHER", 8)], two_d) == [1, 2]
     assert select(two_d, block_sizes=[("BLOCK_M", 32), ("OTHER", 8)]) == (2, "block_sizes", None)
-    assert selection.block_size_matches([("BLOCK_M", 16)], two_d) == []
-    assert selection.block_size_matches([("OTHER", 16)], two_d) is None
+    assert pinned.block_size_matches([("BLOCK_M", 16)], two_d) == []
+    assert pinned.block_size_matches([("OTHER", 16)], two_d) is None
 
 
 def test_chaos_shift_gives_each_rank_a_different_candidate():
-    assert [selection.chaos_shift(1, 4, rank) for rank in range(4)] == [1, 2, 3, 0]
+    assert [pinned.chaos_shift(1, 4, rank) for rank in range(4)] == [1, 2, 3, 0]
 
 
 # --- tables: lookup and loading ----------------------------------------------------------------
 
 def table(arch="interpret", kernels=None, **extra):
-    return {"format": files.TABLE_FORMAT, "arch": arch, "kernels": kernels or {}, **extra}
+    return {"format": schema.TABLE_FORMAT, "arch": arch, "kernels": kernels or {}, **extra}
 
 
 def write(path, document):
@@ -148,18 +148,25 @@ def write(path, document):
 
 def test_table_entry_prefers_the_key_then_star_then_the_bare_name():
     a, b, c = {"kwargs": {"B": 1}}, {"kwargs": {"B": 2}}, {"kwargs": {"B": 3}}
-    tables = {"pkg.mod.k": {"1024": a, "*": b}, "k": {"*": c}, "other": {"*": a}}
-    assert files.table_entry(tables, "pkg.mod.k", "1024") is a
-    assert files.table_entry(tables, "pkg.mod.k", "2048") is b
-    assert files.table_entry(tables, "elsewhere.k", "1024") is c  # bare function name
-    assert files.table_entry(tables, "pkg.mod.missing", "1024") is None
-    assert files.table_entry({"pkg.mod.k": {"1024": a}}, "pkg.mod.k", "2048") is None
+    held = {"pkg.mod.k": {"1024": a, "*": b}, "k": {"*": c}, "other": {"*": a}}
+    assert tables.table_entry(held, "pkg.mod.k", "1024") is a
+    assert tables.table_entry(held, "pkg.mod.k", "2048") is b
+    assert tables.table_entry(held, "elsewhere.k", "1024") is c  # bare function name
+    assert tables.table_entry(held, "pkg.mod.missing", "1024") is None
+    assert tables.table_entry({"pkg.mod.k": {"1024": a}}, "pkg.mod.k", "2048") is None
 
 
 def test_an_entry_that_omits_every_field_is_still_the_keys_own_entry():
     # {} is a real entry (no meta-parameters, Triton's default options), not "no entry".
     own, star = {}, {"kwargs": {}, "num_warps": 8}
-    assert files.table_entry({"pkg.k": {"7": own, "*": star}}, "pkg.k", "7") is own
+    assert tables.table_entry({"pkg.k": {"7": own, "*": star}}, "pkg.k", "7") is own
+
+
+def load(table_path, arch, versions):
+    """The tables, asserting that loading them warned of nothing."""
+    loaded, warnings = tables.load_tables(table_path, arch, versions)
+    assert warnings == []
+    return loaded
 
 
 def test_table_path_as_directory_and_as_file(tmp_path):
@@ -169,12 +176,12 @@ def test_table_path_as_directory_and_as_file(tmp_path):
     write(directory / "sm90.json", table("sm90", {"pkg.k": {"*": {"kwargs": {"B": 9}}}}))
     single = write(tmp_path / "my-table.json", table(kernels={"pkg.k": {"*": {"kwargs": {"B": 2}}}, "pkg.j": {"*": {}}}))
     versions = {"triton": None, "torch": None}
-    assert files.load_tables((str(directory),), "interpret", versions) == {"pkg.k": {"*": {"kwargs": {"B": 1}}}}
-    assert files.load_tables((str(directory),), "sm90", versions) == {"pkg.k": {"*": {"kwargs": {"B": 9}}}}
+    assert load((str(directory),), "interpret", versions) == {"pkg.k": {"*": {"kwargs": {"B": 1}}}}
+    assert load((str(directory),), "sm90", versions) == {"pkg.k": {"*": {"kwargs": {"B": 9}}}}
     # Earlier entries of the path win, per kernel and key.
-    merged = files.load_tables((str(directory), single), "interpret", versions)
+    merged = load((str(directory), single), "interpret", versions)
     assert merged == {"pkg.k": {"*": {"kwargs": {"B": 1}}}, "pkg.j": {"*": {}}}
-    merged = files.load_tables((single, str(directory)), "interpret", versions)
+    merged = load((single, str(directory)), "interpret", versions)
     assert merged["pkg.k"] == {"*": {"kwargs": {"B": 2}}}
 
 
@@ -182,17 +189,37 @@ def test_unusable_tables_are_skipped_with_a_warning_naming_them(tmp_path):
     corrupt = write(tmp_path / "corrupt.json", '{"format": "autotune_guard.table/1", "arch": ')
     other_arch = write(tmp_path / "other.json", table("gfx942", {"pkg.k": {"*": {}}}))
     stale = write(tmp_path / "stale.json", table(kernels={"pkg.k": {"*": {"kwargs": {"B": 4}}}}, triton="0.0.1"))
-    log = logging.getLogger("autotune_guard")
-    handler = logging.Handler()
-    seen = []
-    handler.emit = lambda record: seen.append(record.getMessage())
-    log.addHandler(handler)
-    try:
-        merged = files.load_tables((corrupt, other_arch, stale), "interpret", {"triton": "3.9.0"})
-    finally:
-        log.removeHandler(handler)
+    merged, warnings = tables.load_tables((corrupt, other_arch, stale), "interpret", {"triton": "3.9.0"})
     assert merged == {"pkg.k": {"*": {"kwargs": {"B": 4}}}}
-    text = "\n".join(seen)
-    assert corrupt in text and "not valid JSON" in text
-    assert other_arch in text and "gfx942" in text
-    assert stale in text and "0.0.1" in text and "stale" in text
+    assert len(warnings) == 3, warnings  # returned, one line each: the caller says each once
+    assert corrupt in warnings[0] and "not valid JSON" in warnings[0]
+    assert other_arch in warnings[1] and "gfx942" in warnings[1]
+    assert stale in warnings[2] and "0.0.1" in warnings[2] and "stale" in warnings[2]
+
+
+# --- the model: keys and choices as text --------------------------------------------------------
+
+def test_a_key_value_holding_a_comma_does_not_spell_like_two_values():
+    assert model.key_text((1024, "torch.float16")) == "1024,torch.float16"  # the common key is unchanged
+    assert model.key_text(("a,b",)) != model.key_text(("a", "b"))
+    assert model.key_text(("a,b",)) == '"a,b"'
+    # A part that starts with a quote is quoted too, so a quoted part can't be faked by a plain one.
+    assert model.key_text(('"a,b"',)) != model.key_text(("a,b",))
+    assert len({model.key_text(k) for k in [("a,b", "c"), ("a", "b,c"), ("a", "b", "c"), ('"a', 'b"', "c")]}) == 4
+
+
+def test_choice_key_and_choice_round_trip_through_their_text():
+    key = ChoiceKey("sm90", "pkg.mod.k", "1024,a|b,torch.float16")  # a key text may hold '|'
+    assert key.text() == "sm90|pkg.mod.k|1024,a|b,torch.float16"
+    assert ChoiceKey.parse(key.text()) == key
+    # A string meta-parameter may hold ';': the signature keeps it, ``how`` never has one.
+    choice = Choice("MODE=a;b,num_warps=4", "pinned")
+    assert choice.text() == "MODE=a;b,num_warps=4;pinned"
+    assert Choice.parse(choice.text()) == choice
+    assert Choice.parse("BLOCK=64,num_warps=4;cache hit") == ("BLOCK=64,num_warps=4", "cache hit")
+
+
+def test_errors_share_one_base():
+    assert issubclass(SelectionError, GuardError) and issubclass(SelectionError, RuntimeError)
+    with pytest.raises(GuardError):
+        select(CANDIDATES, on_miss="error")

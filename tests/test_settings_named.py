@@ -9,7 +9,8 @@ import os
 
 import pytest
 
-from autotune_guard.policy import AutotunePolicy, PolicyError, close_to_ours, ineffective_settings, \
+from autotune_guard.core.errors import PolicyError
+from autotune_guard.core.settings import AutotunePolicy, StartupSettings, close_to_ours, ineffective_settings, \
     policy_from_environment, policy_from_settings
 from support import clean_env, last_json, run_python
 
@@ -57,13 +58,14 @@ def test_settings_of_another_mode_are_named_at_start_up(tmp_path):
         "AUTOTUNE_CONSENSUS_TIMEOUT": ({"consensus_timeout": 5.0}, "consensus mode only"),
     }
     for var, (fields, text) in cases.items():
-        warnings = ineffective_settings(AutotunePolicy(**fields))
+        warnings = ineffective_settings(AutotunePolicy(**fields), StartupSettings())
         assert len(warnings) == 1 and var in warnings[0] and text in warnings[0], (var, warnings)
-    assert ineffective_settings(AutotunePolicy(mode="pinned", on_miss="error", block_sizes=(("BLOCK", 64),))) == []
+    assert ineffective_settings(AutotunePolicy(mode="pinned", on_miss="error", block_sizes=(("BLOCK", 64),)),
+                                StartupSettings()) == []
     # AUTOTUNE_TABLE_PATH alone is acted on: tables are for pinned mode, so it selects pinned.
     alone = policy_from_settings({"AUTOTUNE_TABLE_PATH": str(tmp_path / "t")})
     assert alone.mode == "pinned" and "AUTOTUNE_TABLE_PATH" in alone.mode_from
-    assert ineffective_settings(alone) == []
+    assert ineffective_settings(alone, StartupSettings()) == []
     # In a cold process: a table path alone pins with the table, and says why.
     (tmp_path / "t" / "interpret.json").write_text(json.dumps({
         "format": "autotune_guard.table/1", "arch": "interpret",

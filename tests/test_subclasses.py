@@ -46,14 +46,15 @@ def test_a_config_the_library_put_in_the_cache_is_logged_as_the_librarys(guard, 
 
 
 def test_record_keeps_what_the_library_chose_and_merge_refuses_a_non_candidate(guard, fresh, tmp_path, capsys):
-    from autotune_guard import files, report, writer
+    from autotune_guard import evidence, report
+    from autotune_guard.core import schema as files
 
     prefix = str(tmp_path / "rec")
     guard({"AUTOTUNE_RECORD_PATH": prefix})
     kernel = seams.make(cls=seams.CachedAutotuner)
     seams.LIBRARY_CONFIG.append(triton.Config({"BLOCK": 8}))  # not one of the kernel's candidates
     assert seams.launch(kernel, _x(100)).equal(_x(100) * 2)
-    writer.write_files(complete=True)
+    evidence.write_files(complete=True)
     record = files.read_document(rank_file(prefix, 0))
     entry = record["kernels"]["kernels.seams.double_body"][f"100,{F32},{F32}"]
     assert entry["how"] == "library" and entry["config"]["kwargs"] == {"BLOCK": 8} and entry["timings"] is None

@@ -1,8 +1,8 @@
 """Tables: search path, `*` entries, stale-version warnings, and every bad table file skipped with
-a warning naming it (files.load_tables over real files), then a pinned cold process using them."""
+a warning naming it (core.tables.load_tables over real files), then a pinned cold process using them;
+and the atomic write every table, record and choices file goes through."""
 
 import json
-import logging
 import os
 import socket
 
@@ -10,7 +10,7 @@ import pytest
 
 from support import clean_env, last_json, run_python
 
-from autotune_guard import files
+from autotune_guard.core import schema, tables
 
 K = "pkg.ops.kern"
 KEY = "1024,torch.float16"
@@ -23,7 +23,7 @@ def cfg(block, warps=4):
 
 
 def table(kernels, arch="interpret", **extra):
-    return {"format": files.TABLE_FORMAT, "arch": arch, "triton": "3.9.0", "torch": "2.13.0", **extra,
+    return {"format": schema.TABLE_FORMAT, "arch": arch, "triton": "3.9.0", "torch": "2.13.0", **extra,
             "kernels": kernels}
 
 
@@ -34,33 +34,15 @@ def write(path, document):
 
 
 @pytest.fixture
-def warnings_seen():
-    """The autotune_guard logger's warnings (a handler of our own: an installed policy stops the
-    logger from propagating to pytest's)."""
-    seen = []
-
-    class Collect(logging.Handler):
-        def emit(self, record):
-            if record.levelno >= logging.WARNING:
-                seen.append(record.getMessage())
-
-    handler = Collect()
-    log = logging.getLogger("autotune_guard")
-    log.addHandler(handler)
-    yield seen
-    log.removeHandler(handler)
-
-
-@pytest.fixture
 def packaged(tmp_path, monkeypatch):
     """A stand-in for the tables packaged in autotune_guard/tables/ (the real folder ships none)."""
     folder = tmp_path / "packaged"
     folder.mkdir()
-    monkeypatch.setattr(files, "PACKAGED_TABLES", str(folder))
+    monkeypatch.setattr(tables, "PACKAGED_TABLES", str(folder))
     return folder
 
 
-def test_search_order_entries_and_wildcards(tmp_path, packaged, warnings_seen):
+def test_search_order_entries_and_wildcards(tmp_path, packaged):
     write(packaged / "interpret.json", table({K: {KEY: cfg(16), "4096,torch.float16": cfg(16)},
                                               "pkg.ops.shadowed": {KEY: cfg(16)},
                                               "pkg.ops.other": {"*": cfg(64)}}))
@@ -68,26 +50,26 @@ def test_search_order_entries_and_wildcards(tmp_path, packaged, warnings_seen):
     first = tmp_path / "first"
     write(first / "interpret.json", table({K: {KEY: cfg(32)}, "pkg.ops.shadowed": {"*": cfg(32)}}))
     extra = write(tmp_path / "extra.json", table({K: {KEY2: cfg(64)}, "kern2": {"*": cfg(16)}}))
-    assert files.table_candidates((str(first), extra), "interpret") == [
+    assert tables.table_candidates((str(first), extra), "interpret") == [
         str(first / "interpret.json"), extra, str(packaged / "interpret.json")]
 
-    tables = files.load_tables((str(first), extra), "interpret", VERSIONS)
-    assert files.table_entry(tables, K, KEY) == cfg(32)  # AUTOTUNE_TABLE_PATH before packaged tables
-    assert files.table_entry(tables, K, KEY2) == cfg(64)  # a later file fills in keys the earlier lack
-    assert files.table_entry(tables, K, "4096,torch.float16") == cfg(16)
-    assert files.table_entry(tables, K, "8,torch.float16") is None  # no entry and no `*`: a miss
-    assert files.table_entry(tables, "pkg.ops.other", "anything") == cfg(64)  # `*`
-    assert files.table_entry(tables, "pkg.mod.kern2", KEY) == cfg(16)  # the bare function name
+    loaded, warnings = tables.load_tables((str(first), extra), "interpret", VERSIONS)
+    assert tables.table_entry(loaded, K, KEY) == cfg(32)  # AUTOTUNE_TABLE_PATH before packaged tables
+    assert tables.table_entry(loaded, K, KEY2) == cfg(64)  # a later file fills in keys the earlier lack
+    assert tables.table_entry(loaded, K, "4096,torch.float16") == cfg(16)
+    assert tables.table_entry(loaded, K, "8,torch.float16") is None  # no entry and no `*`: a miss
+    assert tables.table_entry(loaded, "pkg.ops.other", "anything") == cfg(64)  # `*`
+    assert tables.table_entry(loaded, "pkg.mod.kern2", KEY) == cfg(16)  # the bare function name
     # A `*` in an earlier file stands for every key: the packaged entry for KEY is hidden.
-    assert files.table_entry(tables, "pkg.ops.shadowed", KEY) == cfg(32)
-    assert warnings_seen == []
+    assert tables.table_entry(loaded, "pkg.ops.shadowed", KEY) == cfg(32)
+    assert warnings == []
 
 
 def test_an_entry_that_names_no_field_is_still_an_entry():
     # {} means "Triton's defaults": it must not fall through to `*`.
-    tables = {K: {KEY: {}, "*": cfg(64)}}
-    assert files.table_entry(tables, K, KEY) == {}
-    assert files.table_entry(tables, K, KEY2) == cfg(64)
+    loaded = {K: {KEY: {}, "*": cfg(64)}}
+    assert tables.table_entry(loaded, K, KEY) == {}
+    assert tables.table_entry(loaded, K, KEY2) == cfg(64)
 
 
 def _socket(path):
@@ -101,10 +83,10 @@ BAD_TABLES = {
     "truncated": (json.dumps(table({K: {KEY: cfg(16)}}))[:60], "truncated or corrupt"),
     "empty": ("", "is empty"),
     "wrong format version": (json.dumps({**table({}), "format": "autotune_guard.table/2"}), "is not supported"),
-    "a record, not a table": (json.dumps({"format": files.RECORD_FORMAT, "arch": "interpret", "rank": 0,
+    "a record, not a table": (json.dumps({"format": schema.RECORD_FORMAT, "arch": "interpret", "rank": 0,
                                           "kernels": {}}), "is a autotune_guard.record/1 file; expected autotune_guard.table/1"),
     "no format": ('{"arch": "interpret", "kernels": {}}', "has no 'format' field"),
-    "no arch": (json.dumps({"format": files.TABLE_FORMAT, "kernels": {}}), "needs an 'arch'"),
+    "no arch": (json.dumps({"format": schema.TABLE_FORMAT, "kernels": {}}), "needs an 'arch'"),
     "wrong arch": (json.dumps(table({K: {KEY: cfg(256)}}, arch="sm90")), "it is for arch sm90, this process runs interpret"),
     "bad option type": (json.dumps(table({K: {KEY: {"kwargs": {"BLOCK": 16}, "num_warps": "4"}}})), "must be an integer"),
     "unknown config field": (json.dumps(table({K: {KEY: {"kwargs": {}, "warps": 4}}})), "unknown config fields"),
@@ -116,7 +98,7 @@ BAD_TABLES = {
 
 @pytest.mark.parametrize("case", sorted(BAD_TABLES) + ["a directory", "a directory named interpret.json", "missing",
                                                         "a path through a file", "unreadable (a socket)"])
-def test_bad_table_is_skipped_with_a_warning_naming_it(tmp_path, packaged, warnings_seen, case):
+def test_bad_table_is_skipped_with_a_warning_naming_it(tmp_path, packaged, case):
     good = tmp_path / "good"
     write(good / "interpret.json", table({K: {KEY: cfg(32)}}))
     bad = tmp_path / "bad.json"
@@ -142,35 +124,37 @@ def test_bad_table_is_skipped_with_a_warning_naming_it(tmp_path, packaged, warni
         keep = _socket(bad)  # open() refuses it, root or not
         message = "cannot be read"
     try:
-        tables = files.load_tables((entry, str(good)), "interpret", VERSIONS)
+        loaded, warnings = tables.load_tables((entry, str(good)), "interpret", VERSIONS)
     finally:
         if keep:
             keep.close()
-    assert files.table_entry(tables, K, KEY) == cfg(32)  # the next file on the path still counts
+    assert tables.table_entry(loaded, K, KEY) == cfg(32)  # the next file on the path still counts
     if case == "a directory":
-        assert warnings_seen == []  # a folder without this arch's table is not an error
+        assert warnings == []  # a folder without this arch's table is not an error
         return
-    assert len(warnings_seen) == 1, warnings_seen
-    assert str(bad) in warnings_seen[0] and message in warnings_seen[0], warnings_seen[0]
+    assert len(warnings) == 1, warnings
+    assert str(bad) in warnings[0] and message in warnings[0], warnings[0]
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root reads a chmod 000 file; the socket case covers unreadable files")
-def test_unreadable_permissions_skipped(tmp_path, packaged, warnings_seen):
+def test_unreadable_permissions_skipped(tmp_path, packaged):
     bad = write(tmp_path / "t.json", table({K: {KEY: cfg(16)}}))
     os.chmod(bad, 0)
-    assert files.load_tables((bad,), "interpret", VERSIONS) == {}
-    assert "Permission denied" in warnings_seen[0] and bad in warnings_seen[0]
+    loaded, warnings = tables.load_tables((bad,), "interpret", VERSIONS)
+    assert loaded == {} and "Permission denied" in warnings[0] and bad in warnings[0]
 
 
-def test_version_mismatch_warns_once_per_file(tmp_path, packaged, warnings_seen):
+def test_version_mismatch_is_one_warning_per_file(tmp_path, packaged):
+    """Each load names a stale table once; saying it once per process is the caller's (the pinned
+    process below says it once however many kernels load tables)."""
     stale = write(tmp_path / "stale.json", table({K: {KEY: cfg(16)}}, triton="3.6.0", packages={"pytest": "0.0.1"}))
-    fresh = write(tmp_path / "fresh.json", table({"kern2": {KEY: cfg(16)}}, packages={"pytest": files.installed_version("pytest")}))
-    for _ in range(3):
-        tables = files.load_tables((stale, fresh), "interpret", VERSIONS)
-        assert files.table_entry(tables, K, KEY) == cfg(16)  # stale, but still used
-    assert len(warnings_seen) == 1, warnings_seen
-    assert stale in warnings_seen[0] and "triton 3.6.0 (running 3.9.0)" in warnings_seen[0]
-    assert f"pytest 0.0.1 (running {files.installed_version('pytest')})" in warnings_seen[0]
+    fresh = write(tmp_path / "fresh.json", table({"kern2": {KEY: cfg(16)}}, packages={"pytest": tables.installed_version("pytest")}))
+    for _ in range(2):
+        loaded, warnings = tables.load_tables((stale, fresh), "interpret", VERSIONS)
+        assert tables.table_entry(loaded, K, KEY) == cfg(16)  # stale, but still used
+        assert len(warnings) == 1, warnings
+        assert stale in warnings[0] and "triton 3.6.0 (running 3.9.0)" in warnings[0]
+        assert f"pytest 0.0.1 (running {tables.installed_version('pytest')})" in warnings[0]
 
 
 def test_pinned_process_uses_tables_from_the_path(tmp_path):
@@ -213,3 +197,41 @@ def test_pinned_process_uses_tables_from_the_path(tmp_path):
     proc = run_python(missing, env=env, check=False)
     assert proc.returncode != 0
     assert "kernels.demo.scale_kernel key (200,torch.float32,torch.float32) arch interpret" in proc.stderr
+
+
+ATOMIC_WRITE = """
+import json, os
+os.umask(0o027)
+from autotune_guard.core.jsonfile import atomic_write_json
+modes, real_fchmod = [], os.fchmod
+
+def by_path(*args, **kwargs):
+    raise AssertionError("a mode set by path: the path could have been swapped for a symlink")
+
+def by_descriptor(fd, mode):
+    modes.append(mode)
+    real_fchmod(fd, mode)
+
+os.chmod, os.fchmod = by_path, by_descriptor
+target = {target!r}
+atomic_write_json(target, {{"b": 1, "a": [1, 2]}})
+atomic_write_json(target, {{"b": 2}})
+print(json.dumps({{"mode": os.stat(target).st_mode & 0o777, "modes": modes, "text": open(target).read(),
+                  "files": sorted(os.listdir(os.path.dirname(target))), "link": os.path.islink(target),
+                  "other": open({other!r}).read()}}))
+"""
+
+
+def test_atomic_write_sets_the_mode_through_the_descriptor(tmp_path):
+    """The file gets what ``open()`` would give under the umask (mkstemp's 0o600 would hide a table
+    from a colleague), set on the open descriptor, never by path; a symlink at the target is
+    replaced, not followed, and no temporary file is left."""
+    other = tmp_path / "elsewhere.json"
+    other.write_text("untouched")
+    target = tmp_path / "out" / "t.json"
+    target.parent.mkdir()
+    target.symlink_to(other)
+    result = last_json(run_python(ATOMIC_WRITE.format(target=str(target), other=str(other))).stdout)
+    assert result["mode"] == 0o640 and result["modes"] == [0o640, 0o640]
+    assert json.loads(result["text"]) == {"b": 2} and result["files"] == ["t.json"]
+    assert result["link"] is False and result["other"] == "untouched"

@@ -10,9 +10,20 @@ import pytest
 import torch
 import triton
 
+from autotune_guard.adapters import _patching
+from autotune_guard.adapters import triton as triton_adapter
 from kernels import seams
 
 F32 = "torch.float32"
+
+
+def _pins_through_pruning():
+    """Whether this Triton caches a pruning result of one config without timing (3.8+)."""
+    return tuple(int(p) for p in triton.__version__.split(".")[:2]) >= (3, 8)
+
+
+def _tritons_run():
+    return _patching.original(triton.runtime.autotuner.Autotuner, "run")
 
 
 def _x(n):
@@ -73,27 +84,27 @@ def test_a_launch_after_install_waits_for_a_pinned_launch_in_flight(guard, fresh
 def test_no_choice_escapes_the_log_while_a_policy_is_installed(guard, fresh, monkeypatch):
     """Race 2: a thread's first launch while install() runs.  Its choice is either made under the
     old policy and not used, or made under the new one and in the new log: never used unlogged."""
-    from autotune_guard import choice_log, state
+    from autotune_guard import choice_log, runtime
 
     guard({"AUTOTUNE_MODE": "pinned", "AUTOTUNE_ON_MISS": "first"})
     kernel = seams.make()
-    real_replace = state.replace
     launched = {}
 
     def launch():
         launched["ok"] = seams.launch(kernel, _x(100)).equal(_x(100) * 2)
 
-    def replace_with_a_launch_in_between(policy):
-        # A launch by another thread while install() is replacing the process state.
+    def a_launch_while_replacing(epoch):
+        # Another thread's first launch while install() is replacing the process state.
         thread = threading.Thread(target=launch)
         thread.start()
         thread.join(0.5)
         launched["thread"] = thread
-        return real_replace(policy)
 
-    monkeypatch.setattr(state, "replace", replace_with_a_launch_in_between)
-    guard({"AUTOTUNE_MODE": "pinned"})  # min_cost
-    monkeypatch.setattr(state, "replace", real_replace)
+    undo = runtime.current().on_new_epoch(a_launch_while_replacing)
+    try:
+        guard({"AUTOTUNE_MODE": "pinned"})  # min_cost
+    finally:
+        undo()
     launched["thread"].join(30)
     assert launched["ok"] is True
     # The launch ran the new policy's choice (min_cost: 16), and the new log says so.
@@ -105,8 +116,6 @@ def test_no_choice_escapes_the_log_while_a_policy_is_installed(guard, fresh, mon
 def test_pinned_on_triton_3_8_is_the_only_survivor_of_pruning_and_then_triton_cached(guard, fresh):
     """On 3.8+ the chosen config is what the kernel's pruning returns: Triton caches it without
     timing and every later launch is Triton's own cached path (``configs`` never swapped)."""
-    from autotune_guard import interception
-
     guard({"AUTOTUNE_MODE": "pinned"})
     kernel = seams.make()
     configs = kernel.configs
@@ -118,7 +127,7 @@ def test_pinned_on_triton_3_8_is_the_only_survivor_of_pruning_and_then_triton_ca
     assert seams.TIMER_CALLS == [] and not swaps
     ran = [(block, n) for block, n, _ in seams.RAN]
     assert ran == [(16, 100), (64, 2000), (16, 100), (64, 2000)]
-    if interception._pins_through_pruning:
+    if triton_adapter.strategy_of(kernel).startswith("pin-through-pruning"):
         assert {key[0]: c.kwargs["BLOCK"] for key, c in kernel.cache.items()} == {100: 16, 2000: 64}
         # Later launches never prune again: Triton finds the key in its cache.
         calls = []
@@ -137,19 +146,20 @@ def test_a_listener_hears_timed_and_pinned_choices_and_the_guard_labels_from_it(
     from triton.runtime.interpreter import InterpretedFunction
     from triton.runtime.jit import JITFunction
 
-    from autotune_guard import choice_log, interception
+    from autotune_guard import choice_log
 
-    if not hasattr(triton, "knobs") or interception.check_supported(triton.runtime.autotuner) < interception.PRUNING_PINS:
+    guard({"AUTOTUNE_MODE": "pinned"})
+    if not hasattr(triton, "knobs") or not _pins_through_pruning():
         pytest.skip("knobs.autotuning.listener is called from Triton 3.8 on")  # (the patch may not be in yet)
     knobs = triton.knobs.autotuning
     heard = []
     saved = knobs.listener
     knobs.listener = lambda **kw: heard.append(kw)  # the user's own listener, set first
     try:
-        monkeypatch.setattr(interception, "_interpreting", lambda: False)  # where Triton can call listeners
+        monkeypatch.setenv("TRITON_INTERPRET", "0")  # where Triton can call listeners
         guard({"AUTOTUNE_MODE": "auto"})
         monkeypatch.undo()
-        assert knobs.listener is interception._listener and interception._user_listener is not None
+        assert knobs.listener is not saved  # the guard's, which passes on to the user's
 
         jit = JITFunction(seams.double_body.fn)
         jit.run = InterpretedFunction(seams.double_body.fn).run  # the launch itself, interpreted
@@ -160,7 +170,6 @@ def test_a_listener_hears_timed_and_pinned_choices_and_the_guard_labels_from_it(
         winner = told["best_config"]
         entry = "interpret|kernels.seams.double_body|300,torch.float32,torch.float32"
         assert choice_log()[entry] == f"BLOCK={winner.kwargs['BLOCK']},num_warps=4,num_stages=3,num_ctas=1;timed"
-        assert interception._heard.value is None  # what the listener said was used (and consumed)
 
         guard({"AUTOTUNE_MODE": "pinned"})
         pinned = seams.make(fn=jit)
@@ -170,14 +179,15 @@ def test_a_listener_hears_timed_and_pinned_choices_and_the_guard_labels_from_it(
         assert told["cache_hit"] is True and told["configs_timings"] == {} and told["fn"] is jit
     finally:
         knobs.listener = saved
-        interception._user_listener = None
 
 
 def test_labels_say_how_triton_chose(guard, fresh):
     """auto: timed; a key the kernel's pruning left one candidate for: pruned to one on 3.8+
     (timed before); Triton's disk cache (configs rebuilt from JSON): cache hit."""
-    from autotune_guard import choice_log, interception
+    from autotune_guard import choice_log
 
+    guard({"AUTOTUNE_MODE": "pinned"})
+    pruning_pins = _pins_through_pruning()
     guard({"AUTOTUNE_MODE": "auto"})
     kernel = seams.make(blocks=(128, 16, 32))  # n >= 1000 keeps BLOCK=128 only
     seams.launch(kernel, _x(100))
@@ -185,7 +195,7 @@ def test_labels_say_how_triton_chose(guard, fresh):
     log = choice_log()
     assert log[_entry(100)].endswith(";timed")
     assert log[_entry(2000)] == "BLOCK=128,num_warps=4,num_stages=3,num_ctas=1;" + (
-        "pruned to one" if interception._pins_through_pruning else "timed")
+        "pruned to one" if pruning_pins else "timed")
 
     def disk_hit(tuning_key, configs, bench_fn):  # what check_disk_cache does on a hit (3.4+)
         timings = {triton.Config(**{k: v for k, v in c.__dict__.items() if k != "pre_hook"}): [float(i + 1)] * 3
@@ -208,8 +218,10 @@ def test_configs_differing_only_in_ir_override_are_told_apart(guard, fresh, tmp_
     warp-specialisation fields (3.2/3.3).  A config leaving them at default keeps its old text."""
     import json
 
-    from autotune_guard import files, interception, selection
+    from autotune_guard.core import model as selection, pinned, schema as files
+    from autotune_guard.runtime import current
 
+    guard({"AUTOTUNE_MODE": "pinned"})
     plain = triton.Config({"BLOCK": 16})
     assert selection.signature(selection.descriptor(plain)) == "BLOCK=16,num_warps=4,num_stages=3,num_ctas=1"
     if "ir_override" in triton.Config.__init__.__code__.co_varnames:
@@ -217,18 +229,18 @@ def test_configs_differing_only_in_ir_override_are_told_apart(guard, fresh, tmp_
         a, b = selection.descriptor(plain), selection.descriptor(other)
         assert selection.signature(b) == "BLOCK=16,num_warps=4,num_stages=3,num_ctas=1,ir_override=/kernels/double.ttgir"
         assert selection.compact(b)["ir_override"] == "/kernels/double.ttgir"
-        defaults = interception.config_defaults()
+        defaults = current().facts.get("config_defaults")
         entry = selection.compact(b)
-        assert [selection.entry_matches(entry, d, defaults) for d in (a, b)] == [False, True]
-        assert [selection.entry_matches({"kwargs": {"BLOCK": 16}}, d, defaults) for d in (a, b)] == [True, False]
+        assert [pinned.entry_matches(entry, d, defaults) for d in (a, b)] == [False, True]
+        assert [pinned.entry_matches({"kwargs": {"BLOCK": 16}}, d, defaults) for d in (a, b)] == [True, False]
         # A table naming the ir_override config is valid, and min_cost breaks the tie by the text.
         path = tmp_path / "interpret.json"
         path.write_text(json.dumps({"format": files.TABLE_FORMAT, "arch": "interpret",
                                     "kernels": {"k": {"*": entry}}}))
         assert files.read_document(str(path))["kernels"]["k"]["*"] == entry
-        index, why, _ = selection.select([a, b], table_entry=None, block_sizes=(), on_miss="min_cost",
-                                         defaults=defaults, what="k")
-        assert index == 0 and selection.select([b, a], table_entry=None, block_sizes=(), on_miss="min_cost",
+        index, why, _ = pinned.select([a, b], table_entry=None, block_sizes=(), on_miss="min_cost",
+                                      defaults=defaults, what="k")
+        assert index == 0 and pinned.select([b, a], table_entry=None, block_sizes=(), on_miss="min_cost",
                                                 defaults=defaults, what="k")[0] == 1
     # Triton 3.2/3.3's warp-specialisation fields (absent on later releases: a stand-in object).
     class WarpSpecConfig:
@@ -238,14 +250,14 @@ def test_configs_differing_only_in_ir_override_are_told_apart(guard, fresh, tmp_
     desc = selection.descriptor(WarpSpecConfig())
     assert selection.signature(desc) == ("BLOCK=16,num_warps=4,num_stages=3,num_ctas=1,num_buffers_warp_spec=2,"
                                          "num_consumer_groups=2,reg_dec_producer=40,reg_inc_consumer=232")
-    assert not selection.entry_matches({"kwargs": {"BLOCK": 16}}, desc, interception.config_defaults())
+    assert not pinned.entry_matches({"kwargs": {"BLOCK": 16}}, desc, current().facts.get("config_defaults"))
 
 
 def test_pinned_governs_keys_triton_tuned_before_and_leaves_nothing_behind(guard, fresh):
     """A pinned policy installed after Triton tuned a key pins that key too (on 3.8+ it takes the
     timed winner out of Triton's cache); an auto policy after it times again rather than take a
     pinned config for Triton's winner."""
-    from autotune_guard import choice_log, interception
+    from autotune_guard import choice_log
 
     guard({"AUTOTUNE_MODE": "auto"})
     kernel = seams.make()
@@ -253,13 +265,14 @@ def test_pinned_governs_keys_triton_tuned_before_and_leaves_nothing_behind(guard
     assert len(seams.TIMER_CALLS) == 4
     guard({"AUTOTUNE_MODE": "pinned"})
     seams.launch(kernel, _x(100))
+    pruning_pins = triton_adapter.strategy_of(kernel).startswith("pin-through-pruning")
     assert choice_log() == {_entry(100): "BLOCK=16,num_warps=4,num_stages=3,num_ctas=1;pinned"}
     assert seams.RAN[-1][:2] == (16, 100) and len(seams.TIMER_CALLS) == 4
     guard({"AUTOTUNE_MODE": "auto"})
     seams.launch(kernel, _x(100))
     # 3.8+: the pinned entry is gone and Triton times again; with the swap (3.3-3.7) the cache
     # never held it, and Triton's first winner is still there.
-    assert len(seams.TIMER_CALLS) == (8 if interception._pins_through_pruning else 4)
+    assert len(seams.TIMER_CALLS) == (8 if pruning_pins else 4)
     assert choice_log()[_entry(100)].endswith(";timed")
 
 
@@ -267,16 +280,17 @@ def test_on_triton_3_8_pinned_launches_go_straight_to_tritons_run(guard, fresh):
     """Without Config pre_hooks (nothing on a decided key's launch reads Triton's ``nargs``), a
     pinned autotuner's launches call Triton's own run: the steady state is Triton's cached path and
     nothing else.  A new key still meets the guard (in pruning); a new policy takes it back."""
-    from autotune_guard import choice_log, interception
+    from autotune_guard import choice_log
 
     guard({"AUTOTUNE_MODE": "pinned"})  # patches Triton, whose release says whether it pins by pruning
-    if not interception._pins_through_pruning:
+    if not _pins_through_pruning():
         pytest.skip("pruning to one is timed before Triton 3.8")
     kernel = triton.autotune(configs=[triton.Config({"BLOCK": b}) for b in (64, 16, 32)], key=["n"],
                              do_bench=seams.random_timer)(seams.double_body)
     for n in (100, 100, 300, 300):
         assert seams.launch(kernel, _x(n)).equal(_x(n) * 2)
-        assert kernel.__dict__["run"].__func__ is interception._original_run  # Triton's run, nothing between
+        assert kernel.__dict__["run"].__func__ is _tritons_run()  # Triton's run, nothing between
+        assert triton_adapter.strategy_of(kernel) == "pin-through-pruning:direct"
     assert choice_log() == {_entry(n): "BLOCK=16,num_warps=4,num_stages=3,num_ctas=1;pinned" for n in (100, 300)}
     assert {key[0]: c.kwargs["BLOCK"] for key, c in kernel.cache.items()} == {100: 16, 300: 16}
     assert seams.TIMER_CALLS == []
@@ -291,26 +305,30 @@ def test_on_triton_3_8_a_hooked_kernels_decided_launches_take_no_lock(guard, fre
     pre_hook gets this call's own arguments, not the autotuner's shared ``nargs``): it runs while
     another thread holds the autotuner's lock; a new key's first launch, which goes through
     Triton's run and its ``nargs``, waits for that lock."""
-    from autotune_guard import choice_log, interception
+    from autotune_guard import choice_log
 
     guard({"AUTOTUNE_MODE": "pinned"})
-    if not interception._pins_through_pruning:
+    if not _pins_through_pruning():
         pytest.skip("pruning to one is timed before Triton 3.8")
     kernel = seams.make()
     for n in (100, 100, 2000):
         assert seams.launch(kernel, _x(n)).equal(_x(n) * 2)
-    assert kernel.__dict__["run"].func is interception._run_decided
+    assert triton_adapter.strategy_of(kernel) == "pin-through-pruning:decided"
     assert kernel.best_config.kwargs["BLOCK"] == 64
     held, release = threading.Event(), threading.Event()
+    block_64 = next(c for c in kernel.configs if c.kwargs["BLOCK"] == 64)
+    noted = block_64.pre_hook
 
-    def hold_the_lock():
-        with kernel.__dict__[interception._LOCK_ATTR]:
+    def waiting_hook(nargs):
+        if nargs["n"] == 5000:  # a new key's first launch, held in flight: it holds the autotuner's lock
             held.set()
             release.wait(30)
+        noted(nargs)
 
-    holder = threading.Thread(target=hold_the_lock)
+    block_64.pre_hook = waiting_hook
+    holder = threading.Thread(target=lambda: seams.launch(kernel, _x(5000)))
     holder.start()
-    held.wait(10)
+    assert held.wait(10)
     done = {}
     new_key = threading.Thread(target=lambda: done.setdefault(300, seams.launch(kernel, _x(300)).equal(_x(300) * 2)))
     try:
@@ -324,7 +342,8 @@ def test_on_triton_3_8_a_hooked_kernels_decided_launches_take_no_lock(guard, fre
         holder.join(30)
         new_key.join(30)
     assert done == {300: True}
-    assert [(block, n) for block, n, _ in seams.RAN] == [(16, 100), (16, 100), (64, 2000), (16, 100), (16, 300)]
+    assert [(block, n) for block, n, _ in seams.RAN] == [(16, 100), (16, 100), (64, 2000), (16, 100), (64, 5000),
+                                                         (16, 300)]
     assert choice_log()[_entry(300)] == "BLOCK=16,num_warps=4,num_stages=3,num_ctas=1;pinned"
     assert seams.TIMER_CALLS == []
 
@@ -332,16 +351,25 @@ def test_on_triton_3_8_a_hooked_kernels_decided_launches_take_no_lock(guard, fre
 def test_on_a_triton_newer_than_tested_a_hooked_kernel_runs_tritons_run_under_the_lock(guard, fresh, monkeypatch):
     """Past the newest tested release Triton's cached path may have changed: a hooked kernel's
     launches are Triton's own run, under the autotuner's lock, instead of the written-out path."""
-    from autotune_guard import choice_log, interception
+    from autotune_guard import choice_log
 
     guard({"AUTOTUNE_MODE": "pinned"})
-    if not interception._pins_through_pruning:
+    if not _pins_through_pruning():
         pytest.skip("pruning to one is timed before Triton 3.8")
-    monkeypatch.setattr(interception, "_writes_out_decided", False)  # what patch() sets for such a release
-    kernel = seams.make()
-    for n in (100, 100, 2000, 2000):
-        assert seams.launch(kernel, _x(n)).equal(_x(n) * 2)
-        assert kernel.__dict__["run"].func is interception._hold_and_run
+    module = triton.runtime.autotuner
+    triton_adapter.unpatch(module)
+    monkeypatch.setattr(triton_adapter, "NEWEST_TESTED_TRITON", (3, 2))  # this Triton is then "newer"
+    triton_adapter.patch(module)
+    try:
+        guard({"AUTOTUNE_MODE": "pinned"})
+        kernel = seams.make()
+        for n in (100, 100, 2000, 2000):
+            assert seams.launch(kernel, _x(n)).equal(_x(n) * 2)
+            assert triton_adapter.strategy_of(kernel) == "pin-through-pruning:held"
+    finally:
+        triton_adapter.unpatch(module)
+        monkeypatch.undo()
+        triton_adapter.patch(module)
     assert [(block, n) for block, n, _ in seams.RAN] == [(16, 100), (16, 100), (64, 2000), (64, 2000)]
     assert choice_log()[_entry(2000)].startswith("BLOCK=64,") and seams.TIMER_CALLS == []
 
@@ -351,16 +379,14 @@ def test_on_triton_3_8_the_written_out_cached_path_does_what_tritons_run_does(gu
     key, both launches stubbed: the same pre_hook arguments (in the same order), the same call of
     the kernel's ``run``, the same ``best_config``, the same cache.  A Triton release that changes
     its cached path fails here."""
-    from autotune_guard import interception
-
     guard({"AUTOTUNE_MODE": "pinned"})
-    if not interception._pins_through_pruning:
+    if not _pins_through_pruning():
         pytest.skip("pruning to one is timed before Triton 3.8")
     kernel = seams.make()
     x, out = _x(100), torch.empty(100)
     assert seams.launch(kernel, x).equal(x * 2)
     assert seams.launch(kernel, _x(2000)).equal(_x(2000) * 2)
-    assert kernel.__dict__["run"].func is interception._run_decided
+    assert triton_adapter.strategy_of(kernel) == "pin-through-pruning:decided"
     hooked, launched = [], []
     for config in kernel.configs:
         config.pre_hook = lambda nargs: hooked.append(nargs)
@@ -377,7 +403,7 @@ def test_on_triton_3_8_the_written_out_cached_path_does_what_tritons_run_does(gu
         assert kernel[grid](*args, **kwargs) == "launched"  # the guard's path
         guards = kernel.best_config
         kernel.best_config = None
-        assert interception._original_run(kernel, *args, grid=grid, warmup=False, **kwargs) == "launched"
+        assert _tritons_run()(kernel, *args, grid=grid, warmup=False, **kwargs) == "launched"
         assert kernel.best_config is guards and guards.kwargs["BLOCK"] == 16
         assert len(hooked) == 2 and hooked[0] == hooked[1] and list(hooked[0]) == list(hooked[1])
         assert hooked[0]["n"] == 100 and hooked[0]["BLOCK"] == 16
@@ -391,10 +417,10 @@ def test_on_triton_3_8_a_pruned_kernel_goes_straight_to_tritons_run_and_prunes_i
     """A kernel with its own pruning is launched by Triton's run directly too: the pruning runs
     at a new key's first launch, and reads that launch's arguments even when another thread's
     launch rewrote (and cleared) the autotuner's shared ``nargs`` after Triton's run set them."""
-    from autotune_guard import choice_log, interception
+    from autotune_guard import choice_log
 
     guard({"AUTOTUNE_MODE": "pinned"})  # patches Triton, whose release says whether it pins by pruning
-    if not interception._pins_through_pruning:
+    if not _pins_through_pruning():
         pytest.skip("pruning to one is timed before Triton 3.8")
     pruned_for = []
 
@@ -405,7 +431,7 @@ def test_on_triton_3_8_a_pruned_kernel_goes_straight_to_tritons_run_and_prunes_i
     kernel = triton.autotune(configs=[triton.Config({"BLOCK": b}) for b in (128, 16, 64, 32)], key=["n"],
                              do_bench=seams.random_timer, prune_configs_by={"early_config_prune": prune})(seams.double_body)
     assert seams.launch(kernel, _x(100)).equal(_x(100) * 2)
-    assert kernel.__dict__["run"].__func__ is interception._original_run
+    assert triton_adapter.strategy_of(kernel) == "pin-through-pruning:direct"
     other = []
 
     class Interleaved(list):
@@ -432,10 +458,11 @@ import torch.distributed as dist
 heard = []
 triton.knobs.autotuning.listener = lambda **kw: heard.append(kw)  # the user's, set before Triton is used
 import autotune_guard
-from autotune_guard import consensus, distributed, interception, selection
+from autotune_guard.core import consensus, model as selection
+from autotune_guard.runtime import current
 from kernels import demo
 dist.init_process_group("gloo", init_method="file://" + sys.argv[1], rank=0, world_size=1)
-store = distributed.job_store()
+store = current().facts.ask("job_store")
 # Another rank claimed key 200 and published its winner, as _consensus_tune does.
 signatures = [selection.signature(selection.descriptor(c)) for c in demo.add_kernel.configs]
 winner = demo.add_kernel.configs[5]
@@ -467,3 +494,43 @@ def test_a_listener_hears_the_jobs_consensus_choice(tmp_path):
     assert result["heard"] == [{"key": [200, F32, F32, F32], "block": 128, "warps": 2, "cache_hit": True,
                                 "timings": {}, "same": True}]
     assert list(result["log"].values()) == ["BLOCK=128,num_warps=2,num_stages=3,num_ctas=1;consensus"]
+
+
+def test_a_child_forked_during_a_pinned_first_launch_launches_without_hanging(guard, fresh):
+    """Another thread is inside a hooked kernel's first pinned launch (it holds the autotuner's
+    lock) when the process forks: the child gets fresh locks and launches the kernel itself."""
+    import os
+
+    guard({"AUTOTUNE_MODE": "pinned"})
+    kernel = seams.make()
+    release = threading.Event()
+    seams.HOLD.append(release)
+    inside = threading.Thread(target=lambda: seams.launch(kernel, _x(2000)))
+    inside.start()
+    deadline = time.monotonic() + 10
+    while kernel.__dict__.get("nargs") is None and time.monotonic() < deadline:  # inside Triton's run
+        time.sleep(0.005)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: one launch of another key, then report
+        try:
+            del seams.HOLD[:]
+            ok = seams.launch(kernel, _x(100)).equal(_x(100) * 2)
+            os.write(write, b"ok" if ok else b"wrong")
+        finally:
+            os._exit(0)
+    os.close(write)
+    try:
+        done = threading.Event()
+        answer = []
+        reader = threading.Thread(target=lambda: (answer.append(os.read(read, 16)), done.set()))
+        reader.start()
+        finished = done.wait(60)
+        if not finished:
+            os.kill(pid, 9)
+        assert finished and answer == [b"ok"], "the forked child hung on a lock its parent's thread held"
+    finally:
+        release.set()
+        inside.join(30)
+        os.waitpid(pid, 0)
+        os.close(read)

@@ -3,7 +3,8 @@
 The programs under tests/progs/ know nothing of autotune_guard (except verify_api.py, which is
 about the API); they run under real ``torchrun`` gloo ranks with the policy in the environment.
 Checks are observed through the ``autotune_guard`` logger: the ERROR record of a report, and at
-DEBUG one line per check naming the size of the group it ran in.
+DEBUG one line per check naming the size of the group it ran in; in one process, through the
+adapter's ``last_check`` (what the latest check was and moved, with a count of checks).
 """
 
 import json
@@ -17,7 +18,8 @@ import pytest
 
 from support import TESTS, clean_env, last_json, run_python, torchrun
 
-from autotune_guard.distributed import compare, report
+from autotune_guard.core.agreement import compare, report
+from autotune_guard.core.model import ChoiceKey
 
 PROGS = os.path.join(TESTS, "progs")
 REPORT = "autotune choices differ across the ranks of group"
@@ -60,8 +62,8 @@ def done(stdout: str) -> set[int]:
 
 # --- comparing and reporting: plain data ---------------------------------------------------------
 
-E1 = "interpret|pkg.mod.kernel|1024,torch.float16"
-E2 = "interpret|pkg.mod.other|64,torch.float32"
+E1 = ChoiceKey("interpret", "pkg.mod.kernel", "1024,torch.float16")
+E2 = ChoiceKey("interpret", "pkg.mod.other", "64,torch.float32")
 
 
 def test_agreeing_ranks_set_the_reference_and_absent_keys_are_no_conflict():
@@ -91,7 +93,7 @@ def test_a_rank_reaching_a_key_later_is_compared_with_what_the_group_saw_before(
 
 
 def test_report_names_kernel_key_arch_each_rank_and_counts_the_rest():
-    conflicts = {f"sm90|pkg.mod.k{i}|{i},torch.float16": [("B=64", [0, 1], False), ("B=32", [2], False)]
+    conflicts = {ChoiceKey("sm90", f"pkg.mod.k{i}", f"{i},torch.float16"): [("B=64", [0, 1], False), ("B=32", [2], False)]
                  for i in range(7)}
     text = report(conflicts, [0, 1, 2], "barrier 3 of this group", limit=5)
     lines = text.splitlines()
@@ -113,7 +115,7 @@ def test_chaos_strict_stops_every_rank():
     assert proc.returncode != 0
     assert done(proc.stdout) == set()
     for rank in (0, 1):  # raised on every rank, each one's own traceback...
-        assert f"[rank{rank}]: autotune_guard.verification.ChoiceMismatchError: {REPORT} 0,1" in proc.stderr
+        assert f"[rank{rank}]: autotune_guard.core.errors.ChoiceMismatchError: {REPORT} 0,1" in proc.stderr
     # ...and torchrun saw each rank exit non-zero
     exits = {int(r): int(code) for r, code in re.findall(
         r"rank\s*:\s*(\d+) \(local_rank: \d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)", proc.stderr)}
@@ -230,16 +232,14 @@ def test_a_cadence_given_only_to_install_is_named_and_fires_nothing():
         "import json, sys, tempfile, torch.distributed as dist\n"
         "from torch.distributed import barrier\n"
         "import triton, autotune_guard\n"
-        "from autotune_guard import distributed\n"
-        "fired = []\n"
-        "distributed._check = lambda d, g, where: fired.append(where) or True\n"
+        "from autotune_guard.adapters.distributed import last_check\n"
         "dist.init_process_group('gloo', init_method='file://' + tempfile.mktemp(), rank=0, world_size=1)\n"
         "autotune_guard.install({'AUTOTUNE_MODE': 'pinned', 'AUTOTUNE_VERIFY_EVERY': 1})\n"
         "import torch.distributed.distributed_c10d as c10d\n"
         "wrapped = sys.modules['__main__'].barrier is c10d.barrier and hasattr(c10d.barrier, '_self_wrapper')\n"
         "for _ in range(3): barrier()\n"
-        "print(json.dumps([wrapped, fired, autotune_guard.maybe_verify_choices(3)]))\n")
-    assert last_json(proc.stdout) == [True, [], None]
+        "print(json.dumps([wrapped, last_check.get('count', 0), autotune_guard.maybe_verify_choices(3)]))\n")
+    assert last_json(proc.stdout) == [True, 0, None]
     assert "AUTOTUNE_VERIFY_EVERY=1 given to install() is not applied" in proc.stderr, proc.stderr
 
 
@@ -290,7 +290,7 @@ def test_chaos_on_a_rank_that_imports_triton_late_is_still_caught():
     proc = mixed("late", 1, AUTOTUNE_CHAOS=1, AUTOTUNE_VERIFY_STRICT=1)
     assert proc.returncode != 0 and "WRONG" not in proc.stdout
     for rank in (0, 1):
-        assert f"[rank{rank}]: autotune_guard.verification.ChoiceMismatchError: {REPORT} 0,1 at barrier 3 of" in proc.stderr, \
+        assert f"[rank{rank}]: autotune_guard.core.errors.ChoiceMismatchError: {REPORT} 0,1 at barrier 3 of" in proc.stderr, \
             proc.stderr[-4000:]
     found = reports(proc.stderr)
     assert len(found) == 1 and "an earlier check, rank 0:" in found[0] and f"{ADD} key (300," in found[0]

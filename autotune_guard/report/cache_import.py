@@ -7,8 +7,9 @@ Triton 3.4+ with ``cache_results=True`` (or ``TRITON_CACHE_AUTOTUNING=1``) keeps
 
 (``Autotuner.check_disk_cache`` writes it: the tuning key, then every timed candidate's
 ``Config.__dict__`` with Triton's timings).  The winner is Triton's own: the lowest timings,
-compared as lists (median first).  A team with a warm cache gets a pinned table from it without
-recording anything.
+compared as lists (median first).  Files are read through ``core.jsonfile`` and every config is
+checked by ``core.schema.check_descriptor``, so a hostile file is one line naming it and no table
+written here is one ``report show`` refuses.
 
 The file names the kernel by its function name only (``matmul_kernel``), which tables accept;
 the arch is not in the file (its hash covers the target), so ``--arch`` says which it was.
@@ -18,13 +19,15 @@ Plain data and files: nothing here imports Triton or torch.
 from __future__ import annotations
 
 import glob
-import json
 import math
 import os
 import time
 
-from .. import __version__, files, selection
-from .reading import InputError
+from ..core import schema
+from ..core.errors import FileFormatError
+from ..core.jsonfile import atomic_write_json, read_json
+from ..core.model import EXTRA_FIELDS, OPTION_FIELDS, key_text, signature
+from .reading import MADE_BY, InputError, dump
 
 SUFFIX = ".autotune.json"
 
@@ -44,8 +47,8 @@ def default_cache_dir() -> str:
 
 def cache_files(directory: str) -> list[str]:
     """Every autotune result under ``directory`` (a cache dir, or one ``*.autotune.json`` file)."""
-    if os.path.isfile(directory):
-        return [directory]
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        return [directory]  # a file, or something that is not one: read_json names what it is
     if not os.path.isdir(directory):
         raise CacheError(f"{directory}: no such directory (Triton's cache is TRITON_CACHE_DIR, else ~/.triton/cache)")
     found = [p for p in glob.glob(os.path.join(glob.escape(directory), "**", "*" + SUFFIX), recursive=True)
@@ -56,49 +59,59 @@ def cache_files(directory: str) -> list[str]:
     return sorted(found)
 
 
-def descriptor_of(fields: dict, where: str) -> dict:
-    """A ``Config.__dict__`` as Triton wrote it -> a table descriptor (fields at default left out
-    as ``selection.compact`` leaves them)."""
-    if not isinstance(fields, dict) or not isinstance(fields.get("kwargs", {}), dict):
-        raise CacheError(f"{where}: a config must be an object with a 'kwargs' object")
-    desc = {"kwargs": dict(fields.get("kwargs", {}))}
-    defaults = {"num_warps": 4, "num_stages": 3, "num_ctas": 1, "maxnreg": None}
-    for name in selection.OPTION_FIELDS:
-        value = fields.get(name, defaults[name])
-        if value is not None:
-            desc[name] = value
-    for name, default in selection.EXTRA_FIELDS.items():
-        value = fields.get(name, default)
-        if value != default:
-            desc[name] = value
+def descriptor_of(path: str, where: str, fields) -> dict:
+    """A ``Config.__dict__`` as Triton wrote it -> a table descriptor, checked as every table's
+    configs are (``schema.check_descriptor``). A field the file leaves out is left out of the
+    descriptor too: a table's omitted field takes Triton's own default when a run pins with it."""
+    if not isinstance(fields, dict):
+        raise CacheError(f"{path}: {where}: a config must be an object")
+    desc = {"kwargs": fields.get("kwargs", {})}
+    desc.update({name: fields[name] for name in OPTION_FIELDS if fields.get(name) is not None})
+    desc.update({name: fields[name] for name, default in EXTRA_FIELDS.items() if fields.get(name, default) != default})
+    try:
+        schema.check_descriptor(path, where, desc)
+    except FileFormatError as exc:
+        raise CacheError(str(exc)) from None
+    desc["kwargs"] = dict(desc["kwargs"])
     return desc
+
+
+def _timings(path: str, where: str, value) -> list[float]:
+    measured = value if isinstance(value, list) else [value]
+    if not measured or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in measured):
+        raise CacheError(f"{path}: {where}: timings must be a number or a list of numbers")
+    return [float(v) for v in measured]
 
 
 def read_result(path: str) -> tuple[str, str, dict, dict]:
     """(kernel function name, key text, winner descriptor, timings by signature) of one file."""
     try:
-        with open(path, encoding="utf-8") as src:
-            document = json.load(src)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CacheError(f"{path}: not a readable Triton autotune cache file ({exc})") from None
+        document = read_json(path)  # bounded: size, depth, integer width; never blocks on a FIFO
+    except FileFormatError as exc:
+        raise CacheError(f"{exc}; not a readable Triton autotune cache file") from None
     if not isinstance(document, dict) or not isinstance(document.get("key"), list) \
             or not isinstance(document.get("configs_timings"), list) or not document["configs_timings"]:
         raise CacheError(f"{path}: not a Triton autotune cache file (expected 'key' and 'configs_timings' lists)")
+    if not all(part is None or isinstance(part, (str, int, float)) for part in document["key"]):
+        raise CacheError(f"{path}: 'key' must be a list of numbers and strings (a tuning key's values and dtypes)")
     timings, descriptors = {}, {}
     for i, pair in enumerate(document["configs_timings"]):
+        where = f"configs_timings[{i}]"
         if not (isinstance(pair, list) and len(pair) == 2):
-            raise CacheError(f"{path}: configs_timings[{i}] must be a [config, timings] pair")
-        desc = descriptor_of(pair[0], f"{path}: configs_timings[{i}]")
-        measured = pair[1] if isinstance(pair[1], list) else [pair[1]]
-        if not measured or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in measured):
-            raise CacheError(f"{path}: configs_timings[{i}]: timings must be a number or a list of numbers")
-        signature = selection.signature(desc)
-        timings[signature] = [float(v) for v in measured]
-        descriptors[signature] = desc
+            raise CacheError(f"{path}: {where} must be a [config, timings] pair")
+        desc = descriptor_of(path, where, pair[0])
+        timings[signature(desc)] = _timings(path, where, pair[1])
+        descriptors[signature(desc)] = desc
     winner = min(timings, key=timings.get)  # Triton's rule: lowest timings, median first
-    kernel = os.path.basename(path)[:-len(SUFFIX)]
-    key = ",".join(str(part) for part in document["key"])
-    return kernel, key, descriptors[winner], timings
+    kernel = os.path.basename(path)[:-len(SUFFIX)] if path.endswith(SUFFIX) else os.path.basename(path)
+    return kernel, key_text(document["key"]), descriptors[winner], timings
+
+
+def _written_at(path: str) -> float:
+    try:
+        return os.path.getmtime(path)
+    except OSError:
+        return 0.0  # gone since the directory was listed: read_json will say so
 
 
 def build_table(paths: list[str], arch: str) -> tuple[dict, list[dict], list[str]]:
@@ -107,21 +120,21 @@ def build_table(paths: list[str], arch: str) -> tuple[dict, list[dict], list[str
     kernels: dict[str, dict] = {}
     entries: dict[tuple, dict] = {}
     notes = []
-    for path in sorted(paths, key=os.path.getmtime):
+    for path in sorted(paths, key=lambda p: (_written_at(p), p)):
         kernel, key, winner, timings = read_result(path)
-        signature = selection.signature(winner)
+        chosen = signature(winner)
         earlier = entries.get((kernel, key))
-        if earlier is not None and earlier["chosen"] != signature:
-            notes.append(f"{kernel} key ({key}): {path} (newer) says {signature}, {earlier['file']} said "
+        if earlier is not None and earlier["chosen"] != chosen:
+            notes.append(f"{kernel} key ({key}): {path} (newer) says {chosen}, {earlier['file']} said "
                          f"{earlier['chosen']}; using the newer")
-        median = timings[signature][0]
-        entries[(kernel, key)] = {"kernel": kernel, "key": key, "chosen": signature, "file": path,
+        median = timings[chosen][0]
+        entries[(kernel, key)] = {"kernel": kernel, "key": key, "chosen": chosen, "file": path,
                                   "median_ms": median if math.isfinite(median) else None, "timed": len(timings)}
         kernels.setdefault(kernel, {})[key] = winner
     table = {
-        "format": files.TABLE_FORMAT, "arch": arch,
+        "format": schema.TABLE_FORMAT, "arch": arch,
         "source": {"files": sorted(paths), "rule": "triton disk cache (lowest timings)",
-                   "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "by": f"autotune_guard {__version__} report import"},
+                   "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "by": f"{MADE_BY} import"},
         "kernels": kernels,
     }
     return table, list(entries.values()), notes
@@ -131,18 +144,21 @@ def run(args, out) -> int:
     """The ``import`` command."""
     directory = args.cache_dir or default_cache_dir()
     output = args.output
+    if not args.arch.strip():
+        raise CacheError("--arch is empty; give the arch the cache was made on (sm90, gfx942, interpret)")
     if output.endswith(("/", os.sep)) or os.path.isdir(output):
         raise CacheError(f"{output}: -o names a directory; give the table file, like "
                          f"{os.path.join(output, args.arch + '.json')}")
-    table, entries, notes = build_table(cache_files(directory), args.arch)
+    paths = cache_files(directory)
+    if os.path.abspath(output) in {os.path.abspath(p) for p in paths}:
+        raise CacheError(f"{output}: is one of the cache files read; write the table elsewhere")
+    table, entries, notes = build_table(paths, args.arch)
     try:
-        files.atomic_write_json(output, table)
+        atomic_write_json(output, table)
     except OSError as exc:
         raise CacheError(f"{output}: cannot be written ({exc.strerror or exc})") from None
     if args.json:
-        json.dump({"table": output, "arch": args.arch, "cache": directory, "entries": entries, "notes": notes}, out,
-                  indent=1)
-        out.write("\n")
+        dump({"table": output, "arch": args.arch, "cache": directory, "entries": entries, "notes": notes}, out)
         return 0
     count = len(table["kernels"])
     print(f"wrote {output}: arch {args.arch}, {count} kernel{'s' * (count != 1)}, {len(entries)} "

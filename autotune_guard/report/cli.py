@@ -6,8 +6,8 @@ import argparse
 import os
 import sys
 
+from ..core.errors import GuardError
 from . import cache_import, diff, merge, show
-from .reading import InputError
 
 COMMANDS = ("show", "merge", "diff", "import")
 
@@ -38,11 +38,11 @@ def main(argv=None) -> int:
     args = parser().parse_args(argv)
     if not getattr(args, "run", None):
         parser().print_usage(sys.stderr)
-        print("python -m autotune_guard.report: error: give a command (show, merge, diff) or files", file=sys.stderr)
+        print("python -m autotune_guard.report: error: give a command (show, merge, diff, import) or files", file=sys.stderr)
         return 2
     try:
         return args.run(args, sys.stdout)
-    except InputError as exc:
+    except GuardError as exc:  # InputError, and any unusable file the core names
         message = " ".join(str(exc).split())  # one line, whatever a file's keys hold
         if len(message) > 1000:
             message = message[:1000] + " ..."

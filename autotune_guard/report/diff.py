@@ -5,28 +5,14 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ..choices import digest_of
-from .reading import dump, grouped, md, natural, read_sources
+from ..core.model import digest_of
+from .reading import dump, grouped, md, natural_key, read_sources
+
 
 def run(args, out) -> int:
+    """The ``diff`` command: read both runs, compare them key by key and digest by digest, say so."""
     sides = [read_sources([side], ("record", "choices"), "diff", args.all_runs) for side in (args.a, args.b)]
-    groups = [grouped(side) for side in sides]
-    rows = []
-    for ident in sorted(set(groups[0]) | set(groups[1]), key=lambda i: tuple(natural(p) for p in i)):
-        configs = [sorted({c.signature for c in g.get(ident, [])}) for g in groups]
-        if not configs[1]:
-            status = "only in A"
-        elif not configs[0]:
-            status = "only in B"
-        elif configs[0] == configs[1] and len(configs[0]) == 1:
-            status = "same"
-        elif configs[0] == configs[1]:
-            status = "same, ranks disagree"
-        else:
-            status = "changed"
-        arch, kernel, key = ident
-        rows.append({"arch": arch, "kernel": kernel, "key": key, "status": status, "a": configs[0], "b": configs[1],
-                     "a_ranks_disagree": len(configs[0]) > 1, "b_ranks_disagree": len(configs[1]) > 1})
+    rows = compare(*(grouped(side) for side in sides))
     counts = Counter(r["status"] for r in rows)
     failing = sum(1 for r in rows if r["status"] == "changed" or r["a_ranks_disagree"] or r["b_ranks_disagree"])
     # Choices files carry a digest of the whole log: equal digests, equal choices, rank by rank
@@ -38,31 +24,56 @@ def run(args, out) -> int:
         print_diff_markdown(sides, rows, counts, failing, out)
     elif args.json or args.format == "json":
         dump({"a": [s.path for s in sides[0]], "b": [s.path for s in sides[1]], "keys": rows,
-               "counts": dict(counts), "digests": {str(rank): d for rank, d in compared.items()},
-               "disagreements": failing}, out)
+              "counts": dict(counts), "digests": {str(rank): d for rank, d in compared.items()},
+              "disagreements": failing}, out)
     else:
-        for name, side in zip("AB", sides):
-            print(f"{name}: {', '.join(s.path for s in side)}", file=out)
-        for rank, d in compared.items():
-            print(f"  digest rank {rank}: {d['a']} {'==' if d['same'] else '!='} {d['b']}", file=out)
-        for r in rows:
-            where = f"{r['kernel']} key ({r['key']}) [arch {r['arch']}]"
-            if r["status"] == "same":
-                print(f"  same     {where}: {r['a'][0]}", file=out)
-            elif r["status"] == "only in A":
-                print(f"  only A   {where}: {' | '.join(r['a'])}", file=out)
-            elif r["status"] == "only in B":
-                print(f"  only B   {where}: {' | '.join(r['b'])}", file=out)
-            else:
-                tag = "CHANGED " if r["status"] == "changed" else "SAME*   "
-                print(f"  {tag} {where}:\n      A: {' | '.join(r['a'])}\n      B: {' | '.join(r['b'])}", file=out)
-            for name in "ab":
-                if r[f"{name}_ranks_disagree"]:
-                    print(f"      ({name.upper()}'s ranks disagree among themselves)", file=out)
-        print(f"{counts['same']} same, {counts['changed']} changed, {counts['only in A']} only in A, "
-              f"{counts['only in B']} only in B" + (f", {counts['same, ranks disagree']} where ranks disagree"
-                                                     if counts['same, ranks disagree'] else ""), file=out)
+        print_diff(sides, rows, counts, compared, out)
     return 1 if args.check and failing else 0
+
+
+def compare(a: dict, b: dict) -> list[dict]:
+    """One row per (arch, kernel, key) of either run: its status and each run's configs."""
+    rows = []
+    for ident in sorted(set(a) | set(b), key=natural_key):
+        configs = [sorted({c.signature for c in side.get(ident, [])}) for side in (a, b)]
+        if not configs[1]:
+            status = "only in A"
+        elif not configs[0]:
+            status = "only in B"
+        elif configs[0] == configs[1] and len(configs[0]) == 1:
+            status = "same"
+        elif configs[0] == configs[1]:
+            status = "same, ranks disagree"
+        else:
+            status = "changed"
+        rows.append({"arch": ident.arch, "kernel": ident.kernel, "key": ident.key, "status": status,
+                     "a": configs[0], "b": configs[1],
+                     "a_ranks_disagree": len(configs[0]) > 1, "b_ranks_disagree": len(configs[1]) > 1})
+    return rows
+
+
+def print_diff(sides, rows, counts, compared, out) -> None:
+    for name, side in zip("AB", sides):
+        print(f"{name}: {', '.join(s.path for s in side)}", file=out)
+    for rank, d in compared.items():
+        print(f"  digest rank {rank}: {d['a']} {'==' if d['same'] else '!='} {d['b']}", file=out)
+    for r in rows:
+        where = f"{r['kernel']} key ({r['key']}) [arch {r['arch']}]"
+        if r["status"] == "same":
+            print(f"  same     {where}: {r['a'][0]}", file=out)
+        elif r["status"] == "only in A":
+            print(f"  only A   {where}: {' | '.join(r['a'])}", file=out)
+        elif r["status"] == "only in B":
+            print(f"  only B   {where}: {' | '.join(r['b'])}", file=out)
+        else:
+            tag = "CHANGED " if r["status"] == "changed" else "SAME*   "
+            print(f"  {tag} {where}:\n      A: {' | '.join(r['a'])}\n      B: {' | '.join(r['b'])}", file=out)
+        for name in "ab":
+            if r[f"{name}_ranks_disagree"]:
+                print(f"      ({name.upper()}'s ranks disagree among themselves)", file=out)
+    print(f"{counts['same']} same, {counts['changed']} changed, {counts['only in A']} only in A, "
+          f"{counts['only in B']} only in B" + (f", {counts['same, ranks disagree']} where ranks disagree"
+                                                 if counts['same, ranks disagree'] else ""), file=out)
 
 
 def _rank_digests(sources) -> dict:

@@ -9,13 +9,41 @@ import statistics
 import time
 from collections import Counter
 
-from .. import __version__, files, selection
-from .reading import Choice, InputError, descriptors_of, dump, grouped, median_of, read_sources
+from ..core import schema
+from ..core.jsonfile import atomic_write_json
+from ..core.model import signature, static_cost
+from .reading import MADE_BY, Chosen, InputError, Source, descriptors_of, dump, grouped, median_of, read_sources
+
 
 def run(args, out) -> int:
-    output = args.output
+    """The ``merge`` command: read and check the records, decide each key, write the table, say what it did."""
+    output = _output_path(args.output)
+    used, arch, notes = _records(args, output)
+    decisions, kernels = _decide_all(used, args.rule)
+    table, version_notes = _table(used, arch, args.rule, kernels)
+    notes += version_notes
+    try:
+        atomic_write_json(output, table)
+    except OSError as exc:
+        raise InputError(f"{output}: cannot be written ({exc.strerror or exc})") from None
+    disagree = [d for d in decisions if not d["agree"]]
+    if args.json:
+        dump({"table": output, "arch": arch, "rule": args.rule, "files": [s.path for s in used], "notes": notes,
+              "entries": [{k: v for k, v in d.items() if k != "descriptor"} for d in decisions],
+              "disagreements": len(disagree)}, out)
+    else:
+        _print_merge(output, arch, args.rule, used, decisions, notes, out)
+    return 1 if args.check and disagree else 0
+
+
+def _output_path(output: str) -> str:
     if output.endswith(("/", os.sep)) or os.path.isdir(output):
         raise InputError(f"{output}: -o names a directory; give the table file, like {os.path.join(output, 'sm90.json')}")
+    return output
+
+
+def _records(args, output: str) -> tuple[list[Source], str, list[str]]:
+    """The record files to merge (of one arch, none partial unless allowed), the arch, and notes."""
     sources = read_sources(args.files, ("record",), "merge", args.all_runs)
     if os.path.abspath(output) in {os.path.abspath(s.path) for s in sources}:
         raise InputError(f"{output}: is one of the inputs; write the table elsewhere")
@@ -27,74 +55,76 @@ def run(args, out) -> int:
     if not used:
         raise InputError(f"{sources[0].path}: holds no autotune choices" if len(sources) == 1
                          else f"none of {', '.join(s.path for s in sources)} holds an autotune choice")
-    archs = {}
+    archs: dict[str, list[str]] = {}
     for s in used:
         archs.setdefault(s.arch, []).append(s.path)
-    if args.arch is None:
-        if len(archs) > 1:
-            listing = "; ".join(f"{arch}: {', '.join(paths)}" for arch, paths in sorted(archs.items()))
-            raise InputError(f"{used[0].path}: the records are for several archs ({listing}); choose one with --arch")
-        arch = next(iter(archs))
-    else:
-        arch = args.arch
-        if arch not in archs:
-            listing = "; ".join(f"{a}: {', '.join(paths)}" for a, paths in sorted(archs.items()))
-            raise InputError(f"{used[0].path}: no record is for arch {arch} (records: {listing})")
-    if not arch:
-        raise InputError(f"{archs[arch][0] if arch in archs else used[0].path}: the records name no arch; give --arch")
+    arch = _arch(archs, args.arch, used[0].path)
     notes = [f"skipped {path}: arch {a}" for a, paths in sorted(archs.items()) if a != arch for path in paths]
-    used = [s for s in used if s.arch == arch]
+    return [s for s in used if s.arch == arch], arch, notes
 
+
+def _arch(archs: dict[str, list[str]], wanted, first: str) -> str:
+    """The one arch the records are for, or the one ``--arch`` names."""
+    listing = "; ".join(f"{a}: {', '.join(paths)}" for a, paths in sorted(archs.items()))
+    if wanted is None:
+        if len(archs) > 1:
+            raise InputError(f"{first}: the records are for several archs ({listing}); choose one with --arch")
+        wanted = next(iter(archs))
+    elif wanted not in archs:
+        raise InputError(f"{first}: no record is for arch {wanted} (records: {listing})")
+    if not wanted:
+        raise InputError(f"{archs[wanted][0] if wanted in archs else first}: the records name no arch; give --arch")
+    return wanted
+
+
+def _decide_all(used: list[Source], rule: str) -> tuple[list[dict], dict[str, dict]]:
+    """One decision per (kernel, key), and the table's kernels from them."""
     decisions = []
     kernels: dict[str, dict] = {}
     for (_, kernel, key), choices in grouped(used).items():
-        decision = decide(choices, args.rule)
+        decision = decide(choices, rule)
         _refuse_foreign_winner(kernel, key, decision, choices)
         decisions.append({"kernel": kernel, "key": key, **decision})
         kernels.setdefault(kernel, {})[key] = decision["descriptor"]
+    return decisions, kernels
 
-    versions, version_notes = _common_versions(used)
-    notes += version_notes
+
+def _table(used: list[Source], arch: str, rule: str, kernels: dict) -> tuple[dict, list[str]]:
+    """The table document, and notes on versions the records differ in."""
+    versions, notes = _common_versions(used)
     packages = {}
     for s in used:
         for name, version in sorted((s.document.get("packages") or {}).items()):
             if version:
                 packages.setdefault(name, version)
-    table = {
-        "format": files.TABLE_FORMAT, "arch": arch, **versions, "packages": packages,
-        "source": {"files": [s.path for s in used], "rule": args.rule, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                   "by": f"autotune_guard {__version__} report merge"},
+    return {
+        "format": schema.TABLE_FORMAT, "arch": arch, **versions, "packages": packages,
+        "source": {"files": [s.path for s in used], "rule": rule, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                   "by": f"{MADE_BY} merge"},
         "kernels": kernels,
-    }
-    try:
-        files.atomic_write_json(output, table)
-    except OSError as exc:
-        raise InputError(f"{output}: cannot be written ({exc.strerror or exc})") from None
-    disagree = [d for d in decisions if not d["agree"]]
-    if args.json:
-        dump({"table": output, "arch": arch, "rule": args.rule, "files": [s.path for s in used], "notes": notes,
-               "entries": [{k: v for k, v in d.items() if k != "descriptor"} for d in decisions],
-               "disagreements": len(disagree)}, out)
-    else:
-        print(f"wrote {output}: arch {arch}, rule {args.rule}, {len(kernels)} kernel{'s' * (len(kernels) != 1)}, "
-              f"{len(decisions)} key{'s' * (len(decisions) != 1)} from {len(used)} record file{'s' * (len(used) != 1)}",
-              file=out)
-        for note in notes:
-            print(f"  note: {note}", file=out)
-        for d in decisions:
-            if not d["agree"] or d["why"] != "unanimous":
-                votes = ", ".join(f"{sig} x{n}" for sig, n in d["votes"].items())
-                print(f"  {d['kernel']} key ({d['key']}): {d['chosen']} ({d['why']}; votes: {votes})", file=out)
-        if os.path.basename(output) != f"{arch}.json":
-            print(f"  note: pinned runs find it by AUTOTUNE_TABLE_PATH={output}; in a directory on that path it must "
-                  f"be named {arch}.json", file=out)
-    return 1 if args.check and disagree else 0
+    }, notes
 
 
-def _refuse_foreign_winner(kernel: str, key: str, decision: dict, choices: list[Choice]) -> None:
+def _print_merge(output, arch, rule, used, decisions, notes, out) -> None:
+    kernels = len({d["kernel"] for d in decisions})
+    print(f"wrote {output}: arch {arch}, rule {rule}, {kernels} kernel{'s' * (kernels != 1)}, "
+          f"{len(decisions)} key{'s' * (len(decisions) != 1)} from {len(used)} record file{'s' * (len(used) != 1)}",
+          file=out)
+    for note in notes:
+        print(f"  note: {note}", file=out)
+    for d in decisions:
+        if not d["agree"] or d["why"] != "unanimous":
+            votes = ", ".join(f"{sig} x{n}" for sig, n in d["votes"].items())
+            print(f"  {d['kernel']} key ({d['key']}): {d['chosen']} ({d['why']}; votes: {votes})", file=out)
+    if os.path.basename(output) != f"{arch}.json":
+        print(f"  note: pinned runs find it by AUTOTUNE_TABLE_PATH={output}; in a directory on that path it must "
+              f"be named {arch}.json", file=out)
+
+
+def _refuse_foreign_winner(kernel: str, key: str, decision: dict, choices: list[Chosen]) -> None:
     """A winner that is none of the kernel's candidates (a config an Autotuner subclass put into
     Triton's cache itself, like fla's) would be a table entry no pinned run can match."""
-    candidates = {selection.signature(c) for choice in choices for c in choice.candidates}
+    candidates = {signature(c) for choice in choices for c in choice.candidates}
     if candidates and decision["chosen"] not in candidates:
         chooser = next(c for c in choices if c.signature == decision["chosen"])
         raise InputError(f"{chooser.source.path}: kernel {kernel} key ({key}): the winner {decision['chosen']} "
@@ -102,7 +132,7 @@ def _refuse_foreign_winner(kernel: str, key: str, decision: dict, choices: list[
                          "a pinned run could not use it")
 
 
-def decide(choices: list[Choice], rule: str) -> dict:
+def decide(choices: list[Chosen], rule: str) -> dict:
     """One config for a (kernel, key) from what every rank chose.
 
     ``vote``: the config most ranks chose; a tie goes to the lowest static cost (the order
@@ -126,7 +156,7 @@ def decide(choices: list[Choice], rule: str) -> dict:
         if scored:
             best = min(scored.values())
             tied = [sig for sig, ms in scored.items() if ms == best]
-            chosen = min(tied, key=lambda sig: selection.static_cost(descriptors[sig]))
+            chosen = min(tied, key=lambda sig: static_cost(descriptors[sig]))
             return {**result, "chosen": chosen, "descriptor": descriptors[chosen], "median_ms": best,
                     "why": f"fastest median over {len(measured[chosen])} rank{'s' * (len(measured[chosen]) != 1)}"}
         fallback = "no timings: by vote"
@@ -134,7 +164,7 @@ def decide(choices: list[Choice], rule: str) -> dict:
         fallback = None
     top = max(votes.values())
     tied = [sig for sig, n in votes.items() if n == top]
-    chosen = min(tied, key=lambda sig: selection.static_cost(descriptors[sig]))
+    chosen = min(tied, key=lambda sig: static_cost(descriptors[sig]))
     if fallback:
         why = fallback
     elif len(votes) == 1:

@@ -1,4 +1,4 @@
-"""What the report commands read: record, choices and table files (validated by ``files``),
+"""What the report commands read: record, choices and table files (checked by ``core.schema``),
 grouped by rank and run; what Triton measured; and the plumbing of their output.  Plain data."""
 
 from __future__ import annotations
@@ -13,15 +13,20 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from .. import files, selection
+from .. import __version__
+from ..core import schema
+from ..core.errors import FileFormatError, GuardError
+from ..core.model import Choice, ChoiceKey, signature, static_cost
 
-_KIND_OF = {files.RECORD_FORMAT: "record", files.CHOICES_FORMAT: "choices", files.TABLE_FORMAT: "table"}
+_KIND_OF = {schema.RECORD_FORMAT: "record", schema.CHOICES_FORMAT: "choices", schema.TABLE_FORMAT: "table"}
 # <prefix>.rank<N>.json, and <prefix>.rank<N>.<host>-<pid>.json: one file per process
 _RANK_FILE = re.compile(r"\.rank(\d+)(?:\.[A-Za-z0-9_-]+)?\.json$")
+MADE_BY = f"autotune_guard {__version__} report"  # what a written table's ``source.by`` says, plus the command
 
 
-class InputError(Exception):
-    """Input the report cannot use; the message (one line) names the file."""
+class InputError(GuardError):
+    """Input the report cannot use (a file, a pattern, an output path); the message (one line)
+    names it. A GuardError like every error of ours: the CLI turns each into exit 2."""
 
 
 # --- reading ------------------------------------------------------------------------------------
@@ -49,18 +54,23 @@ class Source:
 
 
 @dataclass
-class Choice:
+class Chosen:
     """What one file says one rank chose for one (arch, kernel, key)."""
 
     source: Source
-    arch: str
-    kernel: str
-    key: str
-    signature: str
-    how: str
+    key: ChoiceKey
+    choice: Choice
     config: dict | None = None  # records only
     timings: dict | None = None  # signature -> Triton's measurements (median first)
     candidates: list = field(default_factory=list)  # declared configs, as descriptors
+
+    @property
+    def signature(self) -> str:
+        return self.choice.signature
+
+    @property
+    def how(self) -> str:
+        return self.choice.how
 
 
 def expand(arg: str) -> list[str]:
@@ -100,8 +110,8 @@ def read_sources(args, accept, command, all_runs=False) -> list[Source]:
             raise InputError(f"{path}: is a directory; name its files ({os.path.join(path, '*.json')}) "
                              f"or the prefix the run used ({os.path.join(path, 'rec')})")
         try:
-            document = files.read_document(path)
-        except files.FileFormatError as exc:
+            document = schema.read_document(path)
+        except FileFormatError as exc:
             raise InputError(str(exc)) from None
         kind = _KIND_OF[document["format"]]
         if kind not in accept:
@@ -163,7 +173,7 @@ def _label(sources) -> None:
             s.label = os.path.basename(s.path) if unique_names else s.path
 
 
-def choices_of(source: Source) -> list[Choice]:
+def choices_of(source: Source) -> list[Chosen]:
     doc = source.document
     if source.kind == "table":
         return table_choices(source)
@@ -173,23 +183,18 @@ def choices_of(source: Source) -> list[Choice]:
             for key, entry in entries.items():
                 config = _full(entry["config"])
                 # The signature is recomputed, not read: it is what merge and diff compare.
-                found.append(Choice(source, doc["arch"], kernel, key, selection.signature(config),
-                                    str(entry.get("how", "timed")), config, entry.get("timings"),
-                                    [_full(c) for c in entry.get("candidates", [])]))
+                found.append(Chosen(source, ChoiceKey(doc["arch"], kernel, key),
+                                    Choice(signature(config), str(entry.get("how", "timed"))), config,
+                                    entry.get("timings"), [_full(c) for c in entry.get("candidates", [])]))
         return found
-    found = []
-    for entry, value in doc["log"].items():
-        arch, kernel, key = entry.split("|", 2)
-        signature, _, how = value.rpartition(";")
-        found.append(Choice(source, arch, kernel, key, signature, how))
-    return found
+    return [Chosen(source, ChoiceKey.parse(entry), Choice.parse(value)) for entry, value in doc["log"].items()]
 
 
-def table_choices(source: Source) -> list[Choice]:
+def table_choices(source: Source) -> list[Chosen]:
     """A table's entries as choices (``how`` is ``table``), so ``show`` lays them beside what ranks
     chose.  A field the table leaves out is left out of the signature too (Triton's default)."""
     doc = source.document
-    return [Choice(source, doc["arch"], kernel, key, selection.signature(_full(desc)), "table")
+    return [Chosen(source, ChoiceKey(doc["arch"], kernel, key), Choice(signature(_full(desc)), "table"))
             for kernel, entries in doc["kernels"].items() for key, desc in entries.items()]
 
 
@@ -198,20 +203,24 @@ def _full(desc: dict) -> dict:
     return {**desc, "kwargs": dict(desc.get("kwargs", {}))}
 
 
-def grouped(sources) -> dict[tuple, list[Choice]]:
+def grouped(sources) -> dict[ChoiceKey, list[Chosen]]:
     """Choices per (arch, kernel, key).  A rank's files are combined: where several processes of
     one rank (a parent and the children that chose too) made the same choice it counts once
     (the copy with timings kept), so a rank never votes twice.  Ranks of different runs (read
     with ``--all-runs``) are different processes and each votes."""
-    groups: dict[tuple, dict] = {}
+    groups: dict[ChoiceKey, dict] = {}
     for source in sources:
-        for choice in choices_of(source):
-            kept = groups.setdefault((choice.arch, choice.kernel, choice.key), {})
-            same = (choice.source.kind, choice.source.document.get("run_id"), choice.source.rank, choice.signature)
-            if same not in kept or (choice.timings and not kept[same].timings):
-                kept[same] = choice
-    return dict(sorted(((ident, list(kept.values())) for ident, kept in groups.items()),
-                       key=lambda item: tuple(natural(part) for part in item[0])))
+        for chosen in choices_of(source):
+            kept = groups.setdefault(chosen.key, {})
+            same = (source.kind, source.document.get("run_id"), source.rank, chosen.signature)
+            if same not in kept or (chosen.timings and not kept[same].timings):
+                kept[same] = chosen
+    return {key: list(groups[key].values()) for key in sorted(groups, key=natural_key)}
+
+
+def natural_key(key: ChoiceKey) -> tuple:
+    """The order keys are listed in: arch, kernel, key, each by ``natural``."""
+    return tuple(natural(part) for part in key)
 
 
 def natural(text: str):
@@ -227,14 +236,14 @@ def median_of(measured):
     return float(value)
 
 
-def descriptors_of(choice: Choice) -> dict[str, dict]:
-    found = {selection.signature(c): c for c in choice.candidates}
+def descriptors_of(choice: Chosen) -> dict[str, dict]:
+    found = {signature(c): c for c in choice.candidates}
     if choice.config is not None:
         found.setdefault(choice.signature, choice.config)
     return found
 
 
-def min_cost_signature(choice: Choice):
+def min_cost_signature(choice: Chosen):
     """The candidate pinned mode's ``min_cost`` would run: among those Triton timed (the ones left
     after the kernel's own pruning) when timings are known, else among the declared ones."""
     descriptors = descriptors_of(choice)
@@ -242,10 +251,10 @@ def min_cost_signature(choice: Choice):
         descriptors = {sig: d for sig, d in descriptors.items() if sig in choice.timings}
     if not descriptors:
         return None
-    return min(descriptors, key=lambda sig: selection.static_cost(descriptors[sig]))
+    return min(descriptors, key=lambda sig: static_cost(descriptors[sig]))
 
 
-def timing_summary(choice: Choice) -> dict:
+def timing_summary(choice: Chosen) -> dict:
     """The winner's median, the spread over the timed candidates, and what min-cost would cost."""
     summary = {"winner_ms": None, "fastest_ms": None, "slowest_ms": None, "timed": 0,
                "min_cost": min_cost_signature(choice), "min_cost_ms": None, "min_cost_slowdown": None,

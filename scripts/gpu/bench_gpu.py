@@ -164,10 +164,10 @@ def role_steady(opts):
     from triton.runtime import autotuner as triton_autotuner
 
     import autotune_guard
-    from autotune_guard import interception
+    from autotune_guard.adapters import _patching
 
     cls = triton_autotuner.Autotuner
-    guarded, original = cls.run, interception._original_run
+    guarded, original = cls.run, _patching.original(cls, "run")
     assert getattr(guarded, "_autotune_guard", False), "the .pth did not install the guard"
     kernel = gpu_kernels.make_add(Counter())
     n = opts.n
@@ -189,7 +189,7 @@ def role_steady(opts):
     # --diagnose adds: Triton's single-config branch without the guard (what the pinned path
     # runs inside it), and the pinned path with its lock replaced by a no-op.
     names = ["triton", "pinned"] + (["triton_single", "pinned_nolock"] if opts.diagnose else [])
-    state = kernel.__dict__[interception._STATE_ATTR]
+    state = kernel.__dict__["_autotune_guard_state"]  # (--diagnose swaps its lock)
     lock, configs = state.lock, kernel.configs
 
     class NoLock:
@@ -270,10 +270,10 @@ def role_mm_measure(opts):
     from triton.runtime import autotuner as triton_autotuner
 
     import autotune_guard
-    from autotune_guard import interception
+    from autotune_guard.adapters import _patching
 
     cls = triton_autotuner.Autotuner
-    guarded, original = cls.run, interception._original_run
+    guarded, original = cls.run, _patching.original(cls, "run")
     table_policy = autotune_guard.active_policy()
     assert table_policy is not None and table_policy.mode == "pinned", table_policy
     kernel = gpu_kernels.make_matmul(None if not gpu_kernels.INTERPRET else Counter())

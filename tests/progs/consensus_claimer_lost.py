@@ -58,7 +58,7 @@ def claimer_timer(kernel_call, quantiles):
 
 def stop_at(point):
     """Make the claimer stop at ``point`` of the real protocol (autotune_guard.consensus)."""
-    from autotune_guard import consensus
+    from autotune_guard.core import consensus
 
     if point == "kill_after_claim":
         consensus._beats.start = lambda store, key: let_the_waiters_go_then("kill")

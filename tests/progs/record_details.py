@@ -16,7 +16,7 @@ import triton
 from kernels import demo
 
 import autotune_guard
-from autotune_guard import writer
+from autotune_guard import evidence as writer
 
 tmp = sys.argv[1]
 result = {}

@@ -1,8 +1,8 @@
 """One process, a 1-rank gloo world, AUTOTUNE_VERIFY_EVERY=2 in the environment at start-up.
 Barriers are counted from the first one, before Triton is imported and before any policy, and
-install() neither restarts the count nor changes the cadence.  Counts checks by replacing the
-module's ``_check`` (a 1-rank check has nobody to compare with, so what is observed here is when
-checks fire, not what they find).  Prints one JSON line."""
+install() neither restarts the count nor changes the cadence.  Observes when checks fire through
+the adapter's ``last_check`` (a 1-rank check has nobody to compare with, so what is observed here
+is when checks fire, not what they find).  Prints one JSON line."""
 
 import json
 import sys
@@ -15,14 +15,21 @@ from torch.distributed import barrier  # an alias taken after the import hook wr
 
 out = {"armed_at_start": hasattr(dist.barrier, "_self_wrapper"), "triton_at_first_barrier": None}
 
-from autotune_guard import distributed  # noqa: E402
+from autotune_guard.adapters.distributed import last_check  # noqa: E402
 
 fired = []
-real_check = distributed._check
-distributed._check = lambda d, group, where: fired.append((group is dist.group.WORLD, where)) or True
+
+
+def observed(call):
+    """``call()``, noting (in the world group?, where) of the check it ran, if any."""
+    before = last_check.get("count", 0)
+    call()
+    if last_check.get("count", 0) != before:
+        fired.append((last_check["group"] == dist.group.WORLD.group_name, last_check["where"]))
+
 
 dist.init_process_group("gloo", init_method="file://" + tempfile.mktemp(), rank=0, world_size=1)
-barrier()                          # world 1: before Triton and before any policy
+observed(barrier)                  # world 1: before Triton and before any policy
 out["triton_at_first_barrier"] = "triton" in sys.modules
 
 import triton  # noqa: E402,F401
@@ -38,15 +45,13 @@ out["one_layer"] = not hasattr(c10d.barrier.__wrapped__, "_self_wrapper")
 out["same_object"] = dist.barrier is c10d.barrier is barrier
 
 sub = dist.new_group([0])
-c10d.barrier(sub)                  # sub 1
-dist.barrier(group=dist.group.WORLD)  # world 2 -> check
-dist.barrier(async_op=True).wait()    # not counted: the caller asked not to block
-dist.monitored_barrier()           # world 3
-c10d.barrier(group=sub)            # sub 2 -> check
-dist.barrier()                     # world 4 -> check
+observed(lambda: c10d.barrier(sub))                      # sub 1
+observed(lambda: dist.barrier(group=dist.group.WORLD))   # world 2 -> check
+observed(lambda: dist.barrier(async_op=True).wait())     # not counted: the caller asked not to block
+observed(dist.monitored_barrier)                         # world 3
+observed(lambda: c10d.barrier(group=sub))                # sub 2 -> check
+observed(dist.barrier)                                   # world 4 -> check
 out["fired"] = fired
-
-distributed._check = real_check
 out["verify_choices"] = autotune_guard.verify_choices()
 out["maybe_due"] = autotune_guard.maybe_verify_choices(4)
 out["maybe_not_due"] = autotune_guard.maybe_verify_choices(5)

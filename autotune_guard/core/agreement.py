@@ -1,7 +1,7 @@
 """The rules of the cross-rank check: bucket hashes, what a group knows, comparing, the message.
 
 Plain data: imports neither Triton nor torch.  Where and how a check's collectives run is the
-torch.distributed adapter's (``distributed``); what they carry and what the answer means is here.
+torch.distributed adapter's (``adapters.distributed``); what they carry and what the answer means is here.
 
 Each group keeps the set of (entry, signature) pairs its ranks have agreed to have seen
 (``known``, identical on every member) and its per-bucket hashes.  A rank's view of a bucket is
@@ -13,10 +13,7 @@ from __future__ import annotations
 
 import hashlib
 
-class ChoiceMismatchError(RuntimeError):
-    """Ranks of one process group ran different configs for one kernel and key
-    (raised on every rank of the group with ``AUTOTUNE_VERIFY_STRICT=1``)."""
-
+from .model import ChoiceKey
 
 REPORT_ENTRIES = 5  # offending entries a report spells out; the rest are counted
 BUCKETS = 256  # per-bucket hashes in a check with new choices: 2 x 256 int64 = 4 KiB each way
@@ -31,16 +28,17 @@ class GroupState:
         self.cursor = 0  # _taken[:cursor] has been looked at for this group
         # entry -> (signature, global rank that first reported it): what the group saw first for
         # each entry, so that a report can say what an earlier check found.
-        self.reference: dict[str, tuple[str, int]] = {}
+        self.reference: dict[ChoiceKey, tuple[str, int]] = {}
         self.known: set = set()  # (entry, signature) pairs the group has seen, the same on every member
         self.digests = [0] * BUCKETS  # XOR of the hashes of ``known`` by bucket
         self.pending: set = set()  # this rank's pairs not in ``known`` yet
         self.guard = None  # the guard's own ProcessGroupGloo for this group
 
 
-def pair_hash(entry: str, signature: str) -> tuple[int, int]:
-    """(bucket, hash) of one choice: the bucket by the entry alone, so that two values of one
+def pair_hash(key: ChoiceKey, signature: str) -> tuple[int, int]:
+    """(bucket, hash) of one choice: the bucket by the key alone, so that two values of one
     kernel/key always meet in one bucket."""
+    entry = key.text()
     bucket = int.from_bytes(hashlib.blake2b(entry.encode(), digest_size=4).digest(), "little") % BUCKETS
     value = int.from_bytes(hashlib.blake2b(f"{entry}\0{signature}".encode(), digest_size=8).digest(), "little")
     return bucket, value & _HASH_MASK
@@ -87,8 +85,7 @@ def report(conflicts: dict, ranks, where: str, limit: int = REPORT_ENTRIES) -> s
     lines = [f"autotune choices differ across the ranks of group {rank_list(ranks)} at {where}: "
              f"{len(conflicts)} kernel/key entr{'y disagrees' if len(conflicts) == 1 else 'ies disagree'}"]
     for entry in sorted(conflicts)[:limit]:
-        arch, _, rest = entry.partition("|")
-        kernel, _, key = rest.partition("|")
+        arch, kernel, key = entry
         values = "; ".join(
             f"{'an earlier check, ' if earlier else ''}rank{'s' if len(rs) > 1 else ''} {rank_list(rs)}: {sig}"
             for sig, rs, earlier in conflicts[entry]

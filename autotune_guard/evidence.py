@@ -1,7 +1,7 @@
-"""The writer: this process's evidence files, kept current and saved at the end.
+"""This process's evidence files, kept current and saved at the end.
 
-Files are rewritten atomically by a background thread shortly after each new choice in the
-log (``choices``), so a process killed with SIGKILL leaves on disk what it had chosen, on
+Files are rewritten atomically by a background thread shortly after each new choice (the writer
+subscribes to the runtime's ``Guard``), so a process killed with SIGKILL leaves on disk what it had chosen, on
 SIGTERM (the previous handler then runs, or the signal's default effect), and once more at exit.
 
 Every process writes its own files, ``<prefix>.rank<N>.<host>-<pid>.json``, and only once it has
@@ -9,9 +9,9 @@ made a choice: an ``import triton`` child or an Inductor compile worker writes n
 child that does choose (fork, spawn, forkserver, subprocess) keeps its own file instead of
 overwriting its rank's.  Each file carries the run id (``run_id()``) so the report can tell the
 files of this run from those an earlier run left under the same prefix.  The rank is fixed at the
-process's first choice: the process group's when there is one, else the environment's.  Where the
-files go is the installed policy's (``state.now.policy``); what this module keeps itself is the
-machinery only: the background thread, the handlers, whether the final files are written.
+process's first choice (the ``rank_world`` fact).  Where the files go is the installed policy's;
+what this module keeps itself is the machinery only: the thread, the handlers, whether the final
+files are written.
 """
 
 from __future__ import annotations
@@ -22,14 +22,15 @@ import os
 import re
 import signal
 import socket
-import sys
 import tempfile
 import threading
 import time
 import uuid
 
-from . import choices, files, state
-from .choices import digest_of
+from .core import jsonfile
+from .core.model import ChoiceKey, digest_of
+from .core.schema import CHOICES_FORMAT, RECORD_FORMAT
+from .runtime import current
 
 logger = logging.getLogger("autotune_guard")
 
@@ -48,35 +49,10 @@ _ended_by: str | None = None
 RUN_VARIABLE = "_AUTOTUNE_GUARD_RUN"
 
 
-RANK_VARIABLE = "_AUTOTUNE_GUARD_RANK"  # "rank:world" of the process that started this one
-
-
 def fix_rank() -> tuple[int, int]:
     """This process's (rank, world size), fixed at its first choice: a program that destroys its
-    process group before exit, or changes RANK, still files its evidence under the rank it chose as.
-
-    The process group's rank when there is one; else the environment's (RANK, SLURM_PROCID,
-    OMPI_COMM_WORLD_RANK); else the rank of the guarded process that started this one, when that
-    one had chosen already (the data-loader workers of an ``mp.spawn`` rank, which sets no RANK).
-    """
-    lasting = state.now.lasting
-    if lasting.rank_world is None:
-        from .distributed import _RANK_VARIABLES, initialized_dist, rank_and_world
-
-        inherited = os.environ.get(RANK_VARIABLE, "")
-        if initialized_dist() is None and inherited and not any(os.environ.get(v) for v, _ in _RANK_VARIABLES):
-            rank, _, world = inherited.partition(":")
-            found = (int(rank), int(world)) if rank.isdigit() and world.isdigit() else rank_and_world()
-        else:
-            found = rank_and_world()
-        lasting.rank_world = found
-        os.environ[RANK_VARIABLE] = f"{found[0]}:{found[1]}"  # for the processes it starts
-    return lasting.rank_world
-
-
-def fixed_rank() -> tuple[int, int] | None:
-    """(rank, world size) once fixed by the first choice, else None."""
-    return state.now.lasting.rank_world
+    process group before exit, or changes RANK, still files its evidence under the rank it chose as."""
+    return current().facts.get("rank_world") or (0, 1)
 
 
 def run_id() -> str:
@@ -84,7 +60,7 @@ def run_id() -> str:
     (``--standalone`` or ``--rdzv-id``), else Slurm's job step, else the id the first guarded
     process of the run put in the environment at start-up for the processes it starts
     (the ``torchrun`` launcher's workers, ``mp.spawn`` children and plain subprocesses inherit it)."""
-    policy = state.now.policy
+    policy = current().epoch.installed
     if policy is not None and policy.run_id:
         return policy.run_id
     elastic = os.environ.get("TORCHELASTIC_RUN_ID", "")
@@ -115,7 +91,8 @@ def configure(policy) -> None:
     if not _exit_registered:
         atexit.register(_at_exit)
         _save_in_forked_children()
-        choices.watch(_changed)
+        current().subscribe(_changed)
+        current().on_fork(_after_fork_in_child)
         _exit_registered = True
     if policy is not None and (policy.digest_path or policy.record_path):
         inherited_run_id()  # children started from now on share it
@@ -153,14 +130,6 @@ def rank_file(prefix: str, rank: int) -> str:
     return f"{prefix}.rank{rank}.{process_tag()}.json"
 
 
-def versions() -> dict[str, str | None]:
-    def version_of(name):
-        module = sys.modules.get(name)
-        return getattr(module, "__version__", None) if module else None
-
-    return {"triton": version_of("triton"), "torch": version_of("torch"), "python": sys.version.split()[0]}
-
-
 def write_files(complete: bool = False) -> None:
     """Write this rank's choices and record files now (atomically)."""
     global _final_written
@@ -168,10 +137,10 @@ def write_files(complete: bool = False) -> None:
         if _final_written and not complete:
             return  # the final state is on disk; a late background write must not replace it
         _final_written = _final_written or complete
-        process = state.now
-        log, records, arch, packages = process.log.snapshot()
-        if process.policy is not None and (log or records):  # a process that chose nothing writes nothing
-            _write(process.policy, *fix_rank(), log, records, arch, packages, complete, _ended_by)
+        epoch = current().epoch
+        log, records, arch, packages = epoch.log.snapshot()
+        if epoch.installed is not None and (log or records):  # a process that chose nothing writes nothing
+            _write(epoch.settled_policy(), *fix_rank(), log, records, arch, packages, complete, _ended_by)
 
 
 def _write(policy, rank, world, log, records, arch, packages, complete, ended=None) -> None:
@@ -180,21 +149,21 @@ def _write(policy, rank, world, log, records, arch, packages, complete, ended=No
     if ended:
         process["ended"] = ended
     if policy.digest_path:
-        files.atomic_write_json(rank_file(policy.digest_path, rank), {
-            "format": files.CHOICES_FORMAT, "rank": rank, "world_size": world, **process,
+        jsonfile.atomic_write_json(rank_file(policy.digest_path, rank), {
+            "format": CHOICES_FORMAT, "rank": rank, "world_size": world, **process,
             "digest": digest_of(log), "count": len(log), "log": log, "complete": complete,
         })
     if policy.record_path and records:
-        files.atomic_write_json(rank_file(policy.record_path, rank), {
-            "format": files.RECORD_FORMAT, "arch": arch or _current_arch_name(log), "rank": rank,
-            "world_size": world, "mode": policy.mode, "versions": versions(), "packages": packages,
+        jsonfile.atomic_write_json(rank_file(policy.record_path, rank), {
+            "format": RECORD_FORMAT, "arch": arch or _current_arch_name(log), "rank": rank,
+            "world_size": world, "mode": policy.mode, "versions": current().facts.versions(), "packages": packages,
             "kernels": records, "complete": complete, **process,
         })
 
 
 def _current_arch_name(log) -> str:
     for entry in log:
-        return entry.split("|", 1)[0]
+        return ChoiceKey.parse(entry).arch
     return "unknown"
 
 
@@ -222,9 +191,8 @@ class _Flusher:
 def _changed() -> None:
     """A new entry in the log: the rank is fixed at the first, and the files rewritten soon."""
     global _flusher
-    if state.now.lasting.rank_world is None:
-        fix_rank()
-    policy = state.now.policy
+    fix_rank()
+    policy = current().epoch.installed
     if policy is None or not (policy.digest_path or policy.record_path):
         return
     if signal.getsignal(signal.SIGTERM) is not _on_sigterm:
@@ -241,12 +209,7 @@ def _after_fork_in_child() -> None:
     global _write_lock, _flusher, _final_written, _started, _exited, _ended_by
     _write_lock, _flusher = threading.Lock(), None
     _started, _exited, _ended_by = time.time(), False, None
-    state.now.log.forget_after_fork()
     _final_written = False
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class _ForkedChildren:
@@ -297,12 +260,12 @@ def _on_sigterm(signum, frame):
     _ended_by = "SIGTERM"
     if _write_lock.acquire(timeout=2.0):
         try:
-            process = state.now
-            snapshot = process.log.snapshot(timeout=2.0)
+            epoch = current().epoch
+            snapshot = epoch.log.snapshot(timeout=2.0)
             if snapshot is not None:
                 log, records, arch, packages = snapshot
-                if (log or records) and not _final_written and process.policy is not None:
-                    _write(process.policy, *fix_rank(), log, records, arch, packages, False, ended="SIGTERM")
+                if (log or records) and not _final_written and epoch.installed is not None:
+                    _write(epoch.settled_policy(), *fix_rank(), log, records, arch, packages, False, ended="SIGTERM")
         except Exception as exc:
             logger.error("could not write the choices/record files on SIGTERM: %s", exc)
         finally:
@@ -321,20 +284,20 @@ _exited = False
 
 def _at_exit() -> None:
     global _exited
-    process = state.now
-    if process.policy is None or _exited:
+    guard = current()
+    policy = guard.epoch.installed
+    if policy is None or _exited:
         return  # (a spawn child may get here twice: multiprocessing's finalizer, then atexit)
     _exited = True
-    log = process.log.copy()
-    missed = process.lasting.ungoverned.copy()
+    log = guard.epoch.log.snapshot()[0]
+    missed = dict(guard.ungoverned)
     if log or missed:
         logger.info("rank %d made %d autotune choices, digest %s%s", fix_rank()[0], len(log), digest_of(log),
                     f"; {len(missed)} not governed: {', '.join(sorted(missed)[:5])}"
                     f"{' ...' if len(missed) > 5 else ''}" if missed else "")
-    from . import api
-
-    api.warn_ineffective_at_exit()
-    if process.policy.digest_path or process.policy.record_path:
+    for line in guard.exit_lines():
+        logger.warning("%s", line)
+    if policy.digest_path or policy.record_path:
         try:
             write_files(complete=True)
         except Exception as exc:

@@ -1,6 +1,6 @@
 """Consensus: one rank tunes a (kernel, key) for the whole job and the others follow, through the
 job's c10d Store.  :func:`decide` is the whole protocol; it knows nothing of Triton's ``Autotuner``
-(``interception`` calls it for ``@triton.autotune``, and any other tuner can: it takes the
+(the Triton and Inductor adapters call it, and any other tuner can: it takes the
 candidates' signatures and a ``tune()`` callable).
 
 Nothing here imports torch or Triton: the Store is any object with the c10d ``Store`` methods
@@ -25,6 +25,8 @@ import time
 import uuid
 from typing import Callable, Sequence
 
+from .errors import ConsensusError, StoreError
+
 logger = logging.getLogger("autotune_guard")
 
 PAYLOAD_FORMAT = "autotune_guard.consensus/2"
@@ -32,11 +34,6 @@ NAMESPACE = "consensus/"
 STORE_PREFIX = "autotune_guard/"
 BEAT_S = 0.5  # a claimer bumps its beat counter this often while it tunes
 DEAD_AFTER_S = 5.0  # no beat for this long: the claimer died (or lost the Store) before publishing
-
-
-class ConsensusError(RuntimeError):
-    """This rank cannot run the job's agreed config (claimer dead or hung, claimer failed,
-    candidate lists differ, the Store is gone).  It never falls back to a config of its own."""
 
 
 def decision_name(arch: str, qualified: str, key_text: str) -> str:
@@ -144,10 +141,6 @@ def _few(items, limit: int = 4) -> str:
 #   result      the winner (or the claimer's error, or the watcher's death notice), set once
 # A waiter makes 4 requests per decision whatever the tuning time (claim, waiters, wait, get);
 # only the watching waiter polls, once per BEAT_S.
-
-
-class StoreError(RuntimeError):
-    """The job's Store failed (unreachable, closed); a timeout is not an error here."""
 
 
 def attempt_scope() -> str:

@@ -1,8 +1,8 @@
-"""What autotune_guard is asked to do: an immutable policy built from ``AUTOTUNE_*`` settings.
+"""What autotune_guard is asked to do: the immutable policy ``install()`` replaces, and the
+start-up settings read once, both built from ``AUTOTUNE_*`` settings and the optional env file.
 
-Plain data and plain parsing; nothing here imports Triton or torch.  Every bad value raises
-:class:`PolicyError` naming the variable, the value and what is allowed, because a guard that
-silently ignores a typo leaves the program unguarded.
+Every bad value raises :class:`PolicyError` naming the variable, the value and what is allowed:
+a guard that silently ignores a typo leaves the program unguarded.
 """
 
 from __future__ import annotations
@@ -10,21 +10,20 @@ from __future__ import annotations
 import difflib
 import os
 import re
-import sys
 from dataclasses import dataclass, field, fields, replace
-from typing import Mapping
+from typing import Mapping, NamedTuple
+
+from .envfile import read_env_file
+from .errors import PolicyError
 
 MODES = ("auto", "pinned", "record", "consensus")
 ON_MISS = ("min_cost", "first", "error")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 DEFAULT_CONSENSUS_TIMEOUT_S = 600.0
+DERIVED = "default"  # ``mode_from`` of a mode no setting chose: settled at the first launch
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
-
-
-class PolicyError(ValueError):
-    """A setting that cannot be carried out."""
 
 
 def _bool(var: str, value) -> bool:
@@ -142,7 +141,6 @@ class AutotunePolicy:
     chaos: bool = False
     digest_path: str | None = None
     record_path: str | None = None
-    verify_every: int = 0
     verify_strict: bool = False
     run_id: str | None = None  # what the evidence files of one run share; derived when None (see writer.run_id)
     consensus_timeout: float = DEFAULT_CONSENSUS_TIMEOUT_S
@@ -153,6 +151,8 @@ class AutotunePolicy:
     mode_from: str = field(default="AUTOTUNE_MODE", compare=False)
     # AUTOTUNE_* names of other tools: not ours, not close to ours (named once in the log).
     foreign: tuple[str, ...] = field(default=(), compare=False)
+    # Start-up settings this policy was given, (variable, parsed value): applied only at start-up.
+    startup_given: tuple[tuple[str, object], ...] = field(default=(), compare=False)
 
     def __post_init__(self):
         problems = []
@@ -195,16 +195,17 @@ _VARIABLES = {
     "AUTOTUNE_CHAOS": ("chaos", _bool),
     "AUTOTUNE_DIGEST_PATH": ("digest_path", _file_path),
     "AUTOTUNE_RECORD_PATH": ("record_path", _file_path),
-    "AUTOTUNE_VERIFY_EVERY": ("verify_every", lambda var, v: _int_at_least(var, v, 0)),
     "AUTOTUNE_VERIFY_STRICT": ("verify_strict", _bool),
     "AUTOTUNE_CONSENSUS_TIMEOUT": ("consensus_timeout", _seconds),
     "AUTOTUNE_RUN_ID": ("run_id", lambda var, v: _token(var, v)),
     "AUTOTUNE_LOG_LEVEL": ("log_level", lambda var, v: _choice(var, v, [l.lower() for l in LOG_LEVELS]).upper()),
 }
+# Read once at start-up (StartupSettings), not policy fields: every rank must count the same barriers.
+_STARTUP_VARIABLES = {"AUTOTUNE_VERIFY_EVERY": ("verify_every", lambda var, v: _int_at_least(var, v, 0))}
 # Read by the bootstrap or by this module, not policy fields.
 _CONTROL_VARIABLES = ("AUTOTUNE_DISABLE", "AUTOTUNE_ENV_FILE")
-_FIELD_TO_VAR = {name: var for var, (name, _) in _VARIABLES.items()}
-KNOWN_VARIABLES = tuple(_VARIABLES) + _CONTROL_VARIABLES
+_FIELD_TO_VAR = {name: var for var, (name, _) in {**_VARIABLES, **_STARTUP_VARIABLES}.items()}
+KNOWN_VARIABLES = tuple(_VARIABLES) + tuple(_STARTUP_VARIABLES) + _CONTROL_VARIABLES
 
 
 def close_to_ours(name: str) -> str | None:
@@ -212,7 +213,7 @@ def close_to_ours(name: str) -> str | None:
 
     The rule: a name is ours, mistyped, when it is close to one of ours (difflib ratio of the
     part after ``AUTOTUNE_`` at least 0.7: ``AUTOTUNE_MDOE``, ``AUTOTUNE_BLOCKSIZES``) or starts
-    with the same word (``AUTOTUNE_TABLE_DIR``, ``AUTOTUNE_VERIFY``); that is an error.  Any other
+    with the same word (``AUTOTUNE_TABLE_DIR``, ``AUTOTUNE_VERIFY``: the closest such); that is an error.  Any other
     ``AUTOTUNE_*`` name (``AUTOTUNE_CACHE_DIR``) belongs to another tool: a one-line notice.
     """
     suffix = name[len("AUTOTUNE_"):].upper()
@@ -221,52 +222,10 @@ def close_to_ours(name: str) -> str | None:
     if close:
         return ours[close[0]]
     first = suffix.split("_", 1)[0]
-    for known_suffix, known in ours.items():
-        if first and known_suffix.split("_", 1)[0] == first:
-            return known
+    same_word = [known for known in ours if first and known.split("_", 1)[0] == first]
+    if same_word:
+        return ours[max(same_word, key=lambda known: difflib.SequenceMatcher(None, suffix, known).ratio())]
     return None
-
-
-_REFERENCE = re.compile(r"\$\{(?P<name>[^}:]*)(?::-(?P<default>[^}]*))?\}")  # python-dotenv's own syntax
-
-
-def read_env_file(path: str, environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The ``AUTOTUNE_*`` keys of a dotenv file (python-dotenv is imported only here).
-
-    A line python-dotenv cannot parse, and an ``AUTOTUNE_*`` value that refers to an unset
-    variable (``${RUN_DIR}/rec`` would quietly become ``/rec``), are errors naming the file and
-    the line: python-dotenv itself would skip the one and expand the other to nothing.
-    """
-    environ = os.environ if environ is None else environ
-    if not os.path.isfile(path):
-        raise PolicyError(f"AUTOTUNE_ENV_FILE={path!r}: no such file")
-    try:
-        from dotenv import dotenv_values
-        from dotenv.parser import parse_stream
-    except Exception as exc:  # python-dotenv missing or broken: as loud as any bad setting
-        raise PolicyError(f"AUTOTUNE_ENV_FILE={path!r} needs python-dotenv, which cannot be imported ({exc}); "
-                          "reinstall autotune-guard's dependencies") from exc
-    try:
-        with open(path, encoding="utf-8") as src:
-            bindings = list(parse_stream(src))
-        values = dotenv_values(path)
-    except Exception as exc:  # unreadable file, bad encoding: name the file
-        raise PolicyError(f"AUTOTUNE_ENV_FILE={path!r} cannot be read: {exc}") from exc
-    defined = set()
-    for binding in bindings:
-        if binding.error:
-            text = binding.original.string.strip()
-            raise PolicyError(f"AUTOTUNE_ENV_FILE={path!r}: line {binding.original.line} cannot be parsed "
-                              f"({text[:80]!r}); allowed: NAME=VALUE lines, # comments, blank lines")
-        if binding.key and binding.key.startswith("AUTOTUNE_") and binding.value:
-            for ref in _REFERENCE.finditer(binding.value):
-                name = ref.group("name")
-                if ref.group("default") is None and not environ.get(name) and name not in defined:
-                    raise PolicyError(f"AUTOTUNE_ENV_FILE={path!r}: line {binding.original.line}: {binding.key} "
-                                      f"refers to ${{{name}}}, which is not set (it would expand to nothing)")
-        if binding.key:
-            defined.add(binding.key)
-    return {k: v for k, v in values.items() if k.startswith("AUTOTUNE_") and v is not None}
 
 
 def settings_from_environment(environ: Mapping[str, str] | None = None) -> tuple[dict[str, str], str | None]:
@@ -296,11 +255,16 @@ def policy_from_settings(settings: Mapping, *, deterministic: bool = False, env_
     """
     values = {}
     foreign = []
+    startup = []
     for name, raw in settings.items():
         var = name if name.startswith("AUTOTUNE_") else _FIELD_TO_VAR.get(name)
         if var in _CONTROL_VARIABLES:
             if var == "AUTOTUNE_DISABLE" and raw is not None and str(raw).strip():
                 _bool(var, raw)  # a typo here must not pass silently either
+            continue
+        if var in _STARTUP_VARIABLES:
+            if raw is not None and str(raw).strip():
+                startup.append((var, _STARTUP_VARIABLES[var][1](var, raw)))
             continue
         if var not in _VARIABLES:
             if not name.startswith("AUTOTUNE_"):
@@ -321,13 +285,11 @@ def policy_from_settings(settings: Mapping, *, deterministic: bool = False, env_
         values["mode"], values["mode_from"] = "record", "AUTOTUNE_RECORD_PATH"
     elif deterministic or values.get("deterministic"):
         values["mode"], values["mode_from"] = "pinned", "a determinism request (AUTOTUNE_DETERMINISTIC or install(deterministic=True))"
-    elif _torch_deterministic():
-        values["mode"], values["mode_from"] = "pinned", "torch.are_deterministic_algorithms_enabled()"
     elif values.get("table_path"):
         values["mode"], values["mode_from"] = "pinned", "AUTOTUNE_TABLE_PATH (tables are used by pinned mode)"
     else:
-        values["mode_from"] = "default"
-    return AutotunePolicy(**values, env_file=env_file, foreign=tuple(sorted(foreign)))
+        values["mode_from"] = DERIVED  # pinned if torch's deterministic flag is on at the first launch
+    return AutotunePolicy(**values, env_file=env_file, foreign=tuple(sorted(foreign)), startup_given=tuple(startup))
 
 
 def policy_from_environment(environ: Mapping[str, str] | None = None, *, deterministic: bool = False) -> AutotunePolicy:
@@ -335,29 +297,49 @@ def policy_from_environment(environ: Mapping[str, str] | None = None, *, determi
     return policy_from_settings(settings, deterministic=deterministic, env_file=env_file)
 
 
-def _torch_deterministic() -> bool:
-    # Only asked when the program already imported torch: importing it here would cost a second.
-    torch = sys.modules.get("torch")
-    try:
-        return bool(torch and torch.are_deterministic_algorithms_enabled())
-    except Exception:
-        return False
+class StartupSettings(NamedTuple):
+    """Settings read once, when the process starts being guarded, and never changed by ``install()``."""
+
+    verify_every: int = 0
+    verify_strict: bool = False
 
 
-def ineffective_settings(policy: AutotunePolicy) -> list[str]:
+def startup_settings(settings: Mapping[str, str]) -> StartupSettings:
+    """The start-up settings of the effective ``AUTOTUNE_*`` settings; PolicyError names a bad value."""
+    every, strict = settings.get("AUTOTUNE_VERIFY_EVERY"), settings.get("AUTOTUNE_VERIFY_STRICT")
+    return StartupSettings(
+        _int_at_least("AUTOTUNE_VERIFY_EVERY", every, 0) if every is not None and str(every).strip() else 0,
+        _bool("AUTOTUNE_VERIFY_STRICT", strict) if strict is not None and str(strict).strip() else False)
+
+
+def derived_mode(policy: AutotunePolicy, torch_deterministic: bool) -> AutotunePolicy:
+    """The policy as carried out once its derived mode is settled at the first launch: pinned when
+    no setting chose the mode and torch's deterministic flag is on, else ``policy`` itself."""
+    if policy.mode_from != DERIVED or not torch_deterministic:
+        return policy
+    return replace(policy, mode="pinned", mode_from="torch.are_deterministic_algorithms_enabled(), found at the "
+                                                    "first launch")
+
+
+def ineffective_settings(policy: AutotunePolicy, startup: StartupSettings) -> list[str]:
     """Settings of ``policy`` that can do nothing in its mode, each as one warning line.  (Those
     whose effect depends on the kernels that run are checked at exit: see api.)"""
     default = AutotunePolicy()
     found = []
+    if (policy.verify_strict or startup.verify_strict) and not startup.verify_every:
+        found.append("AUTOTUNE_VERIFY_STRICT=1 without AUTOTUNE_VERIFY_EVERY: no barrier is checked; it applies only "
+                     "where the program calls autotune_guard.verify_choices() itself")
+    for var, value in policy.startup_given:
+        if var == "AUTOTUNE_VERIFY_EVERY" and value != startup.verify_every:
+            found.append(f"AUTOTUNE_VERIFY_EVERY={value} given to install() is not applied: checks follow the value "
+                         f"the environment gave at start-up ({startup.verify_every}), so that every rank counts the "
+                         "same barriers")
     pinned_only = [(f"AUTOTUNE_{name.upper()}", getattr(policy, name)) for name in ("on_miss", "block_sizes", "table_path")
                    if getattr(policy, name) != getattr(default, name)]
     if policy.mode != "pinned":
         for var, value in pinned_only:
             found.append(f"{var}={_show(value)} has an effect in pinned mode only, and the mode is {policy.mode} "
                          f"(from {policy.mode_from}): it is ignored")
-    if policy.verify_strict and not policy.verify_every:
-        found.append("AUTOTUNE_VERIFY_STRICT=1 without AUTOTUNE_VERIFY_EVERY: no barrier is checked; it applies only "
-                     "where the program calls autotune_guard.verify_choices() itself")
     if policy.consensus_timeout != default.consensus_timeout and policy.mode != "consensus":
         found.append(f"AUTOTUNE_CONSENSUS_TIMEOUT={policy.consensus_timeout:g} has an effect in consensus mode only, "
                      f"and the mode is {policy.mode}: it is ignored")
@@ -385,5 +367,27 @@ def describe(policy: AutotunePolicy) -> str:
     return " ".join(parts)
 
 
-__all__ = ["AutotunePolicy", "PolicyError", "policy_from_environment", "policy_from_settings", "replace", "KNOWN_VARIABLES",
-           "close_to_ours", "disabled", "ineffective_settings"]
+
+
+def unmatched_settings(policy: AutotunePolicy, launched: Mapping[str, set]) -> list[str]:
+    """Settings the kernels that ran made ineffective, one warning line each: a module prefix, a
+    config-invariant name or an AUTOTUNE_BLOCK_SIZES parameter that matched none of the autotuners
+    launched (``launched``: kernel -> its meta-parameter names)."""
+    names = sorted(launched)
+    listing = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    count = f"{len(names)} autotuner{'s' * (len(names) != 1)} launched ({listing})"
+    found = []
+    for prefix in policy.modules:
+        if not any(n == prefix or n.startswith(prefix + ".") for n in names):
+            found.append(f"AUTOTUNE_MODULES: {prefix!r} matched none of the {count}; kernels outside "
+                         "AUTOTUNE_MODULES ran unguarded")
+    for name in policy.config_invariant:
+        if not any(n == name or n.rpartition(".")[2] == name for n in names):
+            found.append(f"AUTOTUNE_CONFIG_INVARIANT: {name!r} matched none of the {count}")
+    if policy.mode == "pinned" and policy.block_sizes:
+        params = set().union(*(launched[n] for n in names if policy.in_scope(n)))
+        for name, _ in policy.block_sizes:
+            if name not in params:
+                found.append(f"AUTOTUNE_BLOCK_SIZES: {name} is a meta-parameter of none of the {count} (theirs: "
+                             f"{', '.join(sorted(params)) or 'none'}); it was ignored")
+    return found

@@ -1,0 +1,90 @@
+"""The one patching idiom of every adapter: put a replacement on an owner (a class or a module)
+under the original's name, keep the original in one place, and undo it.
+
+The name matters: a bound method pickles as ``getattr(instance, its function's __name__)``, and
+Inductor's compile workers send kernels holding bound methods to the parent by pickle.
+"""
+
+from __future__ import annotations
+
+import threading
+from types import FunctionType, ModuleType
+
+_MISSING = object()
+_lock = threading.Lock()
+# (id of the owner, attribute name) -> Patch: every patch in force, so each original is kept once.
+_in_force: dict[tuple[int, str], "Patch"] = {}
+
+
+class Patch:
+    """One attribute replaced on ``owner``; ``undo()`` puts the original back."""
+
+    __slots__ = ("owner", "name", "original", "replacement", "had_own")
+
+    def __init__(self, owner, name: str, original, replacement, had_own: bool):
+        self.owner, self.name, self.original, self.replacement, self.had_own = owner, name, original, replacement, had_own
+
+    def undo(self) -> None:
+        with _lock:
+            if _in_force.get((id(self.owner), self.name)) is not self:
+                return
+            del _in_force[(id(self.owner), self.name)]
+            if self.had_own:
+                setattr(self.owner, self.name, self.original)
+            else:
+                delattr(self.owner, self.name)
+
+
+def patch(owner, name: str, replacement) -> Patch:
+    """Replace ``owner.name`` by ``replacement`` (renamed ``name``); patching it again returns the
+    patch in force. The original is what ``owner`` had itself, else what it inherited."""
+    with _lock:
+        current = _in_force.get((id(owner), name))
+        if current is not None:
+            return current
+        own = vars(owner).get(name, _MISSING)
+        original = own if own is not _MISSING else getattr(owner, name)
+        if isinstance(replacement, FunctionType):  # (a wrapt wrapper forwards attributes to the original)
+            replacement.__name__ = name
+        setattr(owner, name, replacement)
+        found = _in_force[(id(owner), name)] = Patch(owner, name, original, replacement, own is not _MISSING)
+        return found
+
+
+def original(owner, name: str):
+    """What ``owner.name`` was before the guard patched it (``owner.name`` itself if it is not patched)."""
+    found = _in_force.get((id(owner), name))
+    return found.original if found is not None else getattr(owner, name)
+
+
+def patched(owner, name: str) -> Patch | None:
+    return _in_force.get((id(owner), name))
+
+
+def is_replacement(function) -> bool:
+    """Whether ``function`` is one the guard put in place of another."""
+    return any(found.replacement is function for found in list(_in_force.values()))
+
+
+def rebind_aliases(name: str, old, new) -> int:
+    """Point every module-level alias ``name`` of ``old`` at ``new`` (a module that ran
+    ``from torch.distributed import barrier`` before the patch holds the original); returns the
+    count. Only aliases under the same name are found; local variables and renamed imports are not."""
+    import sys
+
+    count = 0
+    for module in list(sys.modules.values()):
+        if not isinstance(module, ModuleType):
+            continue
+        # object.__getattribute__: a lazily loaded module must not be loaded by looking at it
+        namespace = object.__getattribute__(module, "__dict__")
+        if namespace.get(name) is old:
+            namespace[name] = new
+            count += 1
+    return count
+
+
+def undo_all() -> None:
+    """Every patch undone, newest first (tests, and a real uninstall)."""
+    for found in reversed(list(_in_force.values())):
+        found.undo()

@@ -1,0 +1,114 @@
+"""``torch.distributed.barrier`` and ``monitored_barrier`` wrapped: each call counted per group,
+and a check run at every ``AUTOTUNE_VERIFY_EVERY``-th one (the start-up cadence).
+
+Counting starts when torch.distributed is imported, policy or not, Triton or not: every rank of a
+group counts the same barriers, so all of them check at the same one. An async barrier has not
+completed when it returns, so it is neither checked nor counted (every rank skips it alike).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+from .. import _patching
+from . import cadence
+from .check import run_check
+from .state import STATE
+from .store import initialized_dist
+
+logger = logging.getLogger("autotune_guard")
+
+BARRIERS = ("barrier", "monitored_barrier")
+
+
+def wrap_barriers(module=None) -> None:
+    """Post-import hook of ``torch.distributed``: read the start-up cadence and wrap the barriers
+    in place, aliases taken before included; idempotent, whatever the order of imports and installs."""
+    try:
+        cadence.startup()
+    except Exception as exc:  # a post-import hook that raises would fail `import torch` itself
+        logger.error("%s", exc)  # and again, raised, at the first barrier that would count
+    try:
+        c10d = sys.modules.get("torch.distributed.distributed_c10d")
+        if c10d is None:  # a torch built without distributed support
+            return
+        for name in BARRIERS:
+            if getattr(c10d, name, None) is not None:
+                _wrap(c10d, name)
+    except Exception as exc:
+        logger.error("could not wrap torch.distributed barriers (%r): AUTOTUNE_VERIFY_EVERY will not fire", exc)
+
+
+def _wrap(c10d, name: str) -> None:
+    """One barrier: a wrapt FunctionWrapper put in place by the patching idiom (one wrapper per
+    original, so a re-wrap after an undo rebinds the same object)."""
+    import wrapt
+
+    found = _patching.patched(c10d, name)
+    if found is None:
+        original = getattr(c10d, name)
+        wrapper = STATE.wrappers.get(name)
+        if wrapper is None or wrapper.__wrapped__ is not original:
+            hook = _after_barrier if name == "barrier" else _after_monitored_barrier
+            wrapper = STATE.wrappers[name] = wrapt.FunctionWrapper(original, hook)
+        found = _patching.patch(c10d, name, wrapper)
+    _patching.rebind_aliases(name, found.original, found.replacement)
+
+
+def _every() -> int:
+    """The start-up cadence; raises the named error of a bad value."""
+    return cadence.startup().verify_every
+
+
+def _after_barrier(wrapped, instance, args, kwargs):
+    result = wrapped(*args, **kwargs)
+    every = _every()
+    # barrier(group=None, async_op=False, device_ids=None, timeout=None)
+    if every and not kwargs.get("async_op", args[1] if len(args) > 1 else False):
+        count_and_check(kwargs.get("group", args[0] if args else None), every)
+    return result
+
+
+def _after_monitored_barrier(wrapped, instance, args, kwargs):
+    result = wrapped(*args, **kwargs)
+    every = _every()
+    if every:  # monitored_barrier(group=None, timeout=None, wait_all_ranks=False)
+        count_and_check(kwargs.get("group", args[0] if args else None), every)
+    return result
+
+
+def count_and_check(group, every: int) -> None:
+    """Count one barrier of ``group``; check at every ``every``-th."""
+    dist = initialized_dist()
+    if dist is None:
+        return
+    group = resolve(dist, group)
+    if group is None:  # this rank is not a member: the barrier itself returned at once
+        return
+    state = STATE.group_state(group)
+    with STATE.lock:
+        state.barriers += 1
+        count = state.barriers
+    if count % every == 0:
+        run_check(dist, group, f"barrier {count} of this group")
+
+
+def resolve(dist, group):
+    """The group object a barrier of ``group`` ran in, or None when this rank is outside it."""
+    if group is None:
+        return dist.group.WORLD
+    if dist.get_rank(group) < 0:
+        return None
+    return group
+
+
+def register_hook() -> None:
+    """Wrap the barriers now, or when torch.distributed is imported."""
+    if "torch.distributed" in sys.modules:
+        wrap_barriers(sys.modules["torch.distributed"])
+    elif not STATE.hook_registered:
+        import wrapt
+
+        STATE.hook_registered = True
+        wrapt.register_post_import_hook(wrap_barriers, "torch.distributed")

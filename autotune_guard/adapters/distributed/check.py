@@ -1,0 +1,145 @@
+"""One check in one group, by phase: gather what is new, exchange it, settle what the group knows.
+
+A check is a collective: every member of the group runs it at the same point (after a counted
+barrier, or where the program calls ``verify_choices``). The rules are ``core.agreement``; the
+collectives ``exchange``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ... import runtime
+from ...core.agreement import GroupState, compare, learn, pair_hash, rank_list, report
+from ...core.errors import ChoiceMismatchError
+from ...core.model import ChoiceKey
+from . import cadence, exchange
+from .state import STATE
+
+logger = logging.getLogger("autotune_guard")
+
+
+def run_check(dist, group, where: str) -> bool:
+    """One check in ``group``: True when its ranks agree; False after a report (on the group's
+    first rank), or ChoiceMismatchError on every rank when strict."""
+    state = STATE.group_state(group)
+    pending = _gather_new(state)
+    ranks = dist.get_process_group_ranks(group)
+    if len(ranks) < 2:
+        return _alone(state, pending, group, ranks, where)
+    hashed = {pair: pair_hash(*pair) for pair in pending}
+    differ, gathered, moved = _collective(where, ranks, lambda: exchange.exchange(
+        exchange.guard_group(dist, group, state), len(ranks), state.digests, hashed))
+    if differ is None:
+        _record(where, group, ranks, moved, 0, 0)
+        logger.debug("verify in group of %d at %s: nothing new", len(ranks), where)
+        return True
+    first = dist.get_rank(group) == 0
+    _learn_agreed(state, pending, hashed, differ, ranks)
+    verdict = None
+    if differ:
+        mine = _verdict(state, gathered, ranks, where) if first else None
+        verdict = _collective(where, ranks, lambda: exchange.broadcast_verdict(state.guard, mine, moved))
+        _apply(state, verdict)
+    sent = sum(hashed[pair][0] in differ for pair in pending)
+    _record(where, group, ranks, moved, len(differ), sent)
+    _log_check(len(ranks), where, differ, sent, verdict, len(pending))
+    return _conclude(state, ranks, where, first, verdict and verdict["report"])
+
+
+def _gather_new(state: GroupState) -> list:
+    """This rank's (key, signature) pairs the group has not seen, taken from the epoch's log."""
+    taken = runtime.current().epoch.log.take_unverified()
+    with STATE.lock:
+        for key, choice in taken.items():
+            STATE.taken.append((key, choice.signature))  # the config, not how it was chosen
+        for pair in STATE.taken[state.cursor:]:
+            if pair not in state.known:
+                state.pending.add(pair)
+        state.cursor = len(STATE.taken)
+        return sorted(state.pending)
+
+
+def _alone(state: GroupState, pending: list, group, ranks, where: str) -> bool:
+    """A group of one: nobody to disagree with; what it brought is what the group knows."""
+    with STATE.lock:
+        for pair in pending:
+            learn(state, pair)
+            state.reference.setdefault(pair[0], (pair[1], ranks[0] if ranks else 0))
+        state.pending.clear()
+    _record(where, group, ranks, [0, 0], 0, 0)
+    logger.debug("verify in group of %d at %s: nobody to compare with", len(ranks), where)
+    return True
+
+
+def _collective(where: str, ranks, call):
+    """``call()``, a check's collectives; a failure is named as the check's, never the program's."""
+    try:
+        return call()
+    except Exception as exc:
+        raise RuntimeError(f"autotune_guard: the choice check at {where} in group {rank_list(ranks)} did not complete "
+                           f"on every rank ({exc}); the program's own collectives are not affected") from exc
+
+
+def _learn_agreed(state: GroupState, pending: list, hashed: dict, differ: set, ranks) -> None:
+    """Pairs in buckets whose views agree: every rank brought the same new pairs there."""
+    with STATE.lock:
+        for pair in pending:
+            if hashed[pair][0] not in differ:
+                learn(state, pair)
+                known = state.reference.get(pair[0])
+                if known is None or known[0] != pair[1]:
+                    state.reference[pair[0]] = (pair[1], ranks[0])
+        state.pending.clear()
+
+
+def _verdict(state: GroupState, gathered: list, ranks, where: str) -> dict:
+    """On the group's first rank: what every member learns from the gathered pairs (wire form)."""
+    with STATE.lock:
+        before = dict(state.reference)
+    reference = dict(before)
+    conflicts = compare(gathered, ranks, reference)
+    changed = [[list(key), value[0], value[1]] for key, value in reference.items() if before.get(key) != value]
+    return {"pairs": exchange.encode_pairs(sorted({pair for payload in gathered for pair in payload})),
+            "reference": changed, "conflicts": len(conflicts),
+            "report": report(conflicts, ranks, where) if conflicts else None}
+
+
+def _apply(state: GroupState, verdict: dict) -> None:
+    with STATE.lock:
+        for key, signature, rank in verdict["reference"]:
+            state.reference[ChoiceKey(*key)] = (signature, rank)
+        for pair in exchange.decode_pairs(verdict["pairs"]):
+            learn(state, pair)
+
+
+def _record(where: str, group, ranks, moved, buckets: int, gathered: int) -> None:
+    """``last_check``: what the latest check moved (bytes sent/received by this rank, payloads)."""
+    count = STATE.last_check.get("count", 0) + 1
+    STATE.last_check.update(where=where, group=getattr(group, "group_name", None), size=len(ranks), sent=moved[0],
+                            received=moved[1], buckets=buckets, gathered=gathered, count=count)
+
+
+def _log_check(size: int, where: str, differ: set, sent: int, verdict, new: int) -> None:
+    if not logger.isEnabledFor(logging.DEBUG):
+        return
+    if differ:
+        logger.debug("verify in group of %d at %s: sent %d, received %d, %d conflicts", size, where, sent,
+                     len(verdict["pairs"]), verdict["conflicts"])
+    else:
+        logger.debug("verify in group of %d at %s: %d new entries agreed by their bucket hashes, nothing gathered",
+                     size, where, new)
+
+
+def _conclude(state: GroupState, ranks, where: str, first: bool, message) -> bool:
+    """The check's outcome: the success line or the report on the first rank; strict raises everywhere."""
+    if not message:
+        if first:  # only checks where some rank brought new entries get here
+            logger.info("autotune choices agree across the ranks of group %s at %s: %d kernel/key entries checked, "
+                        "all agree", rank_list(ranks), where, len({key for key, _ in state.known}))
+        return True
+    if first:
+        logger.error("%s", message)
+    if cadence.strict():
+        raise ChoiceMismatchError(message)
+    return False

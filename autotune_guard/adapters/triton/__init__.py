@@ -1,0 +1,128 @@
+"""The Triton adapter: carries out the policy against Triton's ``Autotuner``.
+
+``patch(autotuner_module)`` puts the guard's ``run``, ``__init__`` and (3.8+) ``prune_configs`` on
+``Autotuner`` (seen through every alias) through the one patching idiom, and wraps the ``run`` of
+library subclasses; ``provide_facts`` tells the runtime the arch, Triton's Config defaults and
+version. How a launch goes is ``launch`` (one strategy per autotuner and epoch).
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from functools import cached_property
+
+from ...core.model import OPTION_FIELDS
+from ...runtime import current
+from .. import _patching
+from . import guarded, library, observe
+from .tuner import REGISTRY, Capabilities, strategy_of
+
+__all__ = ["patch", "unpatch", "loaded_module", "provide_facts", "check_supported", "strategy_of", "MIN_TRITON", "NEWEST_TESTED_TRITON"]
+
+logger = logging.getLogger("autotune_guard")
+
+MIN_TRITON = (3, 3)
+PRUNING_PINS = (3, 8)  # from here on Triton caches a pruning result of one config without timing
+NEWEST_TESTED_TRITON = (3, 9)  # the newest release the suite runs against; a newer one warns once
+
+
+def patch(autotuner_module) -> None:
+    """Patch ``autotuner_module.Autotuner`` (once); raises for a Triton this package does not support."""
+    version = check_supported(autotuner_module)
+    cls = autotuner_module.Autotuner
+    if _patching.patched(cls, "run") is not None:
+        return
+    REGISTRY.caps = Capabilities(
+        version=version, pins_through_pruning=version >= PRUNING_PINS,
+        # a newer release may change its run's cached path: there, Triton's run under the lock
+        writes_out_decided=PRUNING_PINS <= version <= NEWEST_TESTED_TRITON,
+        init_needs_timer=not isinstance(inspect.getattr_static(cls, "do_bench", None), cached_property))
+    REGISTRY.original_run = cls.run
+    REGISTRY.original_init = cls.__init__
+    _patching.patch(cls, "run", guarded.run)
+    _patching.patch(cls, "__init__", guarded.init)
+    if REGISTRY.caps.pins_through_pruning:
+        REGISTRY.original_prune = cls.prune_configs
+        _patching.patch(cls, "prune_configs", guarded.prune)
+    for sub in library.subclasses(cls):  # autotuner classes defined before the patch
+        library.wrap_overriding_run(sub)
+    guard = current()
+    guard.on_new_epoch(_on_new_epoch)
+    guard.on_fork(REGISTRY.after_fork)
+    provide_facts(guard)
+    if guard.epoch.installed is not None:
+        observe.chain_listener(guarded.interpreting())
+
+
+def loaded_module():
+    """``triton.runtime.autotuner`` if Triton has been imported, else None (never imports it)."""
+    import sys
+
+    return sys.modules.get("triton.runtime.autotuner")
+
+
+def unpatch(autotuner_module) -> None:
+    """Triton's own methods back on ``Autotuner`` (the guard's states on autotuners are ignored by them)."""
+    cls = autotuner_module.Autotuner
+    REGISTRY.drop_direct()
+    for name in ("prune_configs", "__init__", "run"):
+        found = _patching.patched(cls, name)
+        if found is not None:
+            found.undo()
+
+
+def _on_new_epoch(epoch) -> None:
+    REGISTRY.drop_direct()
+    if epoch.installed is not None and REGISTRY.original_run is not None:
+        observe.chain_listener(guarded.interpreting())
+
+
+def check_supported(autotuner_module) -> tuple:
+    """Triton's (major, minor); raises for a release this package does not support."""
+    import triton
+
+    version = getattr(triton, "__version__", "0")
+    numbers = tuple(int(p) for p in version.split("+")[0].split(".")[:2] if p.isdigit())
+    cls = getattr(autotuner_module, "Autotuner", None)
+    if numbers < MIN_TRITON or cls is None or not all(hasattr(cls, n) for n in ("run", "prune_configs")):
+        raise RuntimeError(f"autotune_guard supports Triton {MIN_TRITON[0]}.{MIN_TRITON[1]} and newer; this is "
+                           f"Triton {version}. Set AUTOTUNE_DISABLE=1 to run unguarded.")
+    if numbers > NEWEST_TESTED_TRITON:
+        # Still guarded: the patch checks the methods it needs above; a newer release may change what they do.
+        newest = ".".join(map(str, NEWEST_TESTED_TRITON))
+        current().warn_once("newer triton", f"Triton {version} is newer than {newest}, the newest release "
+                            "autotune_guard is tested with; it is guarded all the same (AUTOTUNE_DISABLE=1 runs "
+                            "unguarded)", scope="process")
+    return numbers
+
+
+def provide_facts(guard) -> None:
+    guard.facts.provide("arch", _arch)
+    guard.facts.provide("config_defaults", _config_defaults)
+    guard.facts.provide("triton_version", _triton_version)
+
+
+def _config_defaults() -> dict:
+    """Triton's own defaults for the launch options a table entry may omit."""
+    import triton
+
+    params = inspect.signature(triton.Config.__init__).parameters
+    return {n: params[n].default for n in OPTION_FIELDS if n in params}
+
+
+def _arch() -> str:
+    """``sm90``, ``gfx942`` or ``interpret``; read at the first launch that needs it, so that
+    installing never initializes CUDA."""
+    if guarded.interpreting():
+        return "interpret"
+    from triton.runtime.driver import driver
+
+    target = driver.active.get_current_target()
+    return f"sm{target.arch}" if target.backend == "cuda" else str(target.arch).split(":")[0]
+
+
+def _triton_version():
+    import sys
+
+    return getattr(sys.modules.get("triton"), "__version__", None)

@@ -1,0 +1,118 @@
+"""Eager consensus: the first thread of any rank to claim a (kernel, key) in the job's Store times
+the candidates through Triton's own run (that launch is the tuning launch) and publishes the
+winner; every other rank, and every other thread, pins it. The protocol is ``core.consensus.decide``;
+nothing here is a collective, so ranks may meet kernels in any order, or never."""
+
+from __future__ import annotations
+
+import logging
+
+from ...core import consensus
+from ...core.model import Choice, ChoiceKey, descriptor, key_text, record_entry, signature
+from ...runtime import current
+from . import observe
+from .calls import candidates, swap_run
+from .tuner import REGISTRY
+
+logger = logging.getLogger("autotune_guard")
+
+
+class _Launched:
+    """The decision was made by tuning, and that tuning launch already ran the kernel."""
+
+    __slots__ = ("result",)
+
+    def __init__(self, result):
+        self.result = result
+
+
+def first_launch(autotuner, state, key, args, kwargs):
+    """A key's first launch in consensus mode: decide it (once per key per process), then run it."""
+    REGISTRY.heard.value = None
+    with REGISTRY.gate(autotuner, key):
+        config = state.selected.get(key)
+        if config is None:
+            config = _decide(autotuner, state, key, args, kwargs)
+    if isinstance(config, _Launched):
+        result = config.result
+    else:
+        with state.lock:
+            result = swap_run(autotuner, config, args, kwargs)
+    heard = getattr(REGISTRY.heard, "value", None)
+    if (heard is None or heard[0] != key) and state.selected.get(key) is not None:
+        observe.tell_listener(autotuner, key, state.selected[key])  # Triton told listeners only if it timed
+    return result
+
+
+def _decide(autotuner, state, key, args, kwargs):
+    """The config to pin for ``key``, or _Launched when this thread tuned it."""
+    guard = current()
+    choice_key = ChoiceKey(guard.facts.get("arch"), state.qualified, key_text(key))
+    store = guard.job_store(choice_key)
+    if store is None:
+        return _alone(autotuner, state, key, choice_key, args, kwargs)
+    with state.lock:  # pruning sets autotuner.nargs for the call, like Triton's own run does
+        live = candidates(autotuner, args, kwargs)
+    signatures = [signature(descriptor(c)) for c in live]
+    name = consensus.decision_name(choice_key.arch, choice_key.kernel, choice_key.key)
+    index, tuned_here, tuned = consensus.decide(
+        store, choice_key.what(), name, guard.facts.ask("rank_now", (0, 1))[0], signatures,
+        lambda: _tune(autotuner, state, key, args, kwargs, live), state.epoch.policy.consensus_timeout)
+    if tuned_here:
+        winner_signature, (result, winner, timings) = tuned
+        if index is not None:  # the live object, so that its hooks survive (not a disk-cache copy)
+            winner = live[index]
+        _settle(autotuner, state, key, choice_key, winner, winner_signature, timings, "consensus")
+        return _Launched(result)
+    _settle(autotuner, state, key, choice_key, live[index], signatures[index], None, "consensus")
+    return live[index]
+
+
+def _tune(autotuner, state, key, args, kwargs, live):
+    """``tune()`` for ``decide``: Triton times the candidates; returns the winner's signature and
+    (launch result, winner, Triton's timings)."""
+    if len(live) == 1:  # pruning left one: nothing to time (Triton < 3.8 would time it)
+        with state.lock:
+            result, winner, timings = swap_run(autotuner, live[0], args, kwargs), live[0], None
+    else:
+        result, winner, timings = _triton_tunes(autotuner, state, key, args, kwargs)
+    return signature(descriptor(winner)), (result, winner, timings)
+
+
+def _alone(autotuner, state, key, choice_key, args, kwargs):
+    """No process group at the moment of choice: Triton tunes for this process alone, as in auto."""
+    world = current().facts.ask("rank_now", (0, 1))[1]
+    if world > 1:  # a distributed job that has not initialized its group yet: choices may differ
+        message = ("AUTOTUNE_MODE=consensus but torch.distributed is not initialized yet (world size %d from the "
+                   "environment): choices made before init_process_group are this rank's own, timed as in auto "
+                   "mode" % world)
+        current().warn_once("consensus: no process group", message)
+    else:
+        current().warn_once("consensus: no process group", "AUTOTUNE_MODE=consensus without a torch.distributed "
+                            "process group: choices are timed by this process alone, as in auto mode", logging.INFO)
+    result, winner, timings = _triton_tunes(autotuner, state, key, args, kwargs)
+    _settle(autotuner, state, key, choice_key, winner, signature(descriptor(winner)), timings, "timed")
+    return _Launched(result)
+
+
+def _triton_tunes(autotuner, state, key, args, kwargs):
+    """Triton's own tuning launch of a new key: (its result, the winner, Triton's timings by
+    signature when it timed here). Under the lock: pinned launches of other keys swap ``configs``."""
+    with state.lock:
+        timings_before = autotuner.__dict__.get("configs_timings")
+        result = REGISTRY.original_run(autotuner, *args, **kwargs)
+        winner = autotuner.cache.get(key, autotuner.__dict__.get("best_config"))
+        timings = autotuner.__dict__.get("configs_timings")
+    return result, winner, observe.measured(autotuner, timings, timings_before)
+
+
+def _settle(autotuner, state, key, choice_key, config, winner_signature, timings, how) -> None:
+    """The decision on this rank: pinned for later launches, in the choice log, and in the record
+    file when AUTOTUNE_RECORD_PATH is set."""
+    state.selected[key] = config
+    record = None
+    if state.epoch.policy.record_path:
+        record = record_entry(descriptor(config), winner_signature, how, timings,
+                              [descriptor(c) for c in autotuner.configs])
+    current().note(state.epoch, choice_key, Choice(winner_signature, how), record)
+    logger.debug("consensus %s -> %s (%s)", choice_key.what(), winner_signature, how)

@@ -1,0 +1,172 @@
+"""The launch strategies: one small class each, chosen once per autotuner and epoch (``choose``).
+
+* ``Untouched``: out of scope, or a single candidate: Triton's run.
+* ``Observe`` (auto, record): Triton's run; a new ``cache`` entry after it is Triton's winner.
+* ``PinThroughPruning`` (pinned, Triton 3.8+): the pinned config is the only survivor of the
+  kernel's own pruning, which Triton caches without timing; later launches are Triton's cached
+  path itself (``direct``), or written out with the pre_hook given this call's own arguments
+  (``decided``), or Triton's run under the lock past the newest tested release (``held``).
+* ``PinBySwap`` (pinned, Triton 3.3-3.7): ``configs`` swapped to ``[chosen]`` for the call, which
+  Triton's single-config branch runs without timing or touching ``cache``.
+* ``ConsensusBySwap`` (consensus): the swap, with a new key decided for the job (``consensus``).
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+
+from ...core.model import Choice, ChoiceKey, descriptor, key_text, signature
+from ...runtime import current
+from . import consensus, library, observe
+from .calls import candidates, held_run, swap_run
+from .tuner import REGISTRY
+
+_registry = REGISTRY
+
+
+class Untouched:
+    name = "untouched"
+
+    def run(self, autotuner, state, args, kwargs):
+        return _registry.original_run(autotuner, *args, **kwargs)
+
+
+class Observe:
+    name = "observe"
+
+    def run(self, autotuner, state, args, kwargs):
+        cache = autotuner.cache
+        if state.library_check and len(cache) != len(state.seen):
+            library.check_entry(autotuner, state, args, kwargs)
+        before = len(cache)
+        timings = autotuner.__dict__.get("configs_timings")
+        result = _registry.original_run(autotuner, *args, **kwargs)
+        if len(cache) != before:
+            observe.observe(autotuner, state, timings)
+        return result
+
+
+class PinThroughPruning:
+    """The choice lives in Triton's ``cache``; ``prune.pinned_survivor`` makes it."""
+
+    name = "pin-through-pruning"
+
+    def run(self, autotuner, state, args, kwargs):
+        if state.library_check:
+            with state.lock:
+                if len(autotuner.cache) != len(state.seen):
+                    library.check_entry(autotuner, state, args, kwargs)
+                return held_run(autotuner, state, *args, **kwargs)
+        return held_run(autotuner, state, *args, **kwargs)
+
+    def go_direct(self, autotuner, state) -> None:
+        """Later launches skip the guarded run (an instance attribute shadows the class's); a new
+        key still meets the guard in the pruning. Under the guard's lock, so a new epoch cannot
+        miss it (its listener takes the launches back)."""
+        if state.library_check:
+            return
+        guard = current()
+        with guard.lock:
+            if not state.is_current() or autotuner.__dict__.get("_autotune_guard_state") is not state:
+                return
+            if not any(c.pre_hook for c in autotuner.configs):
+                run = types.MethodType(_registry.original_run, autotuner)  # nothing reads the shared nargs
+            elif _registry.caps.writes_out_decided:
+                run = functools.partial(decided_run, autotuner, state)
+            else:
+                run = functools.partial(held_run, autotuner, state)
+            autotuner.__dict__["run"] = run
+            _registry.direct.add(autotuner)
+
+    def direct_name(self, autotuner, run) -> str:
+        if getattr(run, "func", None) is decided_run:
+            return "pin-through-pruning:decided"
+        if getattr(run, "func", None) is held_run:
+            return "pin-through-pruning:held"
+        return "pin-through-pruning:direct"
+
+
+def decided_run(autotuner, state, *args, **kwargs):
+    """What Triton's run does for a key in its cache (3.8 and 3.9 alike), except that the Config's
+    pre_hook gets this call's own arguments instead of the ``nargs`` every thread rewrites. No lock:
+    only a new key's launch (``held_run``) writes ``nargs``."""
+    config = autotuner.cache.get(state.key.of(args, kwargs))
+    if config is None:  # a key not decided yet: its pruning chooses
+        return held_run(autotuner, state, *args, **kwargs)
+    settings = config.all_kwargs()
+    if config.pre_hook is not None:
+        config.pre_hook({**dict(zip(state.key.arg_names, args)), **kwargs, **settings})
+    result = autotuner.fn.run(*args, **kwargs, **settings)
+    autotuner.best_config = config
+    return result
+
+
+class PinBySwap:
+    name = "pin-by-swap"
+
+    def run(self, autotuner, state, args, kwargs):
+        # Every launch comes here: the steady state is written out. Under the lock, because another
+        # thread's launch swaps ``configs`` to one element for the length of its call.
+        lock = state.lock
+        lock.acquire()
+        try:
+            if len(autotuner.configs) < 2:
+                return _registry.original_run(autotuner, *args, **kwargs)
+            key = state.key.of(args, kwargs)
+            config = state.selected.get(key)
+            if config is None:
+                if library.leaves_to_library(autotuner, state, key):
+                    return _registry.original_run(autotuner, *args, **kwargs)
+                config = self.choose(autotuner, state, key, args, kwargs)
+                if config is None:  # a new policy was installed meanwhile: launch under it
+                    return autotuner.run(*args, **kwargs)
+            return swap_run(autotuner, config, args, kwargs)
+        finally:
+            lock.release()
+
+    def choose(self, autotuner, state, key, args, kwargs):
+        return pinned_choice(autotuner, state, key, candidates(autotuner, args, kwargs))
+
+
+class ConsensusBySwap(PinBySwap):
+    name = "consensus"
+
+    def run(self, autotuner, state, args, kwargs):
+        with state.lock:
+            key = state.key.of(args, kwargs) if len(autotuner.configs) > 1 else None
+            config = None if key is None else state.selected.get(key)
+            if key is None or config is not None or library.leaves_to_library(autotuner, state, key):
+                return swap_run(autotuner, config, args, kwargs) if config is not None else \
+                    _registry.original_run(autotuner, *args, **kwargs)
+        # A key consensus has not decided yet: outside the lock, which the decision takes after its gate.
+        return consensus.first_launch(autotuner, state, key, args, kwargs)
+
+
+def pinned_choice(autotuner, state, key, live: list):
+    """Pin one of ``live`` (the candidates after pruning) for ``key`` and note it; None when a new
+    policy was installed meanwhile (the caller starts over under it)."""
+    guard = current()
+    arch = guard.facts.get("arch")
+    choice_key = ChoiceKey(arch, state.qualified, key_text(key))
+    descriptors = [descriptor(c) for c in live]
+    pick = guard.pin(state.epoch, choice_key, descriptors)
+    config = live[pick.index]
+    state.selected[key] = config
+    if not guard.note(state.epoch, choice_key, Choice(signature(descriptors[pick.index]), "pinned")):
+        state.selected.pop(key, None)
+        return None
+    observe.tell_listener(autotuner, key, config)
+    return config
+
+
+STRATEGIES = {name: cls() for name, cls in (("off", Untouched), ("auto", Observe), ("record", Observe),
+                                            ("consensus", ConsensusBySwap))}
+_PINNED = {True: PinThroughPruning(), False: PinBySwap()}
+
+
+def choose(state) -> object:
+    """The strategy of an autotuner under its epoch, once."""
+    if state.mode == "pinned":
+        return _PINNED[_registry.caps.pins_through_pruning]
+    return STRATEGIES[state.mode]

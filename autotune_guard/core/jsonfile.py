@@ -1,0 +1,123 @@
+"""JSON files on disk: bounded, non-blocking reading and atomic writing.
+
+Reads never hang on a FIFO, never take more than ``MAX_FILE_BYTES`` and refuse deep nesting and
+huge integers; every error names the file. Writes go to a temporary file in the same directory and
+are renamed over the target, so a reader (or a process killed mid-write) never sees half a file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import tempfile
+from typing import Mapping
+
+from .errors import FileFormatError
+
+_file_mode: int | None = None
+
+
+def _new_file_mode() -> int:
+    """What ``open(path, "w")`` would give (0o666 less the umask): mkstemp makes files 0o600,
+    which would hide a record or table from the colleague who merges or pins with it."""
+    global _file_mode
+    if _file_mode is None:
+        umask = None
+        try:  # Linux reports it without the set-and-restore race of os.umask()
+            with open("/proc/self/status") as status:
+                for line in status:
+                    if line.startswith("Umask:"):
+                        umask = int(line.split()[1], 8)
+        except (OSError, ValueError):
+            pass
+        if umask is None:
+            umask = os.umask(0o022)
+            os.umask(umask)
+        _file_mode = 0o666 & ~umask
+    return _file_mode
+
+
+
+def atomic_write_json(path: str, document: Mapping) -> None:
+    """Write ``document`` to ``path`` in one rename; the temporary file gets the mode ``open()``
+    would give, set through its descriptor (a path could have been swapped for a symlink)."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-" + os.path.basename(path) + ".", dir=directory)
+    try:
+        os.fchmod(fd, _new_file_mode())
+        with os.fdopen(fd, "w") as out:
+            json.dump(document, out, indent=1, sort_keys=True)
+            out.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+MAX_FILE_BYTES = 256 * 1024 * 1024  # far above any record, choices file or table
+MAX_DEPTH = 16  # the deepest of our formats nests 7 levels (record -> kernels -> ... -> kwargs)
+MAX_INT = 2 ** 63  # integers beyond int64 are no config, rank or count of ours
+
+def read_json(path: str):
+    """The JSON value in ``path``: a regular file, opened without blocking (a FIFO would hang a
+    plain open), of bounded size, depth and integer width."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        if os.path.isdir(path):
+            raise FileFormatError(f"{path}: is a directory, not a file") from None
+        raise FileFormatError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise FileFormatError(f"{path}: is a directory, not a file")
+        if not stat.S_ISREG(info.st_mode):
+            kind = "a FIFO" if stat.S_ISFIFO(info.st_mode) else "a socket" if stat.S_ISSOCK(info.st_mode) \
+                else "a device" if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode) else "not a regular file"
+            raise FileFormatError(f"{path}: is {kind}, not a regular file")
+        if info.st_size > MAX_FILE_BYTES:
+            raise FileFormatError(f"{path}: is {info.st_size} bytes, more than any autotune_guard file "
+                                  f"({MAX_FILE_BYTES // 2**20} MiB)")
+        with os.fdopen(fd, "rb") as src:
+            fd = None
+            data = src.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise FileFormatError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    finally:
+        if fd is not None:
+            os.close(fd)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise FileFormatError(f"{path}: is not UTF-8 text") from None
+    if not text.strip():
+        raise FileFormatError(f"{path}: is empty")
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise FileFormatError(f"{path}: is not valid JSON, truncated or corrupt ({exc.msg} at line {exc.lineno})") from None
+    except RecursionError:
+        raise FileFormatError(f"{path}: nests deeper than any autotune_guard file (limit {MAX_DEPTH})") from None
+    except ValueError as exc:  # an integer of thousands of digits, among others
+        raise FileFormatError(f"{path}: is not usable JSON ({str(exc)[:120]})") from None
+    check_depth_and_numbers(path, document)
+    return document
+
+
+def check_depth_and_numbers(path, document) -> None:
+    pending = [(document, 1)]
+    while pending:
+        value, depth = pending.pop()
+        if isinstance(value, (dict, list)):
+            if depth > MAX_DEPTH:
+                raise FileFormatError(f"{path}: nests deeper than any autotune_guard file (limit {MAX_DEPTH})")
+            pending.extend((v, depth + 1) for v in (value.values() if isinstance(value, dict) else value))
+        elif isinstance(value, int) and not isinstance(value, bool) and not -MAX_INT <= value < MAX_INT:
+            raise FileFormatError(f"{path}: holds an integer of {len(str(abs(value)))} digits; none of its fields "
+                                  "can be that large")
+

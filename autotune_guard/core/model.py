@@ -1,0 +1,177 @@
+"""The choice model: what a choice is about (``ChoiceKey``), what was chosen (``Choice``), config
+descriptors and their signatures, and Triton's tuning-key formula, written once.
+
+A *descriptor* is a dict ``{"kwargs": {...}, "num_warps": 4, "num_stages": 3, "num_ctas": 1,
+"maxnreg": None}``: what a table stores, and what ``descriptor`` makes of a live ``triton.Config``
+by reading its attributes (Triton is never imported here). A field of ``EXTRA_FIELDS`` is present
+only when the config sets it away from its default, so signatures stay the same across releases.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from typing import Mapping, NamedTuple, Sequence
+
+# Launch options of a Config besides its meta-parameters, in signature order.
+OPTION_FIELDS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+# Further fields Triton's Config compares, with the default at which a descriptor leaves them out:
+# the warp-specialisation fields of 3.2/3.3 and ``ir_override`` of 3.4+.
+EXTRA_FIELDS = {
+    "num_buffers_warp_spec": 0,
+    "num_consumer_groups": 0,
+    "reg_dec_producer": 0,
+    "reg_inc_consumer": 0,
+    "ir_override": None,
+}
+# How a choice was made, as logs and files spell it.
+HOW = ("pinned", "timed", "consensus", "library", "cache hit", "pruned to one", "reused")
+
+
+class ChoiceKey(NamedTuple):
+    """What one choice is about: the arch, the kernel (``module.function``) and the tuning key text."""
+
+    arch: str
+    kernel: str
+    key: str
+
+    def text(self) -> str:
+        return f"{self.arch}|{self.kernel}|{self.key}"
+
+    def what(self) -> str:
+        """How messages name it."""
+        return f"kernel {self.kernel} key ({self.key}) arch {self.arch}"
+
+    @classmethod
+    def parse(cls, text: str) -> "ChoiceKey":
+        """The inverse of ``text``: arch and kernel names hold no ``|``, a key text may."""
+        arch, _, rest = text.partition("|")
+        kernel, _, key = rest.partition("|")
+        return cls(arch, kernel, key)
+
+
+class Choice(NamedTuple):
+    """What was chosen for a ``ChoiceKey`` (the config's signature) and how (one of ``HOW``)."""
+
+    signature: str
+    how: str
+
+    def text(self) -> str:
+        return f"{self.signature};{self.how}"
+
+    @classmethod
+    def parse(cls, text: str) -> "Choice":
+        """The inverse of ``text``: a signature may hold ``;`` (a string meta-parameter), ``how`` never."""
+        signature, _, how = text.rpartition(";")
+        return cls(signature, how)
+
+
+def record_entry(config: Mapping, signature: str, how: str, timings: Mapping | None, candidates: list) -> dict:
+    """A record file's entry for one winner: its descriptor (compact), how it was chosen, the
+    candidates' timings by signature (None when not timed in this process), every candidate."""
+    return {"config": compact(config), "signature": signature, "how": how, "timings": timings,
+            "candidates": [compact(c) for c in candidates]}
+
+
+def log_text(entries: Mapping[ChoiceKey, Choice]) -> dict[str, str]:
+    """A choice log as the public API and the choices files spell it."""
+    return {key.text(): choice.text() for key, choice in entries.items()}
+
+
+def digest_of(log: Mapping[str, str]) -> str:
+    """A hash of a log's text entries: equal logs, equal digests."""
+    text = "\n".join(f"{k} -> {v}" for k, v in sorted(log.items()))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def signature(desc: Mapping) -> str:
+    """A canonical, version-independent text for a config: ``BLOCK=64,num_warps=4,...``."""
+    parts = [f"{name}={value}" for name, value in sorted(desc["kwargs"].items())]
+    parts += [f"{name}={desc[name]}" for name in OPTION_FIELDS if desc.get(name) is not None]
+    parts += [f"{name}={desc[name]}" for name, default in EXTRA_FIELDS.items() if desc.get(name, default) != default]
+    return ",".join(parts)
+
+
+def static_cost(desc: Mapping) -> tuple:
+    """Cost without timing: smallest tile first (product of integer meta-parameters), then fewer
+    warps, stages and CTAs; the signature breaks ties, so declaration order never matters."""
+    tile = math.prod(v for v in desc["kwargs"].values() if isinstance(v, int) and not isinstance(v, bool))
+    return (tile, desc.get("num_warps") or 0, desc.get("num_stages") or 0, desc.get("num_ctas") or 0, signature(desc))
+
+
+def descriptor(config) -> dict:
+    """A live ``triton.Config`` (or anything with its attributes) as plain data."""
+    desc = {
+        "kwargs": dict(config.kwargs),
+        "num_warps": config.num_warps,
+        "num_stages": config.num_stages,
+        "num_ctas": getattr(config, "num_ctas", 1),
+        "maxnreg": getattr(config, "maxnreg", None),
+    }
+    for name, default in EXTRA_FIELDS.items():
+        value = getattr(config, name, default)
+        if value != default:
+            desc[name] = value
+    return desc
+
+
+def compact(desc: Mapping) -> dict:
+    """A descriptor as files store it (unset maxnreg left out)."""
+    return {k: v for k, v in desc.items() if v is not None}
+
+
+def key_text(key: Sequence) -> str:
+    """A tuning key as tables and logs spell it: ``1024,torch.float16``. A text part holding a
+    comma or starting with a quote is JSON-quoted, so that two keys never spell alike."""
+    return ",".join(_key_part(part) for part in key)
+
+
+def _key_part(part) -> str:
+    text = str(part)
+    if isinstance(part, str) and ("," in text or text.startswith('"')):
+        return json.dumps(text)
+    return text
+
+
+_MISSING = object()
+
+
+class TuningKey:
+    """Triton's tuning key (the 3.2+ formula): the key arguments' values by name, then the dtype of
+    every argument that has one, in declaration order. Built once per autotuner; ``of`` is the
+    per-launch path, so the common all-positional call maps no names."""
+
+    __slots__ = ("arg_names", "arg_set", "keys", "key_index")
+
+    def __init__(self, arg_names: Sequence[str], keys: Sequence[str]):
+        self.arg_names = list(arg_names)
+        self.arg_set = frozenset(self.arg_names)
+        self.keys = list(keys)
+        self.key_index = tuple(self.arg_names.index(name) for name in self.keys if name in self.arg_set)
+
+    def of(self, args: Sequence, kwargs: Mapping) -> tuple:
+        if len(args) <= len(self.arg_names) and self.arg_set.isdisjoint(kwargs):
+            count = len(args)
+            key = [args[i] for i in self.key_index if i < count]
+            for value in args:
+                dtype = getattr(value, "dtype", _MISSING)
+                if dtype is not _MISSING:
+                    key.append(str(dtype))
+            return tuple(key)
+        values = dict(zip(self.arg_names, args))
+        for name, value in kwargs.items():
+            if name in self.arg_set:
+                values[name] = value
+        return self.of_values(values)
+
+    def of_values(self, values: Mapping) -> tuple:
+        """The key from argument values by name, in Triton's order: dtypes follow ``values``."""
+        key = [values[name] for name in self.keys if name in values]
+        key += [str(value.dtype) for name, value in values.items() if name in self.arg_set and hasattr(value, "dtype")]
+        return tuple(key)
+
+
+def qualified_name(fn) -> str:
+    """``module.function`` of a kernel function, as tables and logs name it."""
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__name__', '?')}"

@@ -1,0 +1,141 @@
+"""The three file formats (tables, records, choices files) and the checks every reader and writer
+applies: ``read_document`` parses through ``jsonfile`` and checks each field a reader uses for its
+type, so that no malformed file reaches them; ``check_descriptor`` is the one config check.
+"""
+
+from __future__ import annotations
+
+from .errors import FileFormatError
+from .jsonfile import read_json
+from .model import EXTRA_FIELDS, OPTION_FIELDS
+
+TABLE_FORMAT = "autotune_guard.table/1"
+RECORD_FORMAT = "autotune_guard.record/1"
+CHOICES_FORMAT = "autotune_guard.choices/1"
+FORMATS = (TABLE_FORMAT, RECORD_FORMAT, CHOICES_FORMAT)
+
+
+def read_document(path: str, formats=FORMATS) -> dict:
+    """Parse and check one file; raises FileFormatError naming it, and nothing else: every
+    field a reader of this package uses is checked for its type here, so that no malformed file
+    (wrong types, deep nesting, huge numbers, a FIFO or a device) reaches them."""
+    document = read_json(path)
+    if not isinstance(document, dict) or "format" not in document:
+        raise FileFormatError(f"{path}: has no 'format' field; not an autotune_guard file")
+    fmt = document["format"]
+    if not isinstance(fmt, str):
+        raise FileFormatError(f"{path}: 'format' must be a string, like {formats[0]!r}")
+    if fmt not in formats:
+        family = fmt.rpartition("/")[0]
+        if any(family == known.rpartition("/")[0] for known in formats):
+            raise FileFormatError(f"{path}: format {fmt!r} is not supported by this autotune_guard (reads {', '.join(formats)})")
+        if fmt in FORMATS:  # ours, but not what this reader takes (a record given as a table)
+            raise FileFormatError(f"{path}: is a {fmt} file; expected {' or '.join(formats)}")
+        raise FileFormatError(f"{path}: format {fmt[:100]!r} is not one of {', '.join(formats)}")
+    _CHECKS[fmt](path, document)
+    return document
+
+
+def _require(path, condition, what):
+    if not condition:
+        raise FileFormatError(f"{path}: {what}")
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _optional(path, document, name, types, what):
+    """``document[name]``, when present and not null, must be of ``types``."""
+    value = document.get(name)
+    types = types if isinstance(types, tuple) else (types,)
+    _require(path, value is None or (isinstance(value, types) and not (isinstance(value, bool) and bool not in types)),
+             f"{name!r} must be {what}")
+
+
+def _string_map(path, document, name, what):
+    value = document.get(name)
+    _require(path, value is None or (isinstance(value, dict) and all(v is None or isinstance(v, str) for v in value.values())),
+             f"{name!r} must be an object of {what} -> version string")
+
+
+def _common_fields(path, document):
+    """Fields records and choices files share (who wrote them, when, for which run)."""
+    _require(path, _is_int(document.get("rank")) and document["rank"] >= 0, "needs a non-negative integer 'rank'")
+    _optional(path, document, "world_size", int, "an integer")
+    _optional(path, document, "complete", bool, "true or false")
+    for name in ("run_id", "host", "written", "mode", "ended"):
+        _optional(path, document, name, str, "a string")
+    _optional(path, document, "pid", int, "an integer")
+    for name in ("started", "updated"):
+        _optional(path, document, name, (int, float), "a number")
+
+
+def check_descriptor(path: str, where: str, desc) -> None:
+    _require(path, isinstance(desc, dict), f"{where}: a config must be an object")
+    _require(path, isinstance(desc.get("kwargs", {}), dict), f"{where}: 'kwargs' must be an object")
+    for name, value in desc.get("kwargs", {}).items():
+        _require(path, value is None or isinstance(value, (int, float, str)),
+                 f"{where}: meta-parameter {name!r} must be a number, string or boolean")
+    for name in OPTION_FIELDS:
+        if name in desc and desc[name] is not None:
+            _require(path, isinstance(desc[name], int) and not isinstance(desc[name], bool), f"{where}: {name!r} must be an integer")
+    unknown = set(desc) - {"kwargs", *OPTION_FIELDS, *EXTRA_FIELDS}
+    _require(path, not unknown, f"{where}: unknown config fields {sorted(unknown)}")
+
+
+def _check_kernels(path, document, entry_check):
+    kernels = document.get("kernels")
+    _require(path, isinstance(kernels, dict), "'kernels' must be an object of kernel name -> entries")
+    for kernel, entries in kernels.items():
+        _require(path, isinstance(entries, dict), f"kernel {kernel!r}: entries must be an object of key -> config")
+        for key, entry in entries.items():
+            entry_check(path, f"kernel {kernel!r} key {key!r}", entry)
+
+
+def _check_table(path, document):
+    _require(path, isinstance(document.get("arch"), str) and document["arch"], "a table needs an 'arch' string")
+    for name in ("triton", "torch", "python"):
+        _optional(path, document, name, str, "a version string")
+    _string_map(path, document, "packages", "package")
+    _check_kernels(path, document, check_descriptor)
+
+
+def _check_record(path, document):
+    _require(path, isinstance(document.get("arch"), str), "a record needs an 'arch' string")
+    _require(path, _is_int(document.get("rank")), "a record needs an integer 'rank'")
+    _common_fields(path, document)
+    _string_map(path, document, "versions", "name")
+    _string_map(path, document, "packages", "package")
+
+    def entry_check(path, where, entry):
+        _require(path, isinstance(entry, dict) and "config" in entry, f"{where}: a record entry needs a 'config'")
+        check_descriptor(path, where, entry["config"])
+        for name in ("how", "signature"):
+            _require(path, entry.get(name) is None or isinstance(entry[name], str), f"{where}: {name!r} must be a string")
+        timings = entry.get("timings")
+        _require(path, timings is None or isinstance(timings, dict), f"{where}: 'timings' must be an object or null")
+        for measured in (timings or {}).values():
+            values = measured if isinstance(measured, list) else [measured]
+            _require(path, values and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values),
+                     f"{where}: a timing must be a number or a list of numbers (median first)")
+        candidates = entry.get("candidates", [])
+        _require(path, isinstance(candidates, list), f"{where}: 'candidates' must be a list of configs")
+        for candidate in candidates:
+            check_descriptor(path, f"{where} candidate", candidate)
+
+    _check_kernels(path, document, entry_check)
+
+
+def _check_choices(path, document):
+    _require(path, _is_int(document.get("rank")), "a choices file needs an integer 'rank'")
+    _common_fields(path, document)
+    _optional(path, document, "count", int, "an integer")
+    _require(path, isinstance(document.get("log"), dict), "a choices file needs a 'log' object")
+    _require(path, isinstance(document.get("digest"), str), "a choices file needs a 'digest' string")
+    for entry, choice in document["log"].items():
+        _require(path, entry.count("|") >= 2 and isinstance(choice, str) and ";" in choice,
+                 f"log entry {entry!r}: expected 'arch|module.function|key' -> 'config;how'")
+
+
+_CHECKS = {TABLE_FORMAT: _check_table, RECORD_FORMAT: _check_record, CHOICES_FORMAT: _check_choices}

@@ -1,0 +1,91 @@
+"""Tables: where they are searched, how several merge, when they are stale, which entry a kernel
+and key get. Reading goes through ``schema``; warnings are returned, so the caller says each once."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from typing import Mapping
+
+from .errors import FileFormatError
+from .schema import TABLE_FORMAT, read_document
+
+logger = logging.getLogger("autotune_guard")
+
+PACKAGED_TABLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tables")
+
+
+def table_candidates(table_path, arch: str) -> list[str]:
+    """Files to read for ``arch``, highest priority first: each AUTOTUNE_TABLE_PATH entry (a
+    directory holding ``<arch>.json``, or a table file), then the tables packaged here."""
+    found = []
+    for entry in (*table_path, PACKAGED_TABLES):
+        if os.path.isdir(entry):
+            candidate = os.path.join(entry, f"{arch}.json")
+            if os.path.exists(candidate):
+                found.append(candidate)
+        elif os.path.exists(entry) or entry is not PACKAGED_TABLES:
+            found.append(entry)
+    return found
+
+
+def installed_version(package: str) -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return version(package)
+    except Exception:
+        return None
+
+
+def load_tables(table_path, arch: str, versions: Mapping[str, str | None]) -> tuple[dict, list[str]]:
+    """``({kernel: {key: descriptor}}, warnings)`` for ``arch``. Earlier files win, entry by entry,
+    except that a ``*`` entry stands for every key, so it hides what later files have for that
+    kernel. A file that cannot be used is skipped, and a version mismatch (Triton, torch, or a
+    kernel package the table names) noted: each is one warning line, since tables go stale."""
+    merged: dict = {}
+    wildcarded: set = set()
+    warnings = []
+    for path in table_candidates(table_path, arch):
+        try:
+            document = read_document(path, formats=(TABLE_FORMAT,))
+        except FileFormatError as exc:
+            warnings.append(f"skipping table {exc}")
+            continue
+        if document["arch"] != arch:
+            warnings.append(f"skipping table {path}: it is for arch {document['arch']}, this process runs {arch}")
+            continue
+        stale = stale_versions(document, versions)
+        if stale:
+            warnings.append(f"table {path} was made with {', '.join(stale)}: its choices may be stale; "
+                            "record and merge it again")
+        logger.debug("using table %s (source: %s)", path, json.dumps(document.get("source"), sort_keys=True))
+        for kernel, entries in document["kernels"].items():
+            if kernel in wildcarded:
+                continue
+            slot = merged.setdefault(kernel, {})
+            for key, entry in entries.items():
+                slot.setdefault(key, entry)
+            if "*" in entries:
+                wildcarded.add(kernel)
+    return merged, warnings
+
+
+def stale_versions(document: Mapping, versions: Mapping[str, str | None]) -> list[str]:
+    """``name made (running running)`` for each version the table names that differs from the running one."""
+    made_for = [(name, document.get(name), versions.get(name)) for name in ("triton", "torch")]
+    made_for += [(name, made, installed_version(name)) for name, made in sorted((document.get("packages") or {}).items())]
+    return [f"{name} {made} (running {running})" for name, made, running in made_for if made and running and made != running]
+
+
+def table_entry(tables: Mapping, qualified: str, key: str):
+    """The entry for a kernel and tuning key: its own key, else ``*``; by qualified name, else
+    by bare function name."""
+    for name in (qualified, qualified.rpartition(".")[2]):
+        entries = tables.get(name)
+        if entries:
+            entry = entries[key] if key in entries else entries.get("*")
+            if entry is not None:
+                return entry
+    return None

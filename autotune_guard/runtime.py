@@ -1,0 +1,276 @@
+"""The one object that owns the process's mutable state: :class:`Guard`, reached by ``current()``.
+
+It holds the epoch (the installed policy with its generation, choice log, tables and warnings,
+replaced in one step by ``install()``), the facts only adapters can read (rank, arch, Config
+defaults, versions: each read once, from the source an adapter provided), the kernels it did not
+govern, and the subscribers told of each new choice (the evidence writer). ``note()`` checks the
+epoch itself, under the guard's lock, so a choice lands in the log of the policy that made it or
+nowhere. ``after_fork()`` rebuilds in a child what it must not inherit (locks, the log).
+Imports only the core: the adapters fill it in, the API reads it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Callable
+
+from .core import settings
+from .core.errors import ConsensusError, StoreError
+from .core.model import Choice, ChoiceKey, log_text
+from .core.pinned import Pick, pinned_pick
+from .core.tables import installed_version, load_tables, table_entry
+
+logger = logging.getLogger("autotune_guard")
+
+
+class ChoiceLog:
+    """One epoch's choices, and in record mode the winners with what was measured."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.entries: dict[ChoiceKey, Choice] = {}
+        self.unverified: dict[ChoiceKey, Choice] = {}  # entries made since the last cross-rank check
+        self.records: dict[str, dict[str, dict]] = {}  # kernel -> key text -> record entry
+        self.record_arch: str | None = None
+        self.packages: dict[str, str | None] = {}  # top-level package of a recorded kernel -> version
+
+    def add(self, key: ChoiceKey, choice: Choice, record: dict | None) -> bool:
+        """False when ``key`` was chosen already (its first choice stands)."""
+        with self.lock:
+            if key in self.entries:
+                return False
+            self.entries[key] = self.unverified[key] = choice
+            if record is not None:
+                self.record_arch = self.record_arch or key.arch
+                self.records.setdefault(key.kernel, {})[key.key] = record
+                top = key.kernel.split(".", 1)[0]
+                if top not in self.packages:
+                    self.packages[top] = installed_version(top)
+            return True
+
+    def snapshot(self, timeout: float = -1) -> tuple | None:
+        """(text log, records, record arch, packages), copied under the lock; None when the lock
+        could not be had within ``timeout`` seconds (a signal handler must not wait forever)."""
+        if not self.lock.acquire(timeout=timeout):
+            return None
+        try:
+            return (log_text(self.entries), {k: dict(v) for k, v in self.records.items()}, self.record_arch,
+                    dict(self.packages))
+        finally:
+            self.lock.release()
+
+    def take_unverified(self) -> dict[ChoiceKey, Choice]:
+        with self.lock:
+            taken, self.unverified = self.unverified, {}
+            return taken
+
+
+class Epoch:
+    """What the process carries out under one installed policy; a new ``install()`` makes a new one.
+
+    ``policy`` is the policy as carried out: a mode no setting chose is settled at its first read,
+    a kernel's first launch (torch's deterministic flag, which the program may set after Triton
+    was imported, selects pinned). ``installed`` is the policy as given."""
+
+    def __init__(self, installed, generation: int, resolve: Callable):
+        self.installed = installed
+        self.generation = generation
+        self.log = ChoiceLog()
+        self.tables: dict[str, dict] = {}  # arch -> {kernel: {key: entry}}
+        self.warned: set[str] = set()
+        self.launched: dict[str, set[str]] = {}  # kernel -> meta-parameter names, for the exit checks
+        self._resolve = resolve
+        self._policy = None
+
+    @property
+    def policy(self):
+        policy = self._policy
+        if policy is None and self.installed is not None:
+            policy = self._policy = self._resolve(self.installed)
+        return policy
+
+    def settled_policy(self):
+        """The policy as carried out if settled already, else as installed (settles nothing)."""
+        return self._policy or self.installed
+
+
+class Facts:
+    """What only an adapter can read, each from the source the adapter provided: read at the first
+    need and kept (``get``), or asked every time (``ask``)."""
+
+    def __init__(self):
+        self._sources: dict[str, Callable] = {}
+        self._values: dict = {}
+
+    def provide(self, name: str, source: Callable) -> None:
+        self._sources[name] = source
+
+    def get(self, name: str):
+        if name not in self._values:
+            source = self._sources.get(name)
+            if source is None:
+                return None
+            self._values.setdefault(name, source())
+        return self._values[name]
+
+    def peek(self, name: str):
+        return self._values.get(name)
+
+    def ask(self, name: str, default=None):
+        source = self._sources.get(name)
+        return default if source is None else source()
+
+    def versions(self) -> dict[str, str | None]:
+        import sys
+
+        return {"triton": self.get("triton_version"), "torch": self.ask("torch_version"),
+                "python": sys.version.split()[0]}
+
+
+class Guard:
+    """The process's autotune_guard state; see the module docstring."""
+
+    def __init__(self):
+        self.lock = threading.Lock()  # held while the epoch is replaced and while a choice is noted
+        self.epoch = Epoch(None, 0, self._settle)
+        self.facts = Facts()
+        self.startup = settings.StartupSettings()
+        self.startup_read = False  # set once the environment's start-up settings are read
+        self.ungoverned: dict[str, str] = {}  # kernel -> why the guard did not govern its choice
+        self.warned: set[str] = set()  # warnings said once per process
+        self._subscribers: list[Callable] = []
+        self._epoch_listeners: list[Callable] = []
+        self._fork_listeners: list[Callable] = []
+
+    # --- epochs -----------------------------------------------------------------------------------
+
+    def replace(self, policy) -> Epoch:
+        """Make ``policy`` the one carried out, with a new log and tables, in one step; the
+        epoch listeners (adapters dropping what they hung on foreign objects) run under the lock."""
+        with self.lock:
+            self.epoch = Epoch(policy, self.epoch.generation + 1, self._settle)
+            for listener in self._epoch_listeners:
+                listener(self.epoch)
+            return self.epoch
+
+    def on_new_epoch(self, listener: Callable) -> Callable:
+        """``listener(epoch)`` at every replacement, under the lock; returns the undo."""
+        if listener not in self._epoch_listeners:
+            self._epoch_listeners.append(listener)
+        return lambda: self._epoch_listeners.remove(listener) if listener in self._epoch_listeners else None
+
+    def _settle(self, installed):
+        policy = settings.derived_mode(installed, bool(self.facts.ask("torch_deterministic", False)))
+        if policy is not installed:
+            logger.info("mode pinned, from %s; no AUTOTUNE_MODE was given", policy.mode_from)
+        return policy
+
+    # --- choices ----------------------------------------------------------------------------------
+
+    def note(self, epoch: Epoch, key: ChoiceKey, choice: Choice, record: dict | None = None) -> bool:
+        """Note a choice (and in record mode its record entry) made under ``epoch``; False, noting
+        nothing, when another policy was installed meanwhile (the caller chooses again under it).
+        A key chosen already keeps its first choice."""
+        with self.lock:
+            if epoch is not self.epoch:
+                return False
+            if not epoch.log.add(key, choice, record):
+                return True
+        logger.debug("choice %s -> %s", key.text(), choice.text())
+        for subscriber in self._subscribers:
+            subscriber()
+        return True
+
+    def subscribe(self, callback: Callable) -> None:
+        """``callback()`` after every new choice, outside the lock (the evidence writer)."""
+        if callback not in self._subscribers:
+            self._subscribers.append(callback)
+
+    def launched(self, epoch: Epoch, kernel: str, parameters) -> None:
+        """An autotuner met under ``epoch`` (once per autotuner): for the exit checks."""
+        epoch.launched.setdefault(kernel, set()).update(parameters)
+
+    def table_entry(self, epoch: Epoch, arch: str, kernel: str, key: str):
+        """The entry of the epoch's tables for a kernel and key text; tables are read at the first
+        need per arch, and what could not be used is said once."""
+        tables = epoch.tables.get(arch)
+        if tables is None:
+            tables, warnings = load_tables(epoch.installed.table_path, arch, self.facts.versions())
+            epoch.tables[arch] = tables
+            for warning in warnings:
+                self.warn_once(warning, warning, scope="process")
+        return table_entry(tables, kernel, key)
+
+    def pin(self, epoch: Epoch, key: ChoiceKey, descriptors: list) -> Pick:
+        """The pinned rule for ``key`` among ``descriptors`` under ``epoch`` (table, block sizes,
+        on-miss, chaos); a setting it could not obey is said once. Notes nothing."""
+        policy = epoch.policy
+        entry = self.table_entry(epoch, key.arch, key.kernel, key.key)
+        rank = self.facts.get("rank_world")[0] if policy.chaos else 0
+        pick = pinned_pick(descriptors, table_entry=entry, policy=policy, what=key.what(), rank=rank,
+                           defaults=self.facts.get("config_defaults") or {})
+        if pick.warning:
+            self.warn_once(pick.warning, f"{pick.warning}; using {pick.why}")
+        return pick
+
+    def job_store(self, key: ChoiceKey):
+        """The job's c10d Store for a consensus decision on ``key``, or None when not distributed."""
+        try:
+            return self.facts.ask("job_store")
+        except StoreError as exc:
+            raise ConsensusError(f"autotune_guard consensus: {key.what()}: {exc}") from exc
+
+    # --- what is said ------------------------------------------------------------------------------
+
+    def warn_once(self, tag: str, message: str, level: int = logging.WARNING, scope: str = "epoch") -> bool:
+        """Log ``message`` once per epoch (or per process) for ``tag``; False when said already."""
+        said = self.epoch.warned if scope == "epoch" else self.warned
+        with self.lock:
+            if tag in said:
+                return False
+            said.add(tag)
+        logger.log(level, "%s", message)
+        return True
+
+    def note_ungoverned(self, kernel: str, why: str) -> bool:
+        """A kernel whose config choice the guard did not govern; False when noted already."""
+        with self.lock:
+            if kernel in self.ungoverned:
+                return False
+            self.ungoverned[kernel] = why
+            return True
+
+    def exit_lines(self) -> list[str]:
+        """What the exit says about settings the kernels that ran made ineffective."""
+        epoch = self.epoch
+        if epoch.installed is None or not epoch.launched:
+            return []
+        return settings.unmatched_settings(epoch.settled_policy(), epoch.launched)
+
+    # --- forks -------------------------------------------------------------------------------------
+
+    def on_fork(self, listener: Callable) -> None:
+        if listener not in self._fork_listeners:
+            self._fork_listeners.append(listener)
+
+    def after_fork(self) -> None:
+        """In a forked child: fresh locks (another thread may have held one at fork), an empty log
+        (the parent's choices are in the parent's file); the listeners renew their own locks."""
+        self.lock = threading.Lock()
+        self.epoch.log = ChoiceLog()
+        self.epoch.launched = {}  # the exit checks are the parent's to make
+        for listener in self._fork_listeners:
+            listener()
+
+
+_guard = Guard()
+
+
+def current() -> Guard:
+    return _guard
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_guard.after_fork)
