@@ -43,6 +43,13 @@ def _on_distributed(module) -> None:
     distributed.wrap_barriers(module)
 
 
+def _watch_inductor() -> None:
+    """The Inductor patch for a policy installed by the API (fires at once if Inductor is loaded)."""
+    import wrapt
+
+    wrapt.register_post_import_hook(_on_inductor, "torch._inductor.runtime.triton_heuristics")
+
+
 def _on_inductor(module) -> None:
     from .adapters import inductor
 
@@ -66,6 +73,7 @@ def carry_out(policy: AutotunePolicy) -> None:
     evidence.configure(policy)
     configure_logging(policy.log_level)
     distributed.on_install(policy)
+    _watch_inductor()
     _started_with(policy, guard)
 
 

@@ -40,7 +40,8 @@ PROGRAM = """
 import hashlib, json
 import torch, triton.testing
 import gpu_kernels
-from autotune_guard import active_policy, choice_log, interception
+from autotune_guard import active_policy, choice_log
+from autotune_guard.runtime import current
 
 calls = []
 
@@ -63,7 +64,7 @@ y = torch.randn(4096, device="cuda", generator=gen)
 assert torch.equal(gpu_kernels.add(add, x, y, torch.empty_like(x)), x + y)
 torch.cuda.synchronize()
 policy = active_policy()
-print(json.dumps({"timer_calls": len(calls), "log": choice_log(), "arch": interception.current_arch(),
+print(json.dumps({"timer_calls": len(calls), "log": choice_log(), "arch": current().facts.get("arch"),
                   "mode": policy.mode if policy else None, "hashes": hashes,
                   "capability": list(torch.cuda.get_device_capability()), "name": torch.cuda.get_device_name()}))
 """

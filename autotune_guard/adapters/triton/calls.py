@@ -16,7 +16,8 @@ def held_run(autotuner, state, *args, **kwargs):
     lock = state.lock
     lock.acquire()
     try:
-        saved = _saved_fields(autotuner)
+        attrs = autotuner.__dict__
+        saved = attrs.get("best_config", MISSING), attrs.get("nargs", MISSING)
         try:
             return _registry.original_run(autotuner, *args, **kwargs)
         except BaseException:
@@ -30,7 +31,8 @@ def held_run(autotuner, state, *args, **kwargs):
 def swap_run(autotuner, config, args, kwargs):
     """Launch ``config`` through Triton's single-config branch; the caller holds the lock."""
     saved_configs = autotuner.configs
-    saved = _saved_fields(autotuner)
+    attrs = autotuner.__dict__
+    saved = attrs.get("best_config", MISSING), attrs.get("nargs", MISSING)
     autotuner.configs = [config]
     try:
         return _registry.original_run(autotuner, *args, **kwargs)
@@ -39,11 +41,6 @@ def swap_run(autotuner, config, args, kwargs):
         raise
     finally:
         autotuner.configs = saved_configs
-
-
-def _saved_fields(autotuner):
-    attrs = autotuner.__dict__
-    return attrs.get("best_config", MISSING), attrs.get("nargs", MISSING)
 
 
 def _restore_fields(autotuner, saved) -> None:
