@@ -82,9 +82,3 @@ def rebind_aliases(name: str, old, new) -> int:
             namespace[name] = new
             count += 1
     return count
-
-
-def undo_all() -> None:
-    """Every patch undone, newest first (tests, and a real uninstall)."""
-    for found in reversed(list(_in_force.values())):
-        found.undo()

@@ -61,7 +61,7 @@ class Registry:
                 gate = self.gates[(id(autotuner), key)] = threading.Lock()
             return gate
 
-    def drop_direct(self, epoch=None) -> None:
+    def drop_direct(self) -> None:
         """Every autotuner's launches go through the guard again (a new epoch)."""
         for autotuner in list(self.direct):
             autotuner.__dict__.pop("run", None)
