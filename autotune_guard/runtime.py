@@ -18,7 +18,7 @@ from typing import Callable
 
 from .core import settings
 from .core.errors import ConsensusError, StoreError
-from .core.model import Choice, ChoiceKey, log_text
+from .core.model import Choice, ChoiceKey, base_name, log_text
 from .core.pinned import Pick, pinned_pick
 from .core.tables import installed_version, load_tables, table_entry
 
@@ -190,7 +190,7 @@ class Guard:
 
     def launched(self, epoch: Epoch, kernel: str, parameters) -> None:
         """An autotuner met under ``epoch`` (once per autotuner): for the exit checks."""
-        epoch.launched.setdefault(kernel, set()).update(parameters)
+        epoch.launched.setdefault(base_name(kernel), set()).update(parameters)
 
     def table_entry(self, epoch: Epoch, arch: str, kernel: str, key: str):
         """The entry of the epoch's tables for a kernel and key text; tables are read at the first
@@ -201,7 +201,10 @@ class Guard:
             epoch.tables[arch] = tables
             for warning in warnings:
                 self.warn_once(warning, warning, scope="process")
-        return table_entry(tables, kernel, key)
+        entry = table_entry(tables, kernel, key)
+        if entry is None and base_name(kernel) != kernel:  # a shared name falls back to the plain one
+            entry = table_entry(tables, base_name(kernel), key)
+        return entry
 
     def pin(self, epoch: Epoch, key: ChoiceKey, descriptors: list) -> Pick:
         """The pinned rule for ``key`` among ``descriptors`` under ``epoch`` (table, block sizes,

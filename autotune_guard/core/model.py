@@ -129,9 +129,20 @@ def key_text(key: Sequence) -> str:
 
 def _key_part(part) -> str:
     text = str(part)
-    if isinstance(part, str) and ("," in text or text.startswith('"')):
+    if isinstance(part, str) and ("," in text or text.startswith('"') or _reads_as_other(text)):
         return json.dumps(text)
     return text
+
+
+def _reads_as_other(text: str) -> bool:
+    # A string that spells like a number, a bool or None would share its text with that value.
+    if text in ("True", "False", "None"):
+        return True
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 _MISSING = object()
@@ -175,3 +186,23 @@ class TuningKey:
 def qualified_name(fn) -> str:
     """``module.function`` of a kernel function, as tables and logs name it."""
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__name__', '?')}"
+
+
+# Between a kernel's name and the hash that tells it from another kernel of the same name.
+SHARED_NAME_MARK = "@"
+
+
+def kernel_identity(source: str, candidates: Sequence[str]) -> str:
+    """A short hash of a kernel's source and its candidate list (what makes two kernels differ)."""
+    text = json.dumps([source, list(candidates)])
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+
+
+def shared_name(base: str, identity: str) -> str:
+    """The name of a kernel whose ``module.function`` another, different kernel already holds."""
+    return f"{base}{SHARED_NAME_MARK}{identity}"
+
+
+def base_name(name: str) -> str:
+    """``module.function`` of a kernel name, without the hash of a shared name."""
+    return name.partition(SHARED_NAME_MARK)[0]

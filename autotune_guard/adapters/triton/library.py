@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 
 from ...core.errors import SelectionError
-from ...core.model import Choice, ChoiceKey, compact, descriptor, key_text, record_entry, signature
+from ...core.model import Choice, ChoiceKey, base_name, compact, descriptor, key_text, record_entry, signature
 from ...runtime import current
 from .tuner import MISSING, STATE_ATTR, kernel_name
 
@@ -76,7 +76,7 @@ def _never_reaches_triton(autotuner, owner, policy) -> None:
     message = (f"kernel {name}: its autotuner class {cls} overrides run() and never calls Triton's Autotuner.run, "
                f"so autotune_guard ({policy.mode} mode) neither sees nor governs its config choices; they are not "
                "in the choice log")
-    if policy.mode == "pinned" and policy.on_miss == "error" and policy.in_scope(name):
+    if policy.mode == "pinned" and policy.on_miss == "error" and policy.in_scope(base_name(name)):
         raise SelectionError(f"autotune_guard: {message} (AUTOTUNE_ON_MISS=error)")
     guard = current()
     guard.note_ungoverned(name, f"{cls}.run never calls Triton's Autotuner.run")

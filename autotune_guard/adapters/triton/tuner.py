@@ -12,11 +12,12 @@ import threading
 import weakref
 from typing import NamedTuple
 
-from ...core.model import TuningKey, qualified_name
+from ...core.model import TuningKey, base_name, kernel_identity, qualified_name, shared_name
 from ...runtime import current
 
 STATE_ATTR = "_autotune_guard_state"
 LOCK_ATTR = "_autotune_guard_lock"
+NAME_ATTR = "_autotune_guard_name"
 MISSING = object()
 
 
@@ -43,6 +44,7 @@ class Registry:
         self.gates: dict = {}  # (id(autotuner), key) -> Lock: one consensus decision per key per process
         self.user_listener = None  # Triton 3.8+'s listener that was set before ours
         self.heard = threading.local()  # what Triton's listener last said in this thread
+        self.names: dict = {}  # module.function -> identity of the first kernel given that name
 
     def lock_of(self, autotuner):
         lock = autotuner.__dict__.get(LOCK_ATTR)
@@ -91,7 +93,7 @@ class TunerState:
         policy = epoch.policy
         self.epoch, self.generation = epoch, epoch.generation
         self.qualified = kernel_name(autotuner)
-        self.mode = policy.mode if policy.in_scope(self.qualified) else "off"
+        self.mode = policy.mode if policy.in_scope(base_name(self.qualified)) else "off"
         self.key = TuningKey(autotuner.arg_names, autotuner.keys)
         self.selected: dict = {}  # tuning key -> live Config chosen by the guard
         self.seen: set = set()  # tuning keys whose ``cache`` entry is accounted for (observed or pinned)
@@ -108,7 +110,41 @@ class TunerState:
 
 
 def kernel_name(autotuner) -> str:
-    return qualified_name(getattr(autotuner, "base_fn", None) or autotuner.fn)
+    """``module.function``, fixed at the autotuner's first launch.  A different kernel (other
+    source or candidates, as a kernel factory makes) under a name already taken is named
+    ``module.function@<hash>`` instead, said once: its choices are not mixed with the first's."""
+    name = autotuner.__dict__.get(NAME_ATTR)
+    if name is None:
+        name = autotuner.__dict__[NAME_ATTR] = _unique_name(autotuner)
+    return name
+
+
+def _unique_name(autotuner) -> str:
+    base = qualified_name(getattr(autotuner, "base_fn", None) or autotuner.fn)
+    identity = kernel_identity(_source_of(autotuner.fn), [str(config) for config in autotuner.configs])
+    with REGISTRY.lock:
+        first = REGISTRY.names.setdefault(base, identity)
+    if first == identity:
+        return base
+    name = shared_name(base, identity)
+    current().warn_once(f"shared name {name}", (
+        f"kernel {base}: another autotuned kernel of this name, with other source or candidates, launched first in "
+        f"this process (a kernel factory?); this one is logged, recorded and verified as {name}, and a table entry "
+        f"for {base} applies to it where the table has none for {name}. Names follow the order of first launch"),
+        scope="process")
+    return name
+
+
+def _source_of(fn) -> str:
+    """The kernel's source text (the JITFunction under any Heuristics wrappers), '' if unknown."""
+    for _ in range(8):
+        source = getattr(fn, "src", None)
+        if isinstance(source, str):
+            return source
+        fn = getattr(fn, "fn", None)
+        if fn is None:
+            break
+    return ""
 
 
 def strategy_of(autotuner) -> str | None:
