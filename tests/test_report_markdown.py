@@ -147,7 +147,7 @@ def test_markdown_diff_lists_what_changed(capsys, tmp_path):
     assert same[0] == 0 and same[1].startswith("### autotune_guard diff: no autotune choice changed\n")
 
 
-@pytest.mark.parametrize("argv", [("show", "--format", "html", "x.json"), ("merge", "--format", "markdown", "x.json", "-o", "t.json")])
+@pytest.mark.parametrize("argv", [("show", "--format", "pdf", "x.json"), ("merge", "--format", "markdown", "x.json", "-o", "t.json")])
 def test_a_format_that_does_not_exist_is_refused_by_name(capsys, argv):
     with pytest.raises(SystemExit) as exit_info:
         report.main(list(argv))

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import sys
+import tempfile
 
 from ..core.errors import GuardError
 from . import cache_import, diff, merge, show
+from .reading import InputError
 
 COMMANDS = ("show", "merge", "diff", "import")
 
@@ -41,16 +44,56 @@ def main(argv=None) -> int:
         print("python -m autotune_guard.report: error: give a command (show, merge, diff, import) or files", file=sys.stderr)
         return 2
     try:
-        return args.run(args, sys.stdout)
+        if getattr(args, "write_to", None):
+            return _to_file(args)
+        status = args.run(args, sys.stdout)
+        sys.stdout.flush()  # here, not at exit, so that a reader who left is seen below
+        return status
     except GuardError as exc:  # InputError, and any unusable file the core names
         message = " ".join(str(exc).split())  # one line, whatever a file's keys hold
         if len(message) > 1000:
             message = message[:1000] + " ..."
         print(f"python -m autotune_guard.report: error: {message}", file=sys.stderr)
         return 2
-    except BrokenPipeError:  # `... | head`: the reader left; nothing is wrong
+    except BrokenPipeError:
+        # `... | head`: the reader left. The check's verdict stands (computed before any output),
+        # so `set -o pipefail` still sees ranks that disagree.
+        _silence_stdout()
+        return getattr(args, "check_status", 0)
+
+
+def _to_file(args) -> int:
+    """Run the command into memory, then write the file in one rename: never a half page."""
+    path = args.write_to
+    if path.endswith(("/", os.sep)) or os.path.isdir(path):
+        raise InputError(f"{path}: -o names a directory; give the file to write, like {os.path.join(path, 'report.html')}")
+    buffer = io.StringIO()
+    status = args.run(args, buffer)
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-" + os.path.basename(path) + ".", dir=directory)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot be written ({exc.strerror or exc})") from None
+    try:
+        os.fchmod(fd, 0o644)
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(buffer.getvalue())
+        os.replace(tmp, path)
+    except OSError as exc:
         try:
-            sys.stdout = open(os.devnull, "w")
+            os.unlink(tmp)
         except OSError:
             pass
-        return 0
+        raise InputError(f"{path}: cannot be written ({exc.strerror or exc})") from None
+    return status
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that the flush at exit does not fail a second time."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+

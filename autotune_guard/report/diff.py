@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 from ..core.model import digest_of
+from . import html
 from .reading import dump, grouped, md, natural_key, read_sources
 
 
@@ -15,12 +16,15 @@ def run(args, out) -> int:
     rows = compare(*(grouped(side) for side in sides))
     counts = Counter(r["status"] for r in rows)
     failing = sum(1 for r in rows if r["status"] == "changed" or r["a_ranks_disagree"] or r["b_ranks_disagree"])
+    args.check_status = 1 if args.check and failing else 0  # kept by the CLI whatever happens to stdout
     # Choices files carry a digest of the whole log: equal digests, equal choices, rank by rank
     # (a rank whose processes left several files: the digest of their combined log).
     digests = [_rank_digests(side) for side in sides]
     compared = {rank: {"a": digests[0][rank], "b": digests[1][rank], "same": digests[0][rank] == digests[1][rank]}
                 for rank in sorted(set(digests[0]) & set(digests[1]))}
-    if args.format == "markdown":
+    if args.format == "html":
+        out.write(html.diff_page(sides, {(r["arch"], r["kernel"], r["key"]): r["status"] for r in rows}))
+    elif args.format == "markdown":
         print_diff_markdown(sides, rows, counts, failing, out)
     elif args.json or args.format == "json":
         dump({"a": [s.path for s in sides[0]], "b": [s.path for s in sides[1]], "keys": rows,
@@ -28,7 +32,7 @@ def run(args, out) -> int:
               "disagreements": failing}, out)
     else:
         print_diff(sides, rows, counts, compared, out)
-    return 1 if args.check and failing else 0
+    return args.check_status
 
 
 def compare(a: dict, b: dict) -> list[dict]:
@@ -112,8 +116,11 @@ def add_parser(commands, common) -> None:
     diff = commands.add_parser("diff", parents=[common], help="compare two runs' choices",
                                description="Per kernel and key: same, changed, only in A, only in B. Each run is a "
                                            "file, a glob pattern or a rank-file prefix.")
-    diff.add_argument("--format", choices=("text", "json", "markdown"), default="text",
-                      help="markdown: a pull-request comment (--json is --format json)")
+    diff.add_argument("--format", choices=("text", "json", "markdown", "html"), default="text",
+                      help="markdown: a pull-request comment; html: one self-contained page to open in a browser "
+                           "(--json is --format json)")
+    diff.add_argument("-o", "--output", dest="write_to", metavar="FILE",
+                      help="write the output to FILE (atomically) instead of stdout")
     diff.add_argument("a", metavar="RUN_A")
     diff.add_argument("b", metavar="RUN_B")
     diff.set_defaults(run=run)

@@ -7,6 +7,8 @@ import math
 import os
 from collections import Counter
 
+from . import html
+from ..core.tables import added_by
 from .reading import Source, dump, grouped, label_list, md, read_sources, source_json, timing_summary
 
 def analyse(sources) -> list[dict]:
@@ -16,7 +18,8 @@ def analyse(sources) -> list[dict]:
         entries = []
         for c in choices:
             entries.append({"file": c.source.path, "label": c.source.label, "rank": c.source.rank, "kind": c.source.kind,
-                            "config": c.signature, "how": c.how, **timing_summary(c)})
+                            "config": c.signature, "how": c.how, **timing_summary(c),
+                            "added_by": added_by(c.source.document, kernel, key) if c.source.kind == "table" else None})
         winners = [e["winner_ms"] for e in entries if e["winner_ms"] is not None]
         rows.append({"arch": arch, "kernel": kernel, "key": key, "agree": len(configs) == 1,
                      "configs": dict(configs.most_common()), "choices": entries,
@@ -84,6 +87,7 @@ def print_show(sources, rows, out) -> None:
         for e in row["choices"]:
             mark = " " if row["agree"] else letters[e["config"]]
             line = f"   {mark} {e['label']:<{width}}  {e['config']}  [{e['how']}]"
+            line += f"  {e['added_by']}" if e["added_by"] else ""
             if e["timed"]:
                 line += f"  {_ms(e['winner_ms'])} (fastest..slowest of {e['timed']} timed: " \
                         f"{_ms(e['fastest_ms'])}..{_ms(e['slowest_ms'])})"
@@ -108,13 +112,16 @@ def run(args, out) -> int:
     sources = read_sources(args.files, ("record", "choices", "table"), "show", args.all_runs)
     rows = analyse(sources)
     disagree = sum(not r["agree"] for r in rows)
-    if args.json or args.format == "json":
+    args.check_status = 1 if args.check and disagree else 0  # kept by the CLI whatever happens to stdout
+    if args.format == "html":
+        out.write(html.show_page(sources))
+    elif args.json or args.format == "json":
         dump({"files": [source_json(s) for s in sources], "keys": rows, "disagreements": disagree}, out)
     elif args.format == "markdown":
         print_show_markdown(sources, rows, out)
     else:
         print_show(sources, rows, out)
-    return 1 if args.check and disagree else 0
+    return args.check_status
 
 
 def print_show_markdown(sources, rows, out) -> None:
@@ -160,6 +167,9 @@ def add_parser(commands, common) -> None:
                                            "disagreements, the spread of measured times, and the slowdown of the "
                                            "min-cost config vs the winner.")
     show.add_argument("files", nargs="+", metavar="FILE", help="record, choices or table files (or prefixes)")
-    show.add_argument("--format", choices=("text", "json", "markdown"), default="text",
-                      help="markdown: a CI job summary or a pull-request comment (--json is --format json)")
+    show.add_argument("--format", choices=("text", "json", "markdown", "html"), default="text",
+                      help="markdown: a CI job summary or a pull-request comment; html: one self-contained page "
+                           "(a grid of ranks x keys, the measured times) to open in a browser (--json is --format json)")
+    show.add_argument("-o", "--output", dest="write_to", metavar="FILE",
+                      help="write the output to FILE (atomically) instead of stdout")
     show.set_defaults(run=run)

@@ -1,0 +1,202 @@
+"""What the HTML report shows, as plain data: one row per rank (or table) of each side, one column
+per (arch, kernel, key), each cell the entries a row holds for that column; then the aggregation
+that keeps a page of 1,024 ranks x 2,000 keys small (runs of ranks that chose alike collapse into
+one row, nodes that chose alike into one block, the columns and rows shown are capped)."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+
+from .reading import grouped, median_of, timing_summary
+
+MAX_COLUMNS = 48  # keys shown in full; the rest are counted
+MAX_ROW_GROUPS = 160  # collapsed rows shown; the rest are counted
+_HOST_IN_NAME = re.compile(r"\.rank\d+\.([A-Za-z0-9_-]+)-\d+\.json$")
+
+
+@dataclass
+class Row:
+    """One rank of one side (or one table file)."""
+
+    name: str  # "rank 3", "table sm90.json"
+    node: str
+    rank: int | None = None
+    side: str = ""  # "A" / "B" on a diff page
+
+
+@dataclass
+class Column:
+    """One (arch, kernel, key): per row, the entries that row holds (several when a rank's
+    processes chose differently), or None where the row has none."""
+
+    arch: str
+    kernel: str
+    key: str
+    cells: list
+    status: str = ""  # diff: same / changed / only in A / ...
+
+    def configs(self) -> Counter:
+        return Counter(e["config"] for cell in self.cells if cell for e in cell)
+
+    @property
+    def agree(self) -> bool:
+        return len(self.configs()) <= 1 and self.status in ("", "same")
+
+    def mode(self):
+        """The config most rows chose (ties: the first by signature); None for an empty column."""
+        counts = self.configs()
+        return min(counts, key=lambda sig: (-counts[sig], sig)) if counts else None
+
+
+@dataclass
+class Page:
+    rows: list[Row]
+    columns: list[Column]
+    sides: list = field(default_factory=list)  # (side name, [file paths]) on a diff page
+    ungoverned: int = 0
+
+
+def node_of(source) -> str:
+    host = source.document.get("host")
+    if isinstance(host, str) and host:
+        return host
+    match = _HOST_IN_NAME.search(os.path.basename(source.path))
+    return match.group(1) if match else "(host unknown)"
+
+
+def entry_of(chosen) -> dict:
+    """One cell's content: the config, how it was chosen, what Triton measured."""
+    medians = {sig: median_of(m) for sig, m in (chosen.timings or {}).items()}
+    return {"config": chosen.signature, "how": chosen.how, **timing_summary(chosen), "medians": medians}
+
+
+def build(sections, statuses=None) -> Page:
+    """``sections``: (side name, sources) pairs, one with side "" for ``show``, A and B for
+    ``diff``; ``statuses``: diff's status per (arch, kernel, key)."""
+    rows, cells_by_key, ungoverned = [], {}, set()
+    for side, sources in sections:
+        index = {}
+        for source in sorted(sources, key=_row_order):
+            ident = ("table", source.path) if source.kind == "table" else \
+                (source.kind, source.document.get("run_id"), source.rank)
+            if ident not in index:
+                index[ident] = len(rows)
+                name = source.label if source.kind == "table" else f"rank {source.rank}"
+                rows.append(Row(name, "tables" if source.kind == "table" else node_of(source),
+                                None if source.kind == "table" else source.rank, side))
+            ungoverned.update(_ungoverned_of(source))
+        for key, choices in grouped(sources).items():
+            for chosen in choices:
+                source = chosen.source
+                ident = ("table", source.path) if source.kind == "table" else \
+                    (source.kind, source.document.get("run_id"), source.rank)
+                cells_by_key.setdefault(key, {}).setdefault(index[ident], []).append(entry_of(chosen))
+                if chosen.how == "library":
+                    ungoverned.add(key.kernel)
+    columns = []
+    for key, cells in cells_by_key.items():
+        status = (statuses or {}).get(tuple(key), "")
+        columns.append(Column(key.arch, key.kernel, key.key,
+                              [tuple(cells[i]) if i in cells else None for i in range(len(rows))], status))
+    sides = [(side, [s.path for s in sources]) for side, sources in sections if side]
+    return Page(rows, columns, sides, len(ungoverned))
+
+
+def _row_order(source):
+    return (source.kind == "table", source.rank if source.rank is not None else -1, source.path)
+
+
+def _ungoverned_of(source) -> set:
+    """Kernels a file names as not governed, where it names any (an object or a list of names)."""
+    found = source.document.get("ungoverned")
+    if isinstance(found, (dict, list)):
+        return {str(name) for name in found}
+    return set()
+
+
+# --- aggregation ----------------------------------------------------------------------------------
+
+def ordered_columns(page: Page) -> list[int]:
+    """Column indexes, disagreements first (the most dissenting rows first), each group in key order."""
+    dissent = {i: _dissenting_rows(c) for i, c in enumerate(page.columns)}
+    return sorted(range(len(page.columns)), key=lambda i: (page.columns[i].agree, -dissent[i], i))
+
+
+def _dissenting_rows(column: Column) -> int:
+    mode = column.mode()
+    return sum(1 for cell in column.cells if cell and any(e["config"] != mode for e in cell))
+
+
+@dataclass
+class RowGroup:
+    """Rows shown as one line: consecutive ranks of one side and node (or consecutive nodes) whose
+    choices are the same on every key."""
+
+    side: str
+    nodes: list
+    members: list  # row indexes
+    dissent: int = 0  # keys on which these rows differ from the column's most chosen config
+
+    def label(self, rows) -> str:
+        ranks = [rows[i].rank for i in self.members]
+        if None in ranks:
+            return rows[self.members[0]].name
+        if len(ranks) == 1:
+            return f"rank {ranks[0]}"
+        return f"ranks {rank_ranges(ranks)}"
+
+
+def rank_ranges(ranks) -> str:
+    """``0–3, 8, 10–11``."""
+    parts, start, prev = [], None, None
+    for r in sorted(ranks):
+        if start is not None and r == prev + 1:
+            prev = r
+            continue
+        if start is not None:
+            parts.append(f"{start}" if start == prev else f"{start}\u2013{prev}")
+        start = prev = r
+    if start is not None:
+        parts.append(f"{start}" if start == prev else f"{start}\u2013{prev}")
+    return ", ".join(parts[:6]) + (f", \u2026 ({len(parts) - 6} more runs)" if len(parts) > 6 else "")
+
+
+def row_groups(page: Page) -> list[RowGroup]:
+    """The rows, grouped by side and node, runs of alike rows collapsed; then consecutive nodes
+    that are each one such run, alike, merged."""
+    modes = [c.mode() for c in page.columns]
+    prints = [tuple(_cell_print(c.cells[r]) for c in page.columns) for r in range(len(page.rows))]
+    groups: list[RowGroup] = []
+    for r, row in enumerate(page.rows):
+        last = groups[-1] if groups else None
+        if last and last.side == row.side and last.nodes[-1] == row.node and prints[last.members[0]] == prints[r]:
+            last.members.append(r)
+            continue
+        dissent = sum(1 for c, mode in zip(prints[r], modes) if c is not None and c != (mode,))
+        groups.append(RowGroup(row.side, [row.node], [r], dissent))
+    per_node = Counter((row.side, row.node) for row in page.rows)
+    merged: list[RowGroup] = []
+    for g in groups:
+        prev = merged[-1] if merged else None
+        whole = prev is not None and _whole_node(prev, per_node) and _whole_node(g, per_node)
+        if whole and prev.side == g.side and prints[prev.members[0]] == prints[g.members[0]] \
+                and g.nodes[0] not in prev.nodes:
+            prev.nodes.extend(g.nodes)
+            prev.members.extend(g.members)
+        else:
+            merged.append(g)
+    return merged
+
+
+def _cell_print(cell):
+    if not cell:
+        return None
+    return (cell[0]["config"],) if len(cell) == 1 else tuple(sorted({e["config"] for e in cell}))
+
+
+def _whole_node(group: RowGroup, per_node: Counter) -> bool:
+    """The group holds every row of its node(s) (one run covers the node)."""
+    return sum(per_node[(group.side, node)] for node in group.nodes) == len(group.members)

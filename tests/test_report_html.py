@@ -1,0 +1,167 @@
+"""`report show --format html` and `report diff --format html` (issue 24).
+
+The browser test records a real 3-rank run (torchrun over gloo, real Triton kernels under
+TRITON_INTERPRET=1; each rank's random timer picks its own winners, so the ranks disagree), writes
+the page with the CLI as a real process and opens it in headless Chromium, which runs the page's
+script and gives back the DOM and a screenshot. The size test is pure logic over plain data.
+"""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+from support import TESTS, clean_env, rank_files, torchrun
+
+from autotune_guard import report
+from autotune_guard.core import schema
+from autotune_guard.core.model import signature
+from autotune_guard.report import html, html_model
+from autotune_guard.report.html_model import Column, Page, Row
+
+PROGS = os.path.join(TESTS, "progs")
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync")
+
+
+def chromium() -> str:
+    """The Chromium binary; missing: skipped on a workstation, a failure under CI (scripts/test.sh
+    installs Debian's chromium there)."""
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found:
+        return found
+    why = "no chromium on PATH (Debian: apt-get install chromium; scripts/test.sh installs it as root)"
+    if os.environ.get("CI"):
+        pytest.fail(f"CI is set and {why}")
+    pytest.skip(why)
+
+
+def browse(page_path, *args, timeout=60) -> subprocess.CompletedProcess:
+    with tempfile.TemporaryDirectory(prefix="ag-chromium-") as profile:
+        cmd = [chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args, f"file://{page_path}"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"{cmd}\n{proc.stderr[-3000:]}"
+    return proc
+
+
+def cli(*argv, cwd=None):
+    return subprocess.run([sys.executable, "-m", "autotune_guard.report", *map(str, argv)], env=clean_env(),
+                          capture_output=True, text=True, timeout=120, cwd=cwd)
+
+
+def test_the_page_of_a_real_3_rank_run_in_headless_chromium(tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    env = clean_env(AUTOTUNE_RECORD_PATH=str(tmp_path / "rec"))
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        env.pop(name, None)
+    torchrun(os.path.join(PROGS, "record_ranks.py"), 3, env=env, args=[str(results)])
+    assert all(len(rank_files(tmp_path / "rec", rank)) == 1 for rank in range(3))
+    page = tmp_path / "report.html"
+    proc = cli("show", "--format", "html", "-o", page, tmp_path / "rec")
+    assert proc.returncode == 0 and proc.stdout == "", proc.stderr
+    text = page.read_text()
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", text)  # nothing fetched from anywhere
+    shown = json.loads(cli("show", "--json", tmp_path / "rec").stdout)
+    disagree = shown["disagreements"]
+    assert disagree >= 1, "three ranks of random timers chose alike on every key (odds below 1 in 30,000)"
+
+    started = time.monotonic()
+    dom = browse(page, "--dump-dom").stdout
+    shot = tmp_path / "report.png"
+    browse(page, f"--screenshot={shot}", "--window-size=1400,900")
+    assert time.monotonic() - started < 60
+    # The page's script ran to its end, without an error on the way.
+    assert re.search(r'<div id="ag-ready" data-cells="9" hidden="(hidden)?"></div>', dom), dom[-2000:]
+    assert re.search(r'<div id="ag-errors"></div>', dom), re.search(r'<div id="ag-errors">.*?</div>', dom, re.S)
+    assert "3 ranks on 1 node" in dom and f"{disagree} disagreement" in dom and "2 kernels" in dom
+    cells = re.findall(r'<td class="(ag-p\d+|ag-mix)( ag-x)?" data-c="(\d+)" title="([^"]*)"', dom)
+    assert len(cells) == 9  # 3 ranks x 3 keys: no rank alike with another on every key
+    assert len(re.findall(r'<tr class="ag-dissent"><th', dom)) >= 1  # a rank that differs, highlighted
+    assert sum(1 for c in cells if c[1]) >= 1  # and its cell outlined
+    assert all("chosen: timed" in c[3] for c in cells)
+    assert dom.count('<svg class="ag-plot"') == 3 and "<circle" in dom and "ag-won" in dom
+    assert "min-cost" in dom
+    assert shot.stat().st_size > 10_000 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _record(rank, kernels, host="node-a"):
+    return {"format": schema.RECORD_FORMAT, "arch": "sm90", "rank": rank, "world_size": 4, "mode": "record",
+            "host": host, "versions": {"triton": "3.9.0"}, "complete": True, "kernels": kernels}
+
+
+def _entry(block, medians):
+    candidates = [{"kwargs": {"BLOCK": b}, "num_warps": 4} for b in (16, 32, 64)]
+    return {"config": {"kwargs": {"BLOCK": block}, "num_warps": 4}, "how": "timed", "candidates": candidates,
+            "timings": {signature({**c, "kwargs": dict(c["kwargs"])}): [m, m, m] for c, m in zip(candidates, medians)}}
+
+
+def test_file_text_is_escaped_and_diff_pages_show_both_runs(tmp_path):
+    evil = '<img src=x onerror="alert(1)">'
+    for rank, block in enumerate((16, 32)):
+        doc = _record(rank, {f"pkg.{evil}": {f"8,{evil}": _entry(block, [1.0, 2.0, float("inf")])}},
+                      host=f"host-{evil}")
+        (tmp_path / f"a.rank{rank}.json").write_text(json.dumps(doc))
+        (tmp_path / f"b.rank{rank}.json").write_text(json.dumps(_record(rank, {f"pkg.{evil}": {
+            f"8,{evil}": _entry(16, [1.0, 2.0, 3.0])}})))
+    for argv in (("show", tmp_path / "a"), ("diff", tmp_path / "a", tmp_path / "b")):
+        out = tmp_path / f"{argv[0]}.html"
+        code = report.main([argv[0], "--format", "html", "-o", str(out), "--check", *map(str, argv[1:])])
+        assert code == 1  # --check: the ranks of A disagree, with the page written all the same
+        text = out.read_text()
+        assert "<img" not in text and "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;" in text
+        assert "\u00d72 failed" in text  # BLOCK=64 failed to run on both ranks (Triton's inf)
+    diff_text = (tmp_path / "diff.html").read_text()
+    assert "A: 2 ranks \u00b7 B: 2 ranks" in diff_text and "0 same, 1 changed</b>" in diff_text
+    assert "A: node" in diff_text and "B: node" in diff_text
+    assert report.main(["show", "--format", "html", "-o", str(tmp_path), str(tmp_path / "a")]) == 2
+
+
+def _synthetic(ranks=1024, keys=2000, per_node=8) -> Page:
+    """1,024 ranks on 128 nodes, 2,000 keys of 40 kernels, every key timed: every odd rank of node
+    3 chose otherwise on 30 keys, rank 700 on 5. Entries are shared between rows, as plain data."""
+    sigs = [f"BLOCK_M={b},BLOCK_N=64,num_warps=4,num_stages=3,num_ctas=1" for b in (16, 32, 64, 128)]
+    medians = {s: 0.1 * (i + 1) for i, s in enumerate(sigs)}
+
+    def entry(sig):
+        return ({"config": sig, "how": "timed", "winner_ms": medians[sig], "fastest_ms": 0.1, "slowest_ms": 0.4,
+                 "timed": 4, "min_cost": sigs[0], "min_cost_ms": 0.1, "min_cost_slowdown": 0.1 / medians[sig],
+                 "min_cost_failed": False, "medians": medians},)
+
+    usual, other = entry(sigs[1]), entry(sigs[2])
+    rows = [Row(f"rank {r}", f"node{r // per_node:03d}", r) for r in range(ranks)]
+    columns = []
+    for k in range(keys):
+        cells = [usual] * ranks
+        if k < 30:
+            cells = [other if r // per_node == 3 and r % 2 else usual for r in range(ranks)]
+        elif k < 35:
+            cells[700] = other
+        columns.append(Column("sm90", f"pkg.ops.kernel_{k % 40}", f"{k * 64},torch.bfloat16", cells))
+    return Page(rows, columns)
+
+
+def test_a_page_of_1024_ranks_by_2000_keys_stays_small():
+    page = _synthetic()
+    started = time.monotonic()
+    text = html.render(page, "autotune_guard report", [f"runs/rec.rank{r}.json" for r in range(1024)])
+    took = time.monotonic() - started
+    assert len(text.encode()) < 5_000_000 and took < 60, (len(text), took)
+    assert "1,024 ranks on 128 nodes \u00b7 40 kernels \u00b7 2,000 keys \u00b7" in text
+    assert "35 disagreements" in text
+    cells = text.count("<td ")
+    assert cells <= html_model.MAX_ROW_GROUPS * html_model.MAX_COLUMNS and cells >= 10 * html_model.MAX_COLUMNS
+    assert "and 1,952 more keys not shown (0 of them disagree)" in text
+    # Nodes 0-2 alike: one block; node 3 split rank by rank; rank 700 on its own.
+    assert "nodes <code>node000</code> \u2026 <code>node002</code> (3 nodes, every rank alike)" in text
+    assert ">ranks 0\u201323<span class=\"ag-n\">(24 alike)</span>" in text
+    assert re.search(r'<tr class="ag-dissent"><th title="rank 25; differs from the most chosen config on 30 keys"', text)
+    assert '<th title="rank 700; differs from the most chosen config on 5 keys">' in text
+    assert text.count('<svg class="ag-plot"') == html.MAX_PLOTS
+    assert text.count("<circle") <= html.MAX_PLOTS * 10 * 120
