@@ -16,6 +16,25 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/venv.sh
 
+# The browser test (tests/test_report_html.py) opens a page in Debian's headless Chromium: installed
+# here when missing and this is root with apt-get; otherwise one line says why (the test then skips,
+# and fails where CI is set).
+ensure_chromium() {
+  command -v chromium >/dev/null 2>&1 && return 0
+  if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+    echo "chromium: missing, and installing it needs root with apt-get: the browser test cannot run"
+    return 0
+  fi
+  local log
+  log=$(mktemp /tmp/autotune-guard-chromium.XXXXXX)
+  if { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium chromium-driver; } >"$log" 2>&1; then
+    echo "chromium: installed $(chromium --version 2>/dev/null) with apt-get"
+  else
+    echo "chromium: apt-get install chromium failed (its output: $log): the browser test cannot run"
+  fi
+}
+ensure_chromium
+
 ALL_TRITONS="3.3.1 3.4.0 3.5.1 3.6.0 3.7.1 3.8.0 3.9.0"
 TRITONS="${TRITONS:-3.9.0 3.3.1}"
 PYTHONS="${PYTHONS:-python3}"

@@ -6,6 +6,8 @@ in the real formats, as test_report.py does.
 """
 
 import json
+import os
+import shlex
 import subprocess
 import sys
 
@@ -153,3 +155,40 @@ def test_a_format_that_does_not_exist_is_refused_by_name(capsys, argv):
         report.main(list(argv))
     assert exit_info.value.code == 2
     assert "--format" in capsys.readouterr().err
+
+
+# --- the CI gate's exit status through a pipe ------------------------------------------------------
+
+def _many_keys(tmp_path, prefix, disagree):
+    """Two ranks, 400 keys (text output far beyond a pipe's buffer); the last key disagrees if asked."""
+    for r in (0, 1):
+        keys = {f"{n},torch.float16": cfg(64 if (disagree and r and n == 399) else 32) for n in range(400)}
+        write(tmp_path / f"{prefix}.rank{r}.json", record(r, {K: keys}))
+    return tmp_path / prefix
+
+
+@pytest.mark.parametrize("argv", [("show", "--check"), ("show", "--check", "--format", "markdown"),
+                                  ("show", "--check", "--json"), ("diff", "--check")])
+def test_check_status_survives_a_reader_that_left(tmp_path, argv):
+    """`report show --check RUN | head` under `set -o pipefail`: the reader leaving early must not
+    turn ranks that disagree into exit 0 (nor into 120, Python's status for a failed flush)."""
+    bad, good = _many_keys(tmp_path, "bad", True), _many_keys(tmp_path, "good", False)
+    runs = (bad, good) if argv[0] == "diff" else (bad,)
+    cmd = [sys.executable, "-m", "autotune_guard.report", *argv, *map(str, runs)]
+    # A pipe whose reading end is closed before the command starts: its first write fails.
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = subprocess.run(cmd, stdout=write_end, stderr=subprocess.PIPE, env=clean_env(), timeout=120)
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 1 and b"Traceback" not in proc.stderr, proc.stderr.decode()[-2000:]
+    # The shell's own pipe to `head -3`, which leaves after three lines.
+    script = f"set -o pipefail; {shlex.join(cmd)} | head -3 >/dev/null"
+    shell = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=clean_env(), timeout=120)
+    assert shell.returncode == 1 and "Traceback" not in shell.stderr, shell.stderr[-2000:]
+    # Without --check the reader leaving is no error.
+    plain = [part for part in cmd if part != "--check"]
+    shell = subprocess.run(["bash", "-c", f"set -o pipefail; {shlex.join(plain)} | head -3 >/dev/null"],
+                           capture_output=True, text=True, env=clean_env(), timeout=120)
+    assert shell.returncode == 0 and shell.stderr == "", shell.stderr[-2000:]
