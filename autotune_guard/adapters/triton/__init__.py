@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import inspect
 import logging
+import sys
 from functools import cached_property
 
 from ...core.model import OPTION_FIELDS
 from ...runtime import current
 from .. import _patching
-from . import guarded, library, observe
+from . import foreign, guarded, library, observe
 from .tuner import REGISTRY, Capabilities, strategy_of
 
-__all__ = ["patch", "unpatch", "loaded_module", "provide_facts", "check_supported", "strategy_of", "MIN_TRITON", "NEWEST_TESTED_TRITON"]
+__all__ = ["patch", "unpatch", "loaded_module", "provide_facts", "check_supported", "strategy_of", "watch_timers",
+           "MIN_TRITON", "NEWEST_TESTED_TRITON"]
 
 logger = logging.getLogger("autotune_guard")
 
@@ -47,6 +49,11 @@ def patch(autotuner_module) -> None:
         _patching.patch(cls, "prune_configs", guarded.prune)
     for sub in library.subclasses(cls):  # autotuner classes defined before the patch
         library.wrap_overriding_run(sub)
+    REGISTRY.autotuner_class = cls
+    jit = sys.modules["triton.runtime.jit"]
+    foreign.watch_subclasses(jit, autotuner_module.Config, (cls, autotuner_module.Heuristics, jit.JITFunction))
+    if "triton.testing" in sys.modules:  # else activation watches for its import
+        foreign.watch_timers(sys.modules["triton.testing"])
     guard = current()
     guard.on_new_epoch(_on_new_epoch)
     guard.on_fork(REGISTRY.after_fork)
@@ -55,10 +62,13 @@ def patch(autotuner_module) -> None:
         observe.chain_listener(guarded.interpreting())
 
 
+def watch_timers(testing_module) -> None:
+    """The sentinel on Triton's timers (``triton.testing``), once that module is imported."""
+    foreign.watch_timers(testing_module)
+
+
 def loaded_module():
     """``triton.runtime.autotuner`` if Triton has been imported, else None (never imports it)."""
-    import sys
-
     return sys.modules.get("triton.runtime.autotuner")
 
 
@@ -123,6 +133,4 @@ def _arch() -> str:
 
 
 def _triton_version():
-    import sys
-
     return getattr(sys.modules.get("triton"), "__version__", None)

@@ -45,6 +45,10 @@ class Registry:
         self.user_listener = None  # Triton 3.8+'s listener that was set before ours
         self.heard = threading.local()  # what Triton's listener last said in this thread
         self.names: dict = {}  # module.function -> identity of the first kernel given that name
+        # Triton's classes, for telling the autotuners of other code apart (see foreign)
+        self.autotuner_class = None
+        self.config_class = ()
+        self.triton_classes: tuple = ()
 
     def lock_of(self, autotuner):
         lock = autotuner.__dict__.get(LOCK_ATTR)

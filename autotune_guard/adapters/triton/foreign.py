@@ -1,0 +1,191 @@
+"""Config choices the guard does not govern, found where they show.
+
+* Autotuners of a library's own built on ``triton.KernelInterface`` rather than Triton's
+  ``Autotuner`` (GPTQ-triton's ``custom_autotune``, forks of Triton's autotuner): named at their
+  first launch under a policy, so that a CPU run sees them too.
+* Calls of Triton's timer (``triton.testing.do_bench``, ``do_bench_cudagraph``; the driver's
+  benchmarker is the former) that come from no autotuner the guard governs: attributed at the call
+  by looking at the callers' frames. Only the timer pays for that, and it is slow anyway.
+
+Each is named once per kernel, counted as not governed in the exit line and the evidence, and
+refused in pinned mode with ``AUTOTUNE_ON_MISS=error``.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import sys
+from types import FunctionType
+
+from ...core.errors import SelectionError
+from ...core.model import qualified_name
+from ...runtime import current
+from .. import _patching
+from .tuner import REGISTRY, STATE_ATTR, TunerState
+
+logger = logging.getLogger("autotune_guard")
+
+PROBED_ATTR = "_autotune_guard_foreign_probed"
+TIMERS = ("do_bench", "do_bench_cudagraph")
+_FRAMES = 64  # how far up the callers of a timer are looked at
+
+
+def watch_subclasses(jit_module, config_class, triton_classes: tuple) -> None:
+    """Wrap the ``run`` of every ``KernelInterface`` subclass that is not Triton's own, those
+    defined already and those defined later (through ``__init_subclass__``)."""
+    base = jit_module.KernelInterface
+    REGISTRY.config_class = config_class
+    REGISTRY.triton_classes = triton_classes
+    if _patching.patched(base, "__init_subclass__") is not None:
+        return
+    todo = list(base.__subclasses__())
+    while todo:
+        sub = todo.pop()
+        todo.extend(sub.__subclasses__())
+        _wrap_if_foreign(sub)
+
+    def __init_subclass__(cls, **kwargs):
+        super(base, cls).__init_subclass__(**kwargs)
+        _wrap_if_foreign(cls)
+
+    _patching.patch(base, "__init_subclass__", classmethod(__init_subclass__))
+
+
+def _wrap_if_foreign(cls) -> None:
+    original = cls.__dict__.get("run")
+    if (original is None or not callable(original) or getattr(original, "_autotune_guard", False)
+            or issubclass(cls, REGISTRY.triton_classes) or cls.__module__.split(".")[0] in ("triton", "torch")):
+        return
+
+    @functools.wraps(original)
+    def run(self, *args, **kwargs):
+        epoch = current().epoch
+        if epoch.installed is not None and self.__dict__.get(PROBED_ATTR) != epoch.generation:
+            self.__dict__[PROBED_ATTR] = epoch.generation
+            _first_launch(self, epoch.settled_policy())
+        return original(self, *args, **kwargs)
+
+    run._autotune_guard = True
+    _patching.patch(cls, "run", run)
+
+
+def _first_launch(autotuner, policy) -> None:
+    configs = candidates(autotuner)
+    if len(configs) < 2:
+        return
+    cls = type(autotuner)
+    kind = f"{cls.__module__}.{cls.__qualname__}"
+    kernel = kernel_of(autotuner) or kind
+    message = (f"kernel {kernel}: its autotuner {kind} is a triton.KernelInterface of its own, not Triton's Autotuner, "
+               f"and chooses among {len(configs)} configs itself; autotune_guard ({policy.mode} mode) neither sees "
+               "nor governs that choice, and it is not in the choice log")
+    name_ungoverned(kernel, f"{kind} chooses its configs itself", message, policy)
+
+
+def name_ungoverned(kernel: str, why: str, message: str, policy) -> None:
+    """Count ``kernel`` as not governed and say so once; refused in pinned mode with on_miss=error."""
+    if not policy.in_scope(kernel):  # left to its own tuning by AUTOTUNE_MODULES/CONFIG_INVARIANT
+        return
+    if policy.mode == "pinned" and policy.on_miss == "error":
+        raise SelectionError(f"autotune_guard: {message}; refused with AUTOTUNE_ON_MISS=error")
+    guard = current()
+    guard.note_ungoverned(kernel, why)
+    guard.warn_once(f"ungoverned {kernel}", message)
+
+
+def candidates(owner) -> list:
+    """The ``triton.Config`` candidates an object holds in ``configs``."""
+    configs = getattr(owner, "configs", None)
+    if not isinstance(configs, (list, tuple)):
+        return []
+    return [c for c in configs if isinstance(c, REGISTRY.config_class)]
+
+
+def kernel_of(owner) -> str | None:
+    """``module.function`` of the kernel an autotuner-like object launches (through ``fn`` chains)."""
+    fn, kernel = getattr(owner, "fn", None), None
+    for _ in range(8):
+        if fn is None:
+            break
+        if isinstance(fn, FunctionType):  # the Python function under the JIT (or interpreter) wrapper
+            return qualified_name(fn)
+        if kernel is None and getattr(fn, "arg_names", None) is not None:
+            kernel = fn
+        fn = getattr(fn, "fn", None)
+    return qualified_name(kernel) if kernel is not None else None
+
+
+# --- the timer ---------------------------------------------------------------------------------
+
+
+def watch_timers(testing_module) -> None:
+    """Put the sentinel on ``triton.testing``'s timers (once)."""
+    for name in TIMERS:
+        original = getattr(testing_module, name, None)
+        if callable(original) and _patching.patched(testing_module, name) is None:
+            _patching.patch(testing_module, name, _sentinel(original, f"{testing_module.__name__}.{name}"))
+
+
+def _sentinel(original, timer: str):
+    @functools.wraps(original)
+    def sentinel(*args, **kwargs):
+        epoch = current().epoch
+        if epoch.installed is not None:
+            attribute(sys._getframe(1), timer, epoch.settled_policy())
+        return original(*args, **kwargs)
+
+    sentinel._autotune_guard = True
+    return sentinel
+
+
+def attribute(frame, timer: str, policy) -> None:
+    """Who called the timer: nothing to say for an autotuner the guard governs under this epoch,
+    else the autotuner-like object or the frame holding the candidates, else the plain caller."""
+    caller = None
+    for _ in range(_FRAMES):
+        if frame is None:
+            break
+        names = frame.f_locals
+        owner = names.get("self")
+        if owner is not None and REGISTRY.autotuner_class is not None and isinstance(owner, REGISTRY.autotuner_class):
+            state = owner.__dict__.get(STATE_ATTR)
+            if isinstance(state, TunerState) and state.is_current():
+                return  # one of the guard's own timing passes (auto, record, a consensus claim)
+        if owner is not None and len(candidates(owner)) >= 2:
+            return _name_tuner(owner, frame, timer, policy)
+        held = [v for v in names.values() if isinstance(v, (list, tuple)) and len(v) >= 2
+                and all(isinstance(c, REGISTRY.config_class) for c in v)]
+        if held:
+            return _name_function(frame, timer, policy, len(held[0]))
+        if caller is None and not str(frame.f_globals.get("__name__", "")).startswith(("triton.", "autotune_guard")):
+            caller = frame
+        frame = frame.f_back
+    if caller is not None:
+        where = _where(caller)
+        current().warn_once(f"timer {where}", f"{timer} called from {where}, outside any autotuner: a measurement, "
+                            "not a config choice; autotune_guard leaves it alone", level=logging.INFO)
+
+
+def _name_tuner(owner, frame, timer, policy) -> None:
+    cls = type(owner)
+    kind = f"{cls.__module__}.{cls.__qualname__}"
+    kernel = kernel_of(owner) or kind
+    message = (f"kernel {kernel}: {kind} times its {len(candidates(owner))} configs with {timer} (called from "
+               f"{_where(frame)}) and chooses among them itself; autotune_guard ({policy.mode} mode) does not govern "
+               "that choice, and it is not in the choice log")
+    name_ungoverned(kernel, f"{kind} times its configs with {timer}", message, policy)
+
+
+def _name_function(frame, timer, policy, count) -> None:
+    where = _where(frame)
+    message = (f"{where} times {count} triton.Config candidates with {timer} and chooses among them itself; "
+               f"autotune_guard ({policy.mode} mode) does not govern that choice, and it is not in the choice log")
+    name_ungoverned(where, f"times configs with {timer}", message, policy)
+
+
+def _where(frame) -> str:
+    code = frame.f_code
+    owner = frame.f_locals.get("self")
+    name = f"{type(owner).__qualname__}.{code.co_name}" if owner is not None else code.co_name
+    return f"{frame.f_globals.get('__name__', '?')}.{name}"
