@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 
 from . import _watch, evidence
+from . import table_growth
 from .adapters import distributed, torch_flags
 from .adapters import triton as triton_adapter
 from .core import settings
@@ -61,6 +62,7 @@ def carry_out(policy: AutotunePolicy) -> None:
         evidence.check_writable(policy.record_path, "AUTOTUNE_RECORD_PATH")
     if policy.digest_path:
         evidence.check_writable(policy.digest_path, "AUTOTUNE_DIGEST_PATH")
+    table_growth.configure(policy)  # a table directory it cannot write fails here, before anything changes
     guard = current()
     module = triton_adapter.loaded_module()
     if module is not None:

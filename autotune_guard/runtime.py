@@ -81,6 +81,7 @@ class Epoch:
         self.tables: dict[str, dict] = {}  # arch -> {kernel: {key: entry}}
         self.warned: set[str] = set()
         self.launched: dict[str, set[str]] = {}  # kernel -> meta-parameter names, for the exit checks
+        self.tuned: dict[ChoiceKey, dict] = {}  # winners this process tuned for its job (consensus): the table grows by them
         self._resolve = resolve
         self._policy = None
 
@@ -183,6 +184,13 @@ class Guard:
             subscriber()
         return True
 
+    def tuned_for_job(self, epoch: Epoch, key: ChoiceKey, desc: dict) -> None:
+        """A winner this process tuned for its whole job (consensus), for the table writer; before
+        ``note()``, whose subscribers then find it."""
+        with self.lock:
+            if epoch is self.epoch:
+                epoch.tuned.setdefault(key, desc)
+
     def subscribe(self, callback: Callable) -> None:
         """``callback()`` after every new choice, outside the lock (the evidence writer)."""
         if callback not in self._subscribers:
@@ -264,6 +272,7 @@ class Guard:
         self.lock = threading.Lock()
         self.epoch.log = ChoiceLog()
         self.epoch.launched = {}  # the exit checks are the parent's to make
+        self.epoch.tuned = {}  # the parent adds its own winners to the table
         for listener in self._fork_listeners:
             listener()
 

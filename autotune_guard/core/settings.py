@@ -335,7 +335,7 @@ def ineffective_settings(policy: AutotunePolicy, startup: StartupSettings) -> li
                          f"the environment gave at start-up ({startup.verify_every}), so that every rank counts the "
                          "same barriers")
     pinned_only = [(f"AUTOTUNE_{name.upper()}", getattr(policy, name)) for name in ("on_miss", "block_sizes", "table_path")
-                   if getattr(policy, name) != getattr(default, name)]
+                   if not (name == "table_path" and policy.mode == "consensus") and getattr(policy, name) != getattr(default, name)]
     if policy.mode != "pinned":
         for var, value in pinned_only:
             found.append(f"{var}={_show(value)} has an effect in pinned mode only, and the mode is {policy.mode} "

@@ -1,5 +1,6 @@
 """Tables: where they are searched, how several merge, when they are stale, which entry a kernel
-and key get. Reading goes through ``schema``; warnings are returned, so the caller says each once."""
+and key get, and how a table grows by what a consensus job tuned (``grow_table``, with who added
+each entry). Reading goes through ``schema``; warnings are returned, so the caller says each once."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import os
 from typing import Mapping
 
 from .errors import FileFormatError
+from .model import compact
+from .pinned import entry_matches
 from .schema import TABLE_FORMAT, read_document
 
 logger = logging.getLogger("autotune_guard")
@@ -89,3 +92,68 @@ def table_entry(tables: Mapping, qualified: str, key: str):
             if entry is not None:
                 return entry
     return None
+
+
+# --- tables that grow: consensus adds what a job tuned --------------------------------------------
+
+GROWN_BY = "autotune_guard consensus"  # a grown table's ``source.by``
+ADDED = "added"  # a grown table's provenance: kernel -> key -> who added the entry, and when
+
+
+def writable_table_dir(table_path) -> str | None:
+    """The AUTOTUNE_TABLE_PATH entry consensus adds its winners to: the first directory (its
+    ``<arch>.json`` is the job's table); None when every entry is a table file."""
+    for entry in table_path:
+        if os.path.isdir(entry):
+            return entry
+    return None
+
+
+def table_index(entry: Mapping | None, descriptors, defaults: Mapping) -> int | None:
+    """Index of the live candidate a table entry names, as the pinned rule matches it; None when
+    there is no entry or it names none of them."""
+    if entry is None:
+        return None
+    for i, desc in enumerate(descriptors):
+        if entry_matches(entry, desc, defaults):
+            return i
+    return None
+
+
+def grow_table(document: Mapping | None, arch: str, additions: Mapping, provenance: Mapping,
+               defaults: Mapping) -> tuple[dict, list[tuple[str, str, dict]], int]:
+    """``document`` (the table as it is on disk now, None when there is none yet) with
+    ``additions`` (kernel -> key -> full descriptor) added, each with ``provenance`` (who added
+    it). An entry the table holds already is kept: the first writer wins. Returns (the new
+    document, the kept entries that differ from what was to be added as (kernel, key, kept
+    entry), how many entries were added)."""
+    grown = dict(document) if document is not None else {
+        "format": TABLE_FORMAT, "arch": arch, "source": {"by": GROWN_BY}, "kernels": {}}
+    kernels = {kernel: dict(entries) for kernel, entries in grown["kernels"].items()}
+    who = grown.get(ADDED) if isinstance(grown.get(ADDED), dict) else {}
+    who = {kernel: dict(keys) for kernel, keys in who.items() if isinstance(keys, dict)}
+    differing, count = [], 0
+    for kernel, entries in sorted(additions.items()):
+        for key, desc in sorted(entries.items()):
+            kept = kernels.get(kernel, {}).get(key)
+            if kept is not None:
+                if table_index(kept, [desc], defaults) is None:
+                    differing.append((kernel, key, kept))
+                continue
+            kernels.setdefault(kernel, {})[key] = compact(desc)
+            who.setdefault(kernel, {})[key] = dict(provenance)
+            count += 1
+    grown["kernels"], grown[ADDED] = kernels, who
+    return grown, differing, count
+
+
+def added_by(document: Mapping, kernel: str, key: str) -> str | None:
+    """Who added a grown table's entry, as one phrase (``report show``); None when not said."""
+    keys = document.get(ADDED)
+    who = keys.get(kernel) if isinstance(keys, dict) else None
+    who = who.get(key) if isinstance(who, dict) else None
+    if not isinstance(who, dict):
+        return None
+    text = lambda name: str(who[name]) if isinstance(who.get(name), (str, int, float)) else "?"
+    phrase = f"added by run {text('run_id')} (rank {text('rank')} on {text('host')}, {text('time')}"
+    return phrase + (f", triton {text('triton')})" if who.get("triton") else ")")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import operator
 
-from ...core import consensus
+from ...core import consensus, tables
 from ...core.model import Choice, record_entry, signature
 from ...runtime import current
 from . import names
@@ -137,8 +137,9 @@ def keep_timings(self, timings) -> None:
     self.__dict__[TIMINGS] = timings
 
 
-def _timed(self, inductor_own, kernel, epoch, args, kwargs, how: str) -> str:
-    """Inductor's own timing; the winner (and in a record its timings) noted. Returns its signature."""
+def _timed(self, inductor_own, kernel, epoch, args, kwargs, how: str, for_job: bool = False) -> str:
+    """Inductor's own timing; the winner (and in a record its timings) noted, and with ``for_job``
+    handed to the table writer. Returns its signature."""
     self.__dict__.pop(TIMINGS, None)
     inductor_own(self, *args, **kwargs)
     (launcher,) = self.launchers
@@ -151,31 +152,71 @@ def _timed(self, inductor_own, kernel, epoch, args, kwargs, how: str) -> str:
         if timings:
             measured = {signature(names.project(l.config, kernel.meta_names)): [float(t)] for l, t in timings.items()}
         record = record_entry(winner, chosen, how, measured, kernel.descriptors)
+    if for_job and epoch.policy.table_path and len(kernel.descriptors) > 1:
+        current().tuned_for_job(epoch, kernel.choice_key, winner)
     current().note(epoch, kernel.choice_key, Choice(chosen, how), record)
     return chosen
 
 
 def _consensus(self, inductor_own, kernel, epoch, args, kwargs) -> None:
     """One rank of the job times this kernel through Inductor's own step and publishes the winner;
-    the others pin it (eager consensus's protocol and decision names: one decision for both)."""
+    the others pin it (eager consensus's protocol and decision names: one decision for both). With
+    AUTOTUNE_TABLE_PATH the table's entry decides untimed, and a winner timed here grows the table."""
     guard = current()
     key = kernel.choice_key
     store = guard.job_store(key)
     if store is None:
-        guard.warn_once("torch.compile consensus alone", "AUTOTUNE_MODE=consensus without a torch.distributed "
-                        "process group: torch.compile kernels are timed by this process alone, as in auto mode",
-                        logging.INFO, scope="process")
-        _timed(self, inductor_own, kernel, epoch, args, kwargs, "timed")
+        _alone(self, inductor_own, kernel, epoch, args, kwargs)
         return
     signatures = [signature(d) for d in kernel.descriptors]
+
+    def tune():  # on the claimer only
+        index = _table_index(kernel, epoch)
+        if index is not None:
+            keep(self, index)
+            guard.note(epoch, key, Choice(signatures[index], "consensus"), _record(kernel, epoch, index))
+            return signatures[index]
+        return _timed(self, inductor_own, kernel, epoch, args, kwargs, "consensus", for_job=True)
+
     index, tuned_here, _ = consensus.decide(
         store, key.what(), consensus.decision_name(key.arch, key.kernel, key.key),
-        guard.facts.ask("rank_now", (0, 1))[0], signatures,
-        lambda: _timed(self, inductor_own, kernel, epoch, args, kwargs, "consensus"), epoch.policy.consensus_timeout)
+        guard.facts.ask("rank_now", (0, 1))[0], signatures, tune, epoch.policy.consensus_timeout)
     if tuned_here:
         return
     keep(self, index)
-    record = None
-    if epoch.policy.record_path:
-        record = record_entry(kernel.descriptors[index], signatures[index], "consensus", None, kernel.descriptors)
-    guard.note(epoch, key, Choice(signatures[index], "consensus"), record)
+    guard.note(epoch, key, Choice(signatures[index], "consensus"), _record(kernel, epoch, index))
+
+
+def _alone(self, inductor_own, kernel, epoch, args, kwargs) -> None:
+    """No process group: the table's entry, else Inductor times for this process alone."""
+    guard = current()
+    index = _table_index(kernel, epoch)
+    if index is not None:
+        keep(self, index)
+        guard.note(epoch, kernel.choice_key, Choice(signature(kernel.descriptors[index]), "pinned"))
+        return
+    guard.warn_once("torch.compile consensus alone", "AUTOTUNE_MODE=consensus without a torch.distributed "
+                    "process group: torch.compile kernels are timed by this process alone, as in auto mode",
+                    logging.INFO, scope="process")
+    _timed(self, inductor_own, kernel, epoch, args, kwargs, "timed", for_job=guard.facts.ask("rank_now", (0, 1))[1] == 1)
+
+
+def _record(kernel, epoch, index):
+    if not epoch.policy.record_path:
+        return None
+    desc = kernel.descriptors[index]
+    return record_entry(desc, signature(desc), "consensus", None, kernel.descriptors)
+
+
+def _table_index(kernel, epoch):
+    """The candidate AUTOTUNE_TABLE_PATH's tables hold for the kernel's key, matched as pinned does."""
+    if not epoch.policy.table_path:
+        return None
+    guard = current()
+    key = kernel.choice_key
+    entry = guard.table_entry(epoch, key.arch, key.kernel, key.key)
+    index = tables.table_index(entry, kernel.descriptors, guard.facts.get("config_defaults") or {})
+    if entry is not None and index is None:
+        guard.warn_once(f"consensus table miss {key.text()}", f"the table entry for {key.what()} matches no "
+                        "candidate; it is tuned instead")
+    return index

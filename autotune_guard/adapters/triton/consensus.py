@@ -1,13 +1,17 @@
 """Eager consensus: the first thread of any rank to claim a (kernel, key) in the job's Store times
 the candidates through Triton's own run (that launch is the tuning launch) and publishes the
 winner; every other rank, and every other thread, pins it. The protocol is ``core.consensus.decide``;
-nothing here is a collective, so ranks may meet kernels in any order, or never."""
+nothing here is a collective, so ranks may meet kernels in any order, or never.
+
+With AUTOTUNE_TABLE_PATH, the claimer pins the key from the table when it holds it (the waiters
+follow it through the Store as always, so a table another job grows meanwhile cannot split the
+job), and a winner timed here is handed to the table writer (``Guard.tuned_for_job``)."""
 
 from __future__ import annotations
 
 import logging
 
-from ...core import consensus
+from ...core import consensus, tables
 from ...core.model import Choice, ChoiceKey, descriptor, key_text, record_entry, signature
 from ...runtime import current
 from . import observe
@@ -54,18 +58,48 @@ def _decide(autotuner, state, key, args, kwargs):
     with state.lock:  # pruning sets autotuner.nargs for the call, like Triton's own run does
         live = candidates(autotuner, args, kwargs)
     signatures = [signature(descriptor(c)) for c in live]
+
+    def tune():  # on the claimer only: the table it reads decides for the job too, untimed and unlaunched
+        index = _table_index(state, choice_key, live)
+        if index is not None:
+            return signatures[index], None
+        return _tune(autotuner, state, key, args, kwargs, live)
+
     name = consensus.decision_name(choice_key.arch, choice_key.kernel, choice_key.key)
     index, tuned_here, tuned = consensus.decide(
-        store, choice_key.what(), name, guard.facts.ask("rank_now", (0, 1))[0], signatures,
-        lambda: _tune(autotuner, state, key, args, kwargs, live), state.epoch.policy.consensus_timeout)
-    if tuned_here:
+        store, choice_key.what(), name, guard.facts.ask("rank_now", (0, 1))[0], signatures, tune,
+        state.epoch.policy.consensus_timeout)
+    if tuned_here and tuned[1] is not None:
         winner_signature, (result, winner, timings) = tuned
         if index is not None:  # the live object, so that its hooks survive (not a disk-cache copy)
             winner = live[index]
+        if len(live) > 1:
+            _tuned_for_job(state, choice_key, winner)
         _settle(autotuner, state, key, choice_key, winner, winner_signature, timings, "consensus")
         return _Launched(result)
     _settle(autotuner, state, key, choice_key, live[index], signatures[index], None, "consensus")
     return live[index]
+
+
+def _table_index(state, choice_key, live) -> int | None:
+    """The live candidate AUTOTUNE_TABLE_PATH's tables hold for this key, matched as pinned mode
+    matches it; None without one (an entry that matches no candidate is said once, then tuned)."""
+    epoch = state.epoch
+    if not epoch.policy.table_path:
+        return None
+    guard = current()
+    entry = guard.table_entry(epoch, choice_key.arch, choice_key.kernel, choice_key.key)
+    index = tables.table_index(entry, [descriptor(c) for c in live], guard.facts.get("config_defaults") or {})
+    if entry is not None and index is None:
+        guard.warn_once(f"consensus table miss {choice_key.text()}", f"the table entry for {choice_key.what()} "
+                        "matches no live candidate; it is tuned instead")
+    return index
+
+
+def _tuned_for_job(state, choice_key, winner) -> None:
+    """A winner timed here for the job: the table directory in AUTOTUNE_TABLE_PATH grows by it."""
+    if state.epoch.policy.table_path:
+        current().tuned_for_job(state.epoch, choice_key, descriptor(winner))
 
 
 def _tune(autotuner, state, key, args, kwargs, live):
@@ -80,7 +114,15 @@ def _tune(autotuner, state, key, args, kwargs, live):
 
 
 def _alone(autotuner, state, key, choice_key, args, kwargs):
-    """No process group at the moment of choice: Triton tunes for this process alone, as in auto."""
+    """No process group at the moment of choice: the table's entry, else Triton tunes for this
+    process alone, as in auto (and a job of one process adds its winner to the table)."""
+    if state.epoch.policy.table_path:
+        with state.lock:
+            live = candidates(autotuner, args, kwargs)
+        index = _table_index(state, choice_key, live)
+        if index is not None:
+            _settle(autotuner, state, key, choice_key, live[index], signature(descriptor(live[index])), None, "pinned")
+            return live[index]
     world = current().facts.ask("rank_now", (0, 1))[1]
     if world > 1:  # a distributed job that has not initialized its group yet: choices may differ
         message = ("AUTOTUNE_MODE=consensus but torch.distributed is not initialized yet (world size %d from the "
@@ -91,6 +133,8 @@ def _alone(autotuner, state, key, choice_key, args, kwargs):
         current().warn_once("consensus: no process group", "AUTOTUNE_MODE=consensus without a torch.distributed "
                             "process group: choices are timed by this process alone, as in auto mode", logging.INFO)
     result, winner, timings = _triton_tunes(autotuner, state, key, args, kwargs)
+    if world == 1 and len(autotuner.configs) > 1:
+        _tuned_for_job(state, choice_key, winner)
     _settle(autotuner, state, key, choice_key, winner, signature(descriptor(winner)), timings, "timed")
     return _Launched(result)
 
