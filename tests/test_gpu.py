@@ -147,3 +147,28 @@ def test_table_round_trip_record_merge_pin(tmp_path):
     refused = run_program(cols, tmp_path, check=False, AUTOTUNE_MODE="pinned", AUTOTUNE_ON_MISS="error")
     assert refused.returncode != 0
     assert ROWSUM in refused.stderr and rowsum_key(16384) in refused.stderr and f"arch {arch}" in refused.stderr
+
+
+def test_real_timer_calls_outside_governed_autotuners_are_named_and_inside_them_not(tmp_path):
+    code = """
+import torch, triton, triton.testing
+import gpu_kernels
+import kernels.custom_tuners as ct
+rowsum = gpu_kernels.make_rowsum(None)  # Triton's own default timer
+x = torch.randn(512, 4096, device="cuda")
+gpu_kernels.rowsum(rowsum, x)
+gptq = ct.gptq()  # times with triton.testing.do_bench itself
+for _ in range(2):
+    assert torch.equal(ct.launch(gptq, device="cuda"), torch.arange(100., device="cuda") * 2)
+ct.tune_by_hand(device="cuda")
+triton.testing.do_bench(lambda: x.sum())
+torch.cuda.synchronize()
+"""
+    env = gpu_env(AUTOTUNE_MODE="auto", AUTOTUNE_LOG_LEVEL="INFO")
+    env["PYTHONPATH"] += os.pathsep + os.path.join(REPO, "tests")
+    proc = run_python(code, env=env, cwd=tmp_path, timeout=600)
+    assert "2 not governed: kernels.custom_tuners.double_kernel, kernels.custom_tuners.tune_by_hand" in proc.stderr, \
+        proc.stderr
+    assert proc.stderr.count("kernels.custom_tuners.double_kernel: its autotuner") == 1
+    assert "gpu_kernels" not in " ".join(line for line in proc.stderr.splitlines() if "not governed" in line)
+    assert "outside any autotuner" in proc.stderr

@@ -87,20 +87,20 @@ def forked():
     return ForkedAutotuner(triple_kernel, triple_kernel.arg_names, CONFIGS, ["n"], do_bench=random_timer)
 
 
-def launch(tuner, n=100):
+def launch(tuner, n=100, device="cpu"):
     import torch
 
-    x = torch.arange(n, dtype=torch.float32)
+    x = torch.arange(n, dtype=torch.float32, device=device)
     out = torch.empty_like(x)
     tuner[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, out, n)
     return out
 
 
-def tune_by_hand(n=100):
+def tune_by_hand(n=100, device="cpu"):
     """Time each candidate of ``double_kernel`` with Triton's timer and launch the fastest."""
     import torch
 
-    x = torch.arange(n, dtype=torch.float32)
+    x = torch.arange(n, dtype=torch.float32, device=device)
     out = torch.empty_like(x)
     candidates = list(CONFIGS)
     times = []
