@@ -48,6 +48,7 @@ def configure(policy) -> None:
     that cannot be written fails here, before any kernel runs; table files alone are said once."""
     global _directory, _registered
     _directory = None
+    _added.clear()  # what the exit says is this policy's
     if policy is None or policy.mode != "consensus" or not policy.table_path:
         return
     if not _registered:

@@ -13,6 +13,11 @@ Columns: timer calls summed over ranks; the timing work they stand for; time to 
 (slowest rank, from a common start to the return of its first launch); time to all results
 (slowest rank, all keys); how many different choice digests the ranks ended with (1 = agreement).
 Times are the median over ``--repeat`` jobs.
+
+Rows ``consensus+table 1st`` and ``2nd``: the same command twice with ``AUTOTUNE_TABLE_PATH`` naming
+one fresh table directory: the first run tunes each key once for the job and grows the table, the
+second pins it all; its digests column counts the digests of both runs' ranks together (1: every
+rank of both runs made the same choices).
 """
 
 from __future__ import annotations
@@ -78,10 +83,12 @@ def worker(out_dir: str, keys: int, candidates: int, sleep_ms: float, order: str
     dist.destroy_process_group()
 
 
-def run_job(mode: str, order: str, args) -> dict:
+def run_job(mode: str, order: str, args, table_dir: str | None = None) -> dict:
     with tempfile.TemporaryDirectory() as out_dir:
         env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOTUNE_")}
         env.update(TRITON_INTERPRET="1", AUTOTUNE_MODE=mode, OMP_NUM_THREADS="1")
+        if table_dir:
+            env["AUTOTUNE_TABLE_PATH"] = table_dir
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.ranks}",
                os.path.abspath(__file__), "--worker", out_dir, "--keys", str(args.keys),
                "--candidates", str(args.candidates), "--sleep-ms", str(args.sleep_ms), "--order", order]
@@ -94,7 +101,7 @@ def run_job(mode: str, order: str, args) -> dict:
     calls = sum(r["calls"] for r in ranks)
     return {"mode": mode, "order": order, "calls": calls, "work_s": calls * args.sleep_ms / 1000,
             "first_s": max(r["first_s"] for r in ranks), "all_s": max(r["all_s"] for r in ranks),
-            "digests": len({r["digest"] for r in ranks})}
+            "digests": len({r["digest"] for r in ranks}), "digest_set": sorted({r["digest"] for r in ranks})}
 
 
 def main(argv=None) -> None:
@@ -112,19 +119,30 @@ def main(argv=None) -> None:
         return
     print(f"{args.ranks} gloo ranks, 1 kernel x {args.keys} keys x {args.candidates} candidates, "
           f"timer sleeps {args.sleep_ms:g} ms per candidate (TRITON_INTERPRET=1), median of {args.repeat} jobs")
-    header = f"{'mode':<10} {'order':<8} {'timer calls':>11} {'timing work':>12} {'first result':>13} " \
+    header = f"{'mode':<20} {'order':<8} {'timer calls':>11} {'timing work':>12} {'first result':>13} " \
              f"{'all results':>12} {'digests':>8}"
     print(header)
     print("-" * len(header))
     for order in ("same", "rotated"):
         for mode in ("auto", "consensus"):
-            runs = [run_job(mode, order, args) for _ in range(args.repeat)]
-            r = dict(runs[0], first_s=statistics.median(x["first_s"] for x in runs),
-                     all_s=statistics.median(x["all_s"] for x in runs), digests=max(x["digests"] for x in runs))
-            print(f"{r['mode']:<10} {r['order']:<8} {r['calls']:>11} {r['work_s']:>11.2f}s {r['first_s']:>12.3f}s "
-                  f"{r['all_s']:>11.3f}s {r['digests']:>8}")
-            sys.stdout.flush()
+            _row(mode, order, [run_job(mode, order, args) for _ in range(args.repeat)])
+        pairs = []
+        for _ in range(args.repeat):
+            with tempfile.TemporaryDirectory() as table_dir:
+                first = run_job("consensus", order, args, table_dir)
+                second = run_job("consensus", order, args, table_dir)
+            second["digests"] = len(set(first["digest_set"]) | set(second["digest_set"]))
+            pairs.append((first, second))
+        _row("consensus+table 1st", order, [first for first, _ in pairs])
+        _row("consensus+table 2nd", order, [second for _, second in pairs])
 
+
+def _row(name: str, order: str, runs: list) -> None:
+    r = dict(runs[0], first_s=statistics.median(x["first_s"] for x in runs),
+             all_s=statistics.median(x["all_s"] for x in runs), digests=max(x["digests"] for x in runs))
+    print(f"{name:<20} {order:<8} {r['calls']:>11} {r['work_s']:>11.2f}s {r['first_s']:>12.3f}s "
+          f"{r['all_s']:>11.3f}s {r['digests']:>8}")
+    sys.stdout.flush()
 
 if __name__ == "__main__":
     main()
