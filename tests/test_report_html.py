@@ -78,14 +78,20 @@ def test_the_page_of_a_real_3_rank_run_in_headless_chromium(tmp_path):
     browse(page, f"--screenshot={shot}", "--window-size=1400,900")
     assert time.monotonic() - started < 60
     # The page's script ran to its end, without an error on the way.
-    assert re.search(r'<div id="ag-ready" data-cells="9" hidden="(hidden)?"></div>', dom), dom[-2000:]
+    assert re.search(r'<div id="ag-ready" data-cells="\d+" hidden="(hidden)?"></div>', dom), dom[-2000:]
     assert re.search(r'<div id="ag-errors"></div>', dom), re.search(r'<div id="ag-errors">.*?</div>', dom, re.S)
     assert "3 ranks on 1 node" in dom and f"{disagree} disagreement" in dom and "2 kernels" in dom
-    cells = re.findall(r'<td class="(ag-p\d+|ag-mix)( ag-x)?" data-c="(\d+)" title="([^"]*)"', dom)
-    assert len(cells) == 9  # 3 ranks x 3 keys: no rank alike with another on every key
+    cells = re.findall(r'<td class="(ag-p\d+|ag-mix)( ag-x)?( ag-sel)?" data-c="(\d+)" title="([^"]*)"', dom)
+    # One row per rank, but a rank that chose as the rank before it on every key shares its row.
+    chose = [tuple(c["config"] for row in shown["keys"] for c in row["choices"] if c["rank"] == rank)
+             for rank in range(3)]
+    rows = 1 + sum(chose[rank] != chose[rank - 1] for rank in (1, 2))
+    assert len(cells) == 3 * rows and f'data-cells="{3 * rows}"' in dom
+    assert sum(1 for c in cells if c[2]) == 1  # the script selected a cell and showed its details
+    assert re.search(r'<aside id="ag-detail"><b>ranks? \d', dom)
     assert len(re.findall(r'<tr class="ag-dissent"><th', dom)) >= 1  # a rank that differs, highlighted
     assert sum(1 for c in cells if c[1]) >= 1  # and its cell outlined
-    assert all("chosen: timed" in c[3] for c in cells)
+    assert all("chosen: timed" in c[4] for c in cells)
     assert dom.count('<svg class="ag-plot"') == 3 and "<circle" in dom and "ag-won" in dom
     assert "min-cost" in dom
     assert shot.stat().st_size > 10_000 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -161,7 +167,7 @@ def test_a_page_of_1024_ranks_by_2000_keys_stays_small():
     # Nodes 0-2 alike: one block; node 3 split rank by rank; rank 700 on its own.
     assert "nodes <code>node000</code> \u2026 <code>node002</code> (3 nodes, every rank alike)" in text
     assert ">ranks 0\u201323<span class=\"ag-n\">(24 alike)</span>" in text
-    assert re.search(r'<tr class="ag-dissent"><th title="rank 25; differs from the most chosen config on 30 keys"', text)
-    assert '<th title="rank 700; differs from the most chosen config on 5 keys">' in text
+    assert re.search(r'<tr class="ag-dissent"><th title="rank 25; differs from the reference config on 30 keys"', text)
+    assert '<th title="rank 700; differs from the reference config on 5 keys">' in text
     assert text.count('<svg class="ag-plot"') == html.MAX_PLOTS
     assert text.count("<circle") <= html.MAX_PLOTS * 10 * 120

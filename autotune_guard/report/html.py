@@ -173,14 +173,14 @@ def _group_row(page: Page, shown, group, g_index: int, palette: Palette) -> str:
     label = group.label(page.rows)
     n = len(group.members)
     count = f"<span class=\"ag-n\">({n:,} alike)</span>" if n > 1 else ""
-    dissent = f"; differs from the most chosen config on {_plural(group.dissent, 'key')}" if group.dissent else ""
+    dissent = f"; differs from the reference config on {_plural(group.dissent, 'key')}" if group.dissent else ""
     cls = " class=\"ag-dissent\"" if group.dissent else ""
     title = f"{label} ({_plural(n, 'rank')} with the same choices){dissent}" if n > 1 else f"{label}{dissent}"
     cells = [f"<tr{cls}><th title=\"{escape(title)}\">{escape(label)}{count}</th>"]
     first = group.members[0]
     for i in shown:
         column = page.columns[i]
-        cells.append(_cell(column.cells[first], column.mode(), i, palette))
+        cells.append(_cell(column.cells[first], column.reference, i, palette))
     cells.append("</tr>")
     return "".join(cells)
 
@@ -196,7 +196,7 @@ def _cell(cell, mode, column_index: int, palette: Palette) -> str:
         cls, code = palette.css_class(configs[0]), palette.code(configs[0])
     title = "\n".join(_entry_text(e) for e in cell)
     if odd:
-        title += f"\nnot the most chosen config ({mode})"
+        title += f"\nnot the reference config {mode} (the most chosen; on a tie, the lowest rank's)"
     return f"<td class=\"{cls}{odd}\" data-c=\"{column_index}\" title=\"{escape(title)}\">{code}</td>"
 
 

@@ -33,7 +33,7 @@ table.ag-grid{border-collapse:separate;border-spacing:1px;font-size:11px}
 .ag-grid tbody th{left:0;z-index:1;text-align:left;padding:0 8px 0 4px;white-space:nowrap}
 .ag-grid tr.ag-node th{background:#eef1f5;font-weight:600;padding:3px 6px;color:#333;text-align:left}
 .ag-grid tr.ag-dissent th{background:#fdecea;color:#b71c1c;font-weight:600}
-.ag-grid td{width:20px;min-width:20px;height:20px;text-align:center;color:#fff;font-weight:600;cursor:pointer;
+.ag-grid td{width:24px;min-width:24px;height:22px;text-align:center;color:#fff;font-weight:600;cursor:pointer;
  border-radius:2px;font-size:11px}
 .ag-grid td.ag-x{outline:2px solid #b71c1c;outline-offset:-2px}
 .ag-grid td.ag-none{background:#f0f0f0;color:#999;cursor:default}
@@ -41,7 +41,7 @@ table.ag-grid{border-collapse:separate;border-spacing:1px;font-size:11px}
 .ag-n{color:#777;font-weight:normal;margin-left:4px}
 .ag-more{color:#555;font-size:12px;margin:6px 0}
 #ag-detail{position:sticky;top:12px;width:360px;flex:0 0 360px;background:#fff;border:1px solid #ddd;
- padding:10px 12px;font-size:12px;white-space:pre-wrap;word-break:break-all;min-height:80px}
+ padding:10px 12px;font-size:12px;white-space:pre-wrap;overflow-wrap:anywhere;min-height:80px}
 #ag-detail b{display:block;margin-bottom:4px}
 .ag-plots{display:flex;flex-wrap:wrap;gap:8px 28px}
 .ag-plotbox{background:#fff;border:1px solid #e3e3e3;padding:4px 10px 8px}
@@ -93,6 +93,9 @@ SCRIPT = """
       if (cell) { show(cell); }
     });
   }
+  // The first cell that differs from its column's reference config (else the first cell) is shown.
+  var first = grid && (grid.querySelector("td.ag-x[data-c]") || grid.querySelector("td[data-c]"));
+  if (first) { show(first); }
   var ready = document.createElement("div");
   ready.id = "ag-ready";
   ready.setAttribute("data-cells", grid ? grid.querySelectorAll("td[data-c]").length : 0);

@@ -9,6 +9,7 @@ import os
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from .reading import grouped, median_of, timing_summary
 
@@ -38,17 +39,27 @@ class Column:
     cells: list
     status: str = ""  # diff: same / changed / only in A / ...
 
-    def configs(self) -> Counter:
+    @cached_property
+    def counts(self) -> Counter:
+        """How many entries chose each config (a column is built once, then only read)."""
         return Counter(e["config"] for cell in self.cells if cell for e in cell)
+
+    def configs(self) -> Counter:
+        return self.counts
 
     @property
     def agree(self) -> bool:
         return len(self.configs()) <= 1 and self.status in ("", "same")
 
-    def mode(self):
-        """The config most rows chose (ties: the first by signature); None for an empty column."""
-        counts = self.configs()
-        return min(counts, key=lambda sig: (-counts[sig], sig)) if counts else None
+    @cached_property
+    def reference(self):
+        """The reference config: the one most rows chose; on a tie, the one the first such row
+        (the lowest rank) chose. None for an empty column."""
+        counts = self.counts
+        if not counts:
+            return None
+        top = max(counts.values())
+        return next(e["config"] for cell in self.cells if cell for e in cell if counts[e["config"]] == top)
 
 
 @dataclass
@@ -126,7 +137,7 @@ def ordered_columns(page: Page) -> list[int]:
 
 
 def _dissenting_rows(column: Column) -> int:
-    mode = column.mode()
+    mode = column.reference
     return sum(1 for cell in column.cells if cell and any(e["config"] != mode for e in cell))
 
 
@@ -138,7 +149,7 @@ class RowGroup:
     side: str
     nodes: list
     members: list  # row indexes
-    dissent: int = 0  # keys on which these rows differ from the column's most chosen config
+    dissent: int = 0  # keys on which these rows differ from the column's reference config
 
     def label(self, rows) -> str:
         ranks = [rows[i].rank for i in self.members]
@@ -167,7 +178,7 @@ def rank_ranges(ranks) -> str:
 def row_groups(page: Page) -> list[RowGroup]:
     """The rows, grouped by side and node, runs of alike rows collapsed; then consecutive nodes
     that are each one such run, alike, merged."""
-    modes = [c.mode() for c in page.columns]
+    modes = [c.reference for c in page.columns]
     prints = [tuple(_cell_print(c.cells[r]) for c in page.columns) for r in range(len(page.rows))]
     groups: list[RowGroup] = []
     for r, row in enumerate(page.rows):
