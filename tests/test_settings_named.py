@@ -53,7 +53,7 @@ def test_settings_of_another_mode_are_named_at_start_up(tmp_path):
     cases = {
         "AUTOTUNE_ON_MISS": ({"mode": "auto", "on_miss": "error"}, "pinned mode only"),
         "AUTOTUNE_BLOCK_SIZES": ({"mode": "record", "block_sizes": (("BLOCK", 64),), "record_path": "r"}, "pinned mode only"),
-        "AUTOTUNE_TABLE_PATH": ({"mode": "consensus", "table_path": (str(tmp_path / "t"),)}, "pinned mode only"),
+        "AUTOTUNE_TABLE_PATH": ({"mode": "auto", "table_path": (str(tmp_path / "t"),)}, "pinned mode only"),
         "AUTOTUNE_VERIFY_STRICT": ({"verify_strict": True}, "no barrier is checked"),
         "AUTOTUNE_CONSENSUS_TIMEOUT": ({"consensus_timeout": 5.0}, "consensus mode only"),
     }
