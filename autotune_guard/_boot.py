@@ -4,28 +4,39 @@ It must cost next to nothing and never raise (an exception in a ``.pth`` line is
 program then runs unguarded; a ``SystemExit`` there kills the interpreter). So it only puts a tiny
 watcher on ``sys.meta_path``; wrapt, python-dotenv and the settings are loaded when Triton or
 torch starts being imported (``activation.arm``), and a bad setting fails that import, loudly.
+
+Without ``AUTOTUNE_*`` at start-up the ``.pth`` line imports nothing and puts a finder of its own
+on ``sys.meta_path`` that only compares names; when Triton or torch starts being imported it calls
+:func:`late`: settings the program put in ``os.environ`` by then (a notebook's ``%env``, a
+launcher) are honoured, and settings it puts there after Triton was imported are named at exit.
 """
 
 import os
 import sys
+
 
 from . import _watch
 
 _armed = False
 
 
-def main():
-    """Entry point of the ``.pth`` line; idempotent (a venv runs every ``.pth`` twice)."""
+def main(now: bool = False):
+    """Entry point of the ``.pth`` line; idempotent (a venv runs every ``.pth`` twice). ``now``:
+    Triton or torch is being imported already (arm at once, the watcher would come too late)."""
     global _armed
     if _armed or os.environ.get("AUTOTUNE_DISABLE", "").strip().lower() in ("1", "true", "yes", "on"):
         return
     _armed = True
+    import atexit  # built in: no file is read
+
+    # Registered first so that it runs last, after the evidence is written: it may end the process.
+    atexit.register(_at_exit)
     if "_AUTOTUNE_GUARD_RUN" not in os.environ:
         # The run id the processes this one starts inherit (torchrun workers, mp.spawn children,
         # subprocesses): evidence files carry it so the report tells runs apart. Cheap: no import.
         os.environ["_AUTOTUNE_GUARD_RUN"] = f"{os.getpid()}-{id(os):x}-{os.urandom(4).hex()}"
     try:
-        if "triton" in sys.modules or "torch" in sys.modules:
+        if now or "triton" in sys.modules or "torch" in sys.modules:
             _arm()
         else:
             _watch.watch(_arm)
@@ -33,7 +44,64 @@ def main():
         sys.stderr.write(f"autotune_guard: could not arm the import hook ({exc!r}); Triton runs unguarded\n")
 
 
+def _at_exit() -> None:
+    """The last exit handler: a verify cadence that never fired is named, and under
+    ``AUTOTUNE_VERIFY_STRICT=1`` fails the process (exit status 1), since no handler can set the
+    status Python exits with otherwise."""
+    barriers = sys.modules.get("autotune_guard.adapters.distributed.barriers")
+    try:
+        failed = barriers is not None and barriers.say_unchecked_cadence()
+    except Exception as exc:
+        sys.stderr.write(f"autotune_guard: could not check the verify cadence at exit ({exc!r})\n")
+        return
+    if failed:
+        import logging
+
+        logging.shutdown()  # flushes the handlers; os._exit below would not
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        os._exit(1)
+
+
 def _arm():
     from . import activation
 
     activation.arm()
+
+
+_late_done = False
+
+
+def late(name: str) -> None:
+    """The inactive ``.pth``'s finder met ``triton`` or ``torch``: arm if the program has set an
+    ``AUTOTUNE_*`` variable since start-up; at Triton without one, look again at exit. Finds nothing."""
+    global _late_done
+    if _late_done or _armed:
+        return None
+    try:
+        if any(key.startswith("AUTOTUNE_") for key in os.environ):
+            _late_done = True
+            main(now=True)
+        elif name == "triton":
+            import atexit
+
+            _late_done = True
+            atexit.register(_name_settings_set_too_late)
+    except Exception as exc:  # a finder that raises would fail the program's import
+        sys.stderr.write(f"autotune_guard: could not arm the import hook ({exc!r}); Triton runs unguarded\n")
+    return None
+
+
+def _name_settings_set_too_late() -> None:
+    """At exit: ``AUTOTUNE_*`` variables set in the program after Triton was imported did nothing."""
+    names = sorted(key for key in os.environ if key.startswith("AUTOTUNE_") and key != "AUTOTUNE_DISABLE")
+    if names and not _armed:
+        import logging
+
+        logging.getLogger("autotune_guard").warning(
+            "autotune_guard: %s %s set inside the program after Triton was imported, and had no effect: the guard "
+            "reads its settings when Triton is imported; set them before `import triton` (and `import torch`), or "
+            "in the environment that starts Python", ", ".join(names), "was" if len(names) == 1 else "were")

@@ -4,6 +4,10 @@ only: the ``.pth`` line loads it in every interpreter where an ``AUTOTUNE_*`` va
 
 import sys
 
+# The attribute of the finder the inactive .pth line puts on sys.meta_path (a SimpleNamespace:
+# making a class at every interpreter start would cost several times more).
+LATE_FINDER = "autotune_guard_late"
+
 
 class ImportWatch:
     def __init__(self, callback):
@@ -28,4 +32,6 @@ def watch(callback) -> None:
 
 
 def unwatch() -> None:
-    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, ImportWatch)]
+    """Drop the watchers (and the inactive .pth's finder): called once the guard is armed."""
+    sys.meta_path[:] = [f for f in sys.meta_path
+                        if not isinstance(f, ImportWatch) and not getattr(f, LATE_FINDER, False)]

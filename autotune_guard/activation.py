@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import logging
+import os
+import sys
 
-from . import _watch, evidence
+from . import _watch, evidence, uncaught
 from . import table_growth
 from .adapters import distributed, torch_flags
 from .adapters import triton as triton_adapter
@@ -27,16 +29,18 @@ def arm() -> None:
     wrapt.register_post_import_hook(_on_autotuner, "triton.runtime.autotuner")
     wrapt.register_post_import_hook(_on_distributed, "torch.distributed")
     wrapt.register_post_import_hook(_on_inductor, "torch._inductor.runtime.triton_heuristics")
+    wrapt.register_post_import_hook(triton_adapter.watch_timers, "triton.testing")
 
 
 def _on_autotuner(module) -> None:
     _watch.unwatch()
     try:
         on_triton_import(module)
-    except BaseException:
+    except BaseException as exc:
         # The failed import is rolled back and wrapt has dropped this hook: watch again, so that
         # retrying ``import triton`` fails the same way instead of running unguarded.
         _watch.watch(arm)
+        uncaught.mark_activation_error(exc)
         raise
 
 
@@ -76,6 +80,7 @@ def carry_out(policy: AutotunePolicy) -> None:
     configure_logging(policy.log_level)
     distributed.on_install(policy)
     _watch_inductor()
+    uncaught.install(policy.mode)
     _started_with(policy, guard)
 
 
@@ -88,6 +93,24 @@ def _started_with(policy: AutotunePolicy, guard) -> None:
         logger.info("not autotune_guard settings, left to their tools: %s", ", ".join(policy.foreign))
     for warning in settings.ineffective_settings(policy, guard.startup):
         logger.warning("%s", warning)
+    if not _numpy_importable():
+        guard.warn_once("interpreter without numpy", "TRITON_INTERPRET=1 runs kernels through Triton's interpreter, "
+                        "which needs numpy, and numpy cannot be imported here: install it (pip install numpy)",
+                        scope="process")
+
+
+def _numpy_importable() -> bool:
+    """False only when Triton's interpreter is asked for and numpy cannot be imported (a lookup, no import)."""
+    if os.environ.get("TRITON_INTERPRET", "").strip().lower() not in ("1", "true", "yes", "on"):
+        return True
+    if "numpy" in sys.modules:
+        return sys.modules["numpy"] is not None
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("numpy") is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def on_triton_import(module) -> None:

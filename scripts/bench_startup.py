@@ -11,7 +11,14 @@ Process wall time is noisy at the sub-millisecond level, so the share of start-u
 is also timed inside cold interpreters: ``site.addsitedir`` of the site-packages folder (its
 listing, and every ``.pth`` in it run as ``site`` runs it), under ``-S`` so nothing else happens.
 
-Usage:  python scripts/bench_startup.py [--rounds 300] [--site-rounds 150] [--wheel PATH]
+Without ``AUTOTUNE_*`` the ``.pth`` line puts a finder on ``sys.meta_path`` that compares each
+name imported for the first time with ``triton`` and ``torch`` (settings the program sets before
+importing Triton are then honoured). ``--torch-rounds N`` prices it where it costs most, ``import
+torch`` (one call per module torch loads), in this interpreter's environment (it needs torch):
+the calls counted, one non-matching call timed, and cold ``import torch`` timed in-process with
+and without the finder, paired (same interpreter, rounds interleaved, the order alternating).
+
+Usage:  python scripts/bench_startup.py [--rounds 300] [--site-rounds 150] [--wheel PATH] [--torch-rounds 20]
 Goals:  inactive - without <= +0.3 ms, active - without <= +2 ms (issue 2).
 """
 
@@ -85,6 +92,8 @@ def spawn_wall_ms(python: str, env: dict, args=("-c", "pass")) -> float:
 
 # A typical one-line .pth of another package (setuptools installs one much like it).
 OTHER_PTH = 'import os; os.environ.get("OTHER_PACKAGE_SWITCH", "local") == "local" and None\n'
+# Ours without the inactive finder (settings set in the program then did nothing): its share.
+NO_FINDER_PTH = 'import os; "=AUTOTUNE_" in "=" + "=".join(os.environ) and __import__("autotune_guard._boot")._boot.main()\n'
 
 
 def addsitedir_us(python: str, folder: str, env: dict) -> float:
@@ -105,12 +114,67 @@ def addsitedir_us(python: str, folder: str, env: dict) -> float:
     return float(sh([python, "-S", "-c", code, folder], env=env).stdout)
 
 
+# Run with the shipped .pth line's finder (or without it), in a cold interpreter, no AUTOTUNE_*.
+TORCH_IMPORT = (
+    "import sys, time\n"
+    "sys.meta_path[:] = [f for f in sys.meta_path if not getattr(f, 'autotune_guard_late', 0)]\n"
+    "if sys.argv[2] == 'with':\n"
+    "    exec(open(sys.argv[1]).read())\n"
+    "t0 = time.perf_counter_ns(); import torch; t1 = time.perf_counter_ns()\n"
+    "print((t1 - t0) / 1e6)\n"
+)
+FINDER_CALLS = (
+    "import sys, time\n"
+    "exec(open(sys.argv[1]).read())\n"
+    "finder = sys.meta_path[0]\n"
+    "assert getattr(finder, 'autotune_guard_late', 0), sys.meta_path\n"
+    "calls = [0]\n"
+    "class Count:\n"
+    "    def find_spec(self, name, path=None, target=None):\n"
+    "        calls[0] += 1\n"
+    "sys.meta_path.insert(0, Count())\n"
+    "import torch\n"
+    "n = 200000\n"
+    "t0 = time.perf_counter_ns()\n"
+    "for _ in range(n):\n"
+    "    finder.find_spec('torch._inductor.runtime', None, None)\n"
+    "t1 = time.perf_counter_ns()\n"
+    "print(calls[0], (t1 - t0) / n)\n"
+)
+
+
+def torch_import_cost(rounds: int) -> None:
+    """The inactive finder's price over ``import torch`` (see the module docstring)."""
+    pth = os.path.join(REPO, "autotune_guard.pth")
+    env = child_env(False)
+    calls, per_call_ns = sh([sys.executable, "-c", FINDER_CALLS, pth], env=env).stdout.split()
+    times = {"without": [], "with": []}
+    for r in range(rounds):
+        for variant in (("without", "with") if r % 2 == 0 else ("with", "without")):
+            times[variant].append(float(sh([sys.executable, "-c", TORCH_IMPORT, pth, variant], env=env).stdout))
+    pairs = [w - wo for w, wo in zip(times["with"], times["without"])]
+    print(f"the inactive .pth's finder over `import torch` ({sys.executable}, {rounds} paired rounds):")
+    print(f"  find_spec calls during `import torch`: {calls}; one non-matching call: {float(per_call_ns):.0f} ns; "
+          f"calls x cost: {int(calls) * float(per_call_ns) / 1e6:.3f} ms")
+    print(f"  cold `import torch` in-process, median ms: without {statistics.median(times['without']):.1f}, "
+          f"with {statistics.median(times['with']):.1f}; median of paired differences {statistics.median(pairs):+.2f} ms "
+          f"(quartiles {statistics.quantiles(pairs, n=4)[0]:+.2f} .. {statistics.quantiles(pairs, n=4)[2]:+.2f})")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=300, help="cold starts per variant (default 300)")
     ap.add_argument("--site-rounds", type=int, default=150, help="cold addsitedir timings per variant (default 150)")
     ap.add_argument("--wheel", help="a built autotune_guard wheel (default: build one from this checkout)")
+    ap.add_argument("--torch-rounds", type=int, default=0,
+                    help="also price the inactive finder over `import torch`, in this interpreter (default 0: skip)")
+    ap.add_argument("--only-torch", action="store_true", help="only the `import torch` part")
     opts = ap.parse_args()
+    if opts.torch_rounds:
+        torch_import_cost(opts.torch_rounds)
+        if opts.only_torch:
+            return 0
+        print()
 
     wheel = os.path.abspath(opts.wheel) if opts.wheel else None
     home = os.getcwd()
@@ -151,20 +215,27 @@ def main() -> int:
 
         # In-process: besides the three variants, a folder holding another package's one-line
         # .pth, alone and next to ours: Python's fixed cost of a first .pth file vs our share.
-        empty, other, both = (os.path.join(tmp, d) for d in ("empty", "other", "both"))
-        for d in (empty, other, both):
+        names_of = ("empty", "other", "both", "alone", "no_finder")
+        empty, other, both, alone, no_finder = (os.path.join(tmp, d) for d in names_of)
+        for d in (empty, other, both, alone, no_finder):
             os.makedirs(d)
+        with open(os.path.join(no_finder, "autotune_guard.pth"), "w") as dst:
+            dst.write(NO_FINDER_PTH)
         for d in (other, both):
             with open(os.path.join(d, "other_package.pth"), "w") as dst:
                 dst.write(OTHER_PTH)
-        with open(os.path.join(site, "autotune_guard.pth")) as src, open(os.path.join(both, "autotune_guard.pth"), "w") as dst:
-            dst.write(src.read())
+        with open(os.path.join(site, "autotune_guard.pth")) as src:
+            shipped = src.read()
+        for d in (both, alone):
+            with open(os.path.join(d, "autotune_guard.pth"), "w") as dst:
+                dst.write(shipped)
         folders = {"without": (empty, False), "inactive": (site, False), "active": (site, True),
-                   "other .pth": (other, False), "other+ours": (both, False)}
+                   "other .pth": (other, False), "other+ours": (both, False), "ours alone": (alone, False),
+                   "no finder": (no_finder, False)}
         site_us = {n: [] for n in folders}
         keys = list(folders)
         for r in range(opts.site_rounds):
-            for name in keys[r % 5:] + keys[:r % 5]:
+            for name in keys[r % len(keys):] + keys[:r % len(keys)]:
                 folder, active = folders[name]
                 site_us[name].append(addsitedir_us(guard, folder, child_env(active)))
         os.chdir(home)
@@ -193,7 +264,9 @@ def main() -> int:
     what = {"without": "an empty site-packages", "inactive": "ours, no AUTOTUNE_*",
             "active": "ours, AUTOTUNE_MODE=pinned (imports autotune_guard._boot, arms the watcher)",
             "other .pth": "only another package's one-line .pth",
-            "other+ours": f"that and ours, inactive: ours adds {smed['other+ours'] - smed['other .pth']:+.0f} us"}
+            "other+ours": f"that and ours, inactive: ours adds {smed['other+ours'] - smed['other .pth']:+.0f} us",
+            "ours alone": "only our .pth line, inactive",
+            "no finder": f"only our line without the inactive finder: the finder adds {smed['ours alone'] - smed['no finder']:+.0f} us"}
     for name in site_us:
         diff = "" if name == "without" else f"{smed[name] - smed['without']:+.0f}"
         print(f"  {name:<10} {smed[name]:>10.0f} {sq[name][0]:>7.0f}-{sq[name][2]:<8.0f} {diff:>9}  {what[name]}")

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import socket
 import threading
@@ -67,16 +68,50 @@ def encode_death(claimer: str, silent_s: float) -> str:
                        "died": round(silent_s, 1)}, sort_keys=True)
 
 
-def decode(text: str, what: str) -> dict:
-    """A published value; ConsensusError when it is not one this version understands."""
+# The fields of a published value a reader uses, and the types each may have.
+_FIELDS = {"rank": (int, str), "winner": (str,), "candidates_hash": (str,), "error": (str,), "claimer": (str,),
+           "died": (int, float)}
+
+
+def decode(text: str, what: str, key: str = "") -> dict:
+    """A published value (``key``: its Store key, for errors); ConsensusError when it is not one
+    this version understands, naming the key and what was found."""
+    where = f"the job's Store holds at {key or 'its key'}"
     try:
         payload = json.loads(text)
     except ValueError:
         payload = None
     if not isinstance(payload, dict) or payload.get("format") != PAYLOAD_FORMAT:
-        raise ConsensusError(f"autotune_guard consensus: {what}: the job's Store holds a value this version "
-                             f"cannot read ({text[:120]!r}); are all ranks running the same autotune_guard?")
+        raise ConsensusError(f"autotune_guard consensus: {what}: {where} a value this version cannot read "
+                             f"({text[:120]!r}); are all ranks running the same autotune_guard?")
+    for field, types in _FIELDS.items():
+        value = payload.get(field)
+        if field in payload and (not isinstance(value, types) or isinstance(value, bool) or
+                                 (isinstance(value, float) and not math.isfinite(value))):
+            raise ConsensusError(f"autotune_guard consensus: {what}: {where} a value whose {field!r} is "
+                                 f"{_found(value)}, not {' or '.join(t.__name__ for t in types)}; are all ranks "
+                                 "running the same autotune_guard, and is anything else writing to the Store?")
+    if not any(field in payload for field in ("winner", "error", "died")):
+        raise ConsensusError(f"autotune_guard consensus: {what}: {where} a value with no winner, error or death "
+                             f"notice ({text[:120]!r}); are all ranks running the same autotune_guard?")
     return payload
+
+
+def decode_candidates(text: str, what: str, key: str) -> list[str]:
+    """The claimer's published candidate list; ConsensusError naming the key when it is not one."""
+    try:
+        found = json.loads(text)
+    except ValueError:
+        found = text[:120]
+    if not isinstance(found, list) or not all(isinstance(item, str) for item in found):
+        raise ConsensusError(f"autotune_guard consensus: {what}: the job's Store holds at {key} {_found(found)}, not "
+                             "a list of config signatures; are all ranks running the same autotune_guard?")
+    return found
+
+
+def _found(value) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text[:80]}{'...' if len(text) > 80 else ''}"
 
 
 def follow(payload: dict, signatures: Sequence[str], what: str, theirs: Sequence[str] | None = None) -> int:
@@ -194,10 +229,10 @@ def decide(store, what: str, name: str, rank: int, signatures: Sequence[str], tu
         return _tune_for_the_job(store, what, key, rank, signatures, tune)
     try:
         published = _wait_for_result(store, what, key, holder, timeout)
-        payload = decode(published, what)
+        payload = decode(published, what, key + "/result")
         theirs = None
         if "winner" in payload and payload.get("candidates_hash") != candidates_hash(signatures):
-            theirs = json.loads(_text(store.get(key + "/candidates")))
+            theirs = decode_candidates(_text(store.get(key + "/candidates")), what, key + "/candidates")
     except StoreError as exc:
         raise ConsensusError(store_lost_message(what, exc)) from exc
     except Exception as exc:
@@ -342,4 +377,5 @@ def _forget_clone(store) -> None:
 
 
 def _text(value) -> str:
-    return value.decode() if isinstance(value, (bytes, bytearray)) else str(value)
+    # Undecodable bytes are shown, not raised: the reader names the value as one it cannot read.
+    return value.decode(errors="backslashreplace") if isinstance(value, (bytes, bytearray)) else str(value)

@@ -3,8 +3,10 @@ than python-dotenv checks them. python-dotenv is imported only when a file is re
 
 from __future__ import annotations
 
+import io
 import os
 import re
+import stat
 from typing import Mapping
 
 from .errors import PolicyError
@@ -20,8 +22,7 @@ def read_env_file(path: str, environ: Mapping[str, str] | None = None) -> dict[s
     the line: python-dotenv itself would skip the one and expand the other to nothing.
     """
     environ = os.environ if environ is None else environ
-    if not os.path.isfile(path):
-        raise PolicyError(f"AUTOTUNE_ENV_FILE={path!r}: no such file")
+    text = _read_regular_file(path)
     try:
         from dotenv import dotenv_values
         from dotenv.parser import parse_stream
@@ -29,10 +30,9 @@ def read_env_file(path: str, environ: Mapping[str, str] | None = None) -> dict[s
         raise PolicyError(f"AUTOTUNE_ENV_FILE={path!r} needs python-dotenv, which cannot be imported ({exc}); "
                           "reinstall autotune-guard's dependencies") from exc
     try:
-        with open(path, encoding="utf-8") as src:
-            bindings = list(parse_stream(src))
-        values = dotenv_values(path)
-    except Exception as exc:  # unreadable file, bad encoding: name the file
+        bindings = list(parse_stream(io.StringIO(text)))
+        values = dotenv_values(stream=io.StringIO(text))
+    except Exception as exc:
         raise PolicyError(f"AUTOTUNE_ENV_FILE={path!r} cannot be read: {exc}") from exc
     defined = set()
     for binding in bindings:
@@ -49,3 +49,43 @@ def read_env_file(path: str, environ: Mapping[str, str] | None = None) -> dict[s
         if binding.key:
             defined.add(binding.key)
     return {k: v for k, v in values.items() if k.startswith("AUTOTUNE_") and v is not None}
+
+
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+
+
+def _read_regular_file(path: str) -> str:
+    """The text of the file at ``path``, opened without blocking (a FIFO is refused, never waited
+    on) and checked to be a regular file on the descriptor read, so that nothing swapped in between counts."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise PolicyError(f"AUTOTUNE_ENV_FILE={path!r}: no such file; it names a dotenv file of AUTOTUNE_* "
+                          "lines (a relative path is taken from the working directory)") from None
+    except OSError as exc:
+        kind = _kind(path)
+        raise PolicyError(f"AUTOTUNE_ENV_FILE={path!r} cannot be opened"
+                          f"{f' (it is {kind})' if kind else ''}: {exc.strerror}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+            raise PolicyError(f"AUTOTUNE_ENV_FILE={path!r} is {kind}, not a file; it names a regular dotenv file "
+                              "of AUTOTUNE_* lines")
+        with os.fdopen(os.dup(fd), "rb") as src:
+            data = src.read()
+    finally:
+        os.close(fd)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PolicyError(f"AUTOTUNE_ENV_FILE={path!r} cannot be read: it is not UTF-8 text ({exc})") from None
+
+
+def _kind(path: str) -> str | None:
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    return next((name for test, name in _KINDS if test(mode)), None)

@@ -57,6 +57,9 @@ def pick_on_miss(on_miss: str, indices: Sequence[int], candidates: Sequence[Mapp
 def select(candidates: Sequence[Mapping], *, table_entry: Mapping | None, block_sizes: Sequence[tuple[str, int]],
            on_miss: str, defaults: Mapping, what: str) -> Pick:
     """The candidate to run. ``what`` names kernel, key and arch for the errors of ``on_miss=error``."""
+    if not candidates:  # whatever the table and on-miss rule say, there is nothing to choose from
+        raise SelectionError(f"autotune_guard: {what}: the kernel's own pruning (early_config_prune, or "
+                             "perf_model with top_k) left no candidate config; make it keep at least one")
     warning = None
     if table_entry is not None:
         for i, desc in enumerate(candidates):

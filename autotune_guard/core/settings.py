@@ -9,121 +9,19 @@ from __future__ import annotations
 
 import difflib
 import os
-import re
 from dataclasses import dataclass, field, fields, replace
 from typing import Mapping, NamedTuple
 
 from .envfile import read_env_file
 from .errors import PolicyError
+from .settings_values import (parse_block_sizes, parse_bool, parse_choice, parse_file_path, parse_int_at_least,
+                              parse_mode, parse_names, parse_paths, parse_seconds, parse_token)
 
 MODES = ("auto", "pinned", "record", "consensus")
 ON_MISS = ("min_cost", "first", "error")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 DEFAULT_CONSENSUS_TIMEOUT_S = 600.0
 DERIVED = "default"  # ``mode_from`` of a mode no setting chose: settled at the first launch
-
-_TRUE = ("1", "true", "yes", "on")
-_FALSE = ("0", "false", "no", "off")
-
-
-def _bool(var: str, value) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in _TRUE:
-        return True
-    if text in _FALSE:
-        return False
-    raise PolicyError(f"{var}={value!r} is not a boolean; allowed: 1/0, true/false, yes/no, on/off")
-
-
-def _choice(var: str, value, allowed) -> str:
-    text = str(value).strip().lower()
-    if text not in allowed:
-        raise PolicyError(f"{var}={value!r} is not allowed; allowed: {', '.join(allowed)}")
-    return text
-
-
-def _names(var: str, value) -> tuple[str, ...]:
-    """A comma-separated list (or an iterable) of dotted names."""
-    items = value.split(",") if isinstance(value, str) else list(value)
-    names = tuple(str(item).strip() for item in items if str(item).strip())
-    for name in names:
-        if not all(part.isidentifier() for part in name.split(".")):
-            raise PolicyError(f"{var}={value!r}: {name!r} is not a dotted Python name (like pkg.module or pkg.module.kernel)")
-    return names
-
-
-def _paths(var: str, value) -> tuple[str, ...]:
-    items = value.split(os.pathsep) if isinstance(value, str) else list(value)
-    paths = tuple(str(item) for item in items if str(item))
-    # A mistyped table path would otherwise pin every kernel by AUTOTUNE_ON_MISS, silently.
-    for path in paths:
-        if not os.path.exists(path):
-            raise PolicyError(f"{var}={value!r}: {path!r} does not exist; allowed: directories holding "
-                              f"<arch>.json tables, or table files, separated by {os.pathsep!r}")
-    return paths
-
-
-def _block_sizes(var: str, value) -> tuple[tuple[str, int], ...]:
-    """``NAME=VALUE,NAME=VALUE`` (or a mapping) of integer meta-parameters."""
-    if isinstance(value, Mapping):
-        pairs = [(str(k), v) for k, v in value.items()]
-    elif isinstance(value, str):
-        pairs = []
-        for item in value.split(","):
-            if not item.strip():
-                continue
-            name, sep, number = item.partition("=")
-            if not sep:
-                raise PolicyError(f"{var}={value!r}: {item.strip()!r} is not NAME=VALUE; expected e.g. BLOCK_M=64,BLOCK_N=128")
-            pairs.append((name.strip(), number.strip()))
-    else:
-        pairs = [(str(k), v) for k, v in value]
-    result = {}
-    for name, number in pairs:
-        if not name.isidentifier():
-            raise PolicyError(f"{var}={value!r}: {name!r} is not a meta-parameter name")
-        try:
-            parsed = int(number)
-        except (TypeError, ValueError):
-            parsed = None
-        if parsed is None or isinstance(number, bool) or parsed <= 0:
-            raise PolicyError(f"{var}={value!r}: {name}={number!r} is not a positive integer")
-        result[name] = parsed
-    return tuple(sorted(result.items()))
-
-
-def _int_at_least(var: str, value, low: int) -> int:
-    try:
-        number = int(str(value).strip())
-    except ValueError:
-        number = None
-    if number is None or number < low:
-        raise PolicyError(f"{var}={value!r} is not allowed; allowed: an integer >= {low}")
-    return number
-
-
-def _seconds(var: str, value) -> float:
-    try:
-        number = float(str(value).strip())
-    except ValueError:
-        number = None
-    if number is None or not number > 0 or number == float("inf"):
-        raise PolicyError(f"{var}={value!r} is not allowed; allowed: a positive number of seconds")
-    return number
-
-
-def _token(var: str, value) -> str:
-    text = str(value).strip()
-    if not re.fullmatch(r"[A-Za-z0-9._:@+-]{1,200}", text):
-        raise PolicyError(f"{var}={value!r} is not allowed; allowed: up to 200 letters, digits and . _ : @ + -")
-    return text
-
-
-def _file_path(var: str, value) -> str | None:
-    text = str(value).strip()
-    return text or None
 
 
 @dataclass(frozen=True)
@@ -184,26 +82,26 @@ class AutotunePolicy:
 
 # AUTOTUNE_* variable -> (policy field, parser).  The single place where names are defined.
 _VARIABLES = {
-    "AUTOTUNE_MODE": ("mode", lambda var, v: _choice(var, v, MODES)),
-    "AUTOTUNE_MODULES": ("modules", _names),
-    "AUTOTUNE_CONFIG_INVARIANT": ("config_invariant", _names),
-    "AUTOTUNE_TABLE_PATH": ("table_path", _paths),
-    "AUTOTUNE_ON_MISS": ("on_miss", lambda var, v: _choice(var, v, ON_MISS)),
-    "AUTOTUNE_BLOCK_SIZES": ("block_sizes", _block_sizes),
-    "AUTOTUNE_DETERMINISTIC": ("deterministic", _bool),
-    "AUTOTUNE_ENUMERATE": ("enumerate", _bool),
-    "AUTOTUNE_CHAOS": ("chaos", _bool),
-    "AUTOTUNE_DIGEST_PATH": ("digest_path", _file_path),
-    "AUTOTUNE_RECORD_PATH": ("record_path", _file_path),
-    "AUTOTUNE_VERIFY_STRICT": ("verify_strict", _bool),
-    "AUTOTUNE_CONSENSUS_TIMEOUT": ("consensus_timeout", _seconds),
-    "AUTOTUNE_RUN_ID": ("run_id", lambda var, v: _token(var, v)),
-    "AUTOTUNE_LOG_LEVEL": ("log_level", lambda var, v: _choice(var, v, [l.lower() for l in LOG_LEVELS]).upper()),
+    "AUTOTUNE_MODE": ("mode", lambda var, v: parse_mode(var, v, MODES)),
+    "AUTOTUNE_MODULES": ("modules", parse_names),
+    "AUTOTUNE_CONFIG_INVARIANT": ("config_invariant", parse_names),
+    "AUTOTUNE_TABLE_PATH": ("table_path", parse_paths),
+    "AUTOTUNE_ON_MISS": ("on_miss", lambda var, v: parse_choice(var, v, ON_MISS)),
+    "AUTOTUNE_BLOCK_SIZES": ("block_sizes", parse_block_sizes),
+    "AUTOTUNE_DETERMINISTIC": ("deterministic", parse_bool),
+    "AUTOTUNE_ENUMERATE": ("enumerate", parse_bool),
+    "AUTOTUNE_CHAOS": ("chaos", parse_bool),
+    "AUTOTUNE_DIGEST_PATH": ("digest_path", parse_file_path),
+    "AUTOTUNE_RECORD_PATH": ("record_path", parse_file_path),
+    "AUTOTUNE_VERIFY_STRICT": ("verify_strict", parse_bool),
+    "AUTOTUNE_CONSENSUS_TIMEOUT": ("consensus_timeout", parse_seconds),
+    "AUTOTUNE_RUN_ID": ("run_id", lambda var, v: parse_token(var, v)),
+    "AUTOTUNE_LOG_LEVEL": ("log_level", lambda var, v: parse_choice(var, v, [l.lower() for l in LOG_LEVELS]).upper()),
 }
 # Read once at start-up (StartupSettings), not policy fields: every rank must count the same barriers.
-_STARTUP_VARIABLES = {"AUTOTUNE_VERIFY_EVERY": ("verify_every", lambda var, v: _int_at_least(var, v, 0))}
-# Read by the bootstrap or by this module, not policy fields.
-_CONTROL_VARIABLES = ("AUTOTUNE_DISABLE", "AUTOTUNE_ENV_FILE")
+_STARTUP_VARIABLES = {"AUTOTUNE_VERIFY_EVERY": ("verify_every", lambda var, v: parse_int_at_least(var, v, 0))}
+# Read by the bootstrap, this module or the uncaught-error hook (AUTOTUNE_TRACEBACK), not policy fields.
+_CONTROL_VARIABLES = ("AUTOTUNE_DISABLE", "AUTOTUNE_ENV_FILE", "AUTOTUNE_TRACEBACK")
 _FIELD_TO_VAR = {name: var for var, (name, _) in {**_VARIABLES, **_STARTUP_VARIABLES}.items()}
 KNOWN_VARIABLES = tuple(_VARIABLES) + tuple(_STARTUP_VARIABLES) + _CONTROL_VARIABLES
 
@@ -244,7 +142,7 @@ def settings_from_environment(environ: Mapping[str, str] | None = None) -> tuple
 def disabled(settings: Mapping[str, str]) -> bool:
     """``AUTOTUNE_DISABLE`` as the settings give it (the environment or the env file)."""
     raw = settings.get("AUTOTUNE_DISABLE")
-    return bool(raw and str(raw).strip() and _bool("AUTOTUNE_DISABLE", raw))
+    return bool(raw and str(raw).strip() and parse_bool("AUTOTUNE_DISABLE", raw))
 
 
 def policy_from_settings(settings: Mapping, *, deterministic: bool = False, env_file: str | None = None) -> AutotunePolicy:
@@ -259,8 +157,8 @@ def policy_from_settings(settings: Mapping, *, deterministic: bool = False, env_
     for name, raw in settings.items():
         var = name if name.startswith("AUTOTUNE_") else _FIELD_TO_VAR.get(name)
         if var in _CONTROL_VARIABLES:
-            if var == "AUTOTUNE_DISABLE" and raw is not None and str(raw).strip():
-                _bool(var, raw)  # a typo here must not pass silently either
+            if var != "AUTOTUNE_ENV_FILE" and raw is not None and str(raw).strip():
+                parse_bool(var, raw)  # a typo here must not pass silently either
             continue
         if var in _STARTUP_VARIABLES:
             if raw is not None and str(raw).strip():
@@ -308,8 +206,8 @@ def startup_settings(settings: Mapping[str, str]) -> StartupSettings:
     """The start-up settings of the effective ``AUTOTUNE_*`` settings; PolicyError names a bad value."""
     every, strict = settings.get("AUTOTUNE_VERIFY_EVERY"), settings.get("AUTOTUNE_VERIFY_STRICT")
     return StartupSettings(
-        _int_at_least("AUTOTUNE_VERIFY_EVERY", every, 0) if every is not None and str(every).strip() else 0,
-        _bool("AUTOTUNE_VERIFY_STRICT", strict) if strict is not None and str(strict).strip() else False)
+        parse_int_at_least("AUTOTUNE_VERIFY_EVERY", every, 0) if every is not None and str(every).strip() else 0,
+        parse_bool("AUTOTUNE_VERIFY_STRICT", strict) if strict is not None and str(strict).strip() else False)
 
 
 def derived_mode(policy: AutotunePolicy, torch_deterministic: bool) -> AutotunePolicy:

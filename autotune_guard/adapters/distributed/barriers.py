@@ -15,7 +15,7 @@ from .. import _patching
 from . import cadence
 from .check import run_check
 from .state import STATE
-from .store import initialized_dist
+from .store import initialized_dist, rank_and_world
 
 logger = logging.getLogger("autotune_guard")
 
@@ -90,6 +90,7 @@ def count_and_check(group, every: int) -> None:
     with STATE.lock:
         state.barriers += 1
         count = state.barriers
+        STATE.barriers_counted += 1
     if count % every == 0:
         run_check(dist, group, f"barrier {count} of this group")
 
@@ -112,3 +113,37 @@ def register_hook() -> None:
 
         STATE.hook_registered = True
         wrapt.register_post_import_hook(wrap_barriers, "torch.distributed")
+
+
+def say_unchecked_cadence() -> bool:
+    """At exit: name a cadence that never fired (on rank 0; on every rank when strict, each of
+    which then fails). True when the process must exit with status 1."""
+    found = unchecked_cadence()
+    if found is None:
+        return False
+    line, strict = found
+    if strict:
+        logger.error("%s", line)
+    elif rank_and_world()[0] == 0:
+        logger.warning("%s", line)
+    return strict
+
+
+def unchecked_cadence() -> tuple[str, bool] | None:
+    """At exit: (the line, strict) when ``AUTOTUNE_VERIFY_EVERY`` was set in a distributed job and no
+    check ever ran in this process (its barriers too few, or none: a job that synchronizes with
+    collectives only), else None. The cadence is the same on every rank, so each rank says the same."""
+    try:
+        every, strict = cadence.startup().verify_every, cadence.strict()
+    except Exception:  # a bad start-up value was reported already
+        return None
+    if not every or STATE.last_check.get("count", 0) or rank_and_world()[1] < 2:
+        return None
+    barriers = STATE.barriers_counted
+    line = (f"AUTOTUNE_VERIFY_EVERY={every} but no check ran: the program called torch.distributed.barrier "
+            f"{barriers} time{'s' * (barriers != 1)} (checks run after barrier {every}, {2 * every}, ...), so the ranks' choices "
+            "were never compared; lower AUTOTUNE_VERIFY_EVERY, or call autotune_guard.maybe_verify_choices(step) "
+            "where every rank arrives")
+    if strict:
+        line += "; AUTOTUNE_VERIFY_STRICT=1 makes this an error: exit status 1"
+    return line, strict

@@ -24,6 +24,7 @@ class AdapterState:
         self.startup_error: list[Exception] = []  # a bad start-up value, raised at each use
         self.hook_registered = False
         self.last_check: dict = {}  # what the latest check moved: read by the benchmarks and tests
+        self.barriers_counted = 0  # in every group, destroyed ones included: named at exit if no check ran
 
     def renew(self) -> None:
         """In a forked child: another thread may have held the lock at fork."""

@@ -1,0 +1,125 @@
+"""The parsers of ``AUTOTUNE_*`` values: each takes the variable's name and its raw value (text,
+or a typed value given to ``install()``) and returns the parsed value, or raises
+:class:`PolicyError` naming the variable, the value, what is allowed and what to do."""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from typing import Mapping
+
+from .errors import PolicyError
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+def parse_bool(var: str, value) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise PolicyError(f"{var}={value!r} is not a boolean; allowed: 1/0, true/false, yes/no, on/off")
+
+
+def parse_choice(var: str, value, allowed) -> str:
+    text = str(value).strip().lower()
+    if text not in allowed:
+        close = difflib.get_close_matches(text, allowed, n=1, cutoff=0.6)
+        meant = f"; did you mean {var}={close[0]}?" if close else ";"
+        raise PolicyError(f"{var}={value!r} is not allowed{meant} allowed: {', '.join(allowed)}")
+    return text
+
+
+def parse_mode(var: str, value, modes) -> str:
+    """``AUTOTUNE_MODE``; chaos is a switch of pinned mode, not a mode, and the error says so."""
+    if str(value).strip().lower() == "chaos":
+        raise PolicyError(f"{var}={value!r} is not a mode: chaos is a test of pinned mode; set AUTOTUNE_MODE=pinned "
+                          f"AUTOTUNE_CHAOS=1 (each rank then picks a different config); allowed modes: {', '.join(modes)}")
+    return parse_choice(var, value, modes)
+
+
+def parse_names(var: str, value) -> tuple[str, ...]:
+    """A comma-separated list (or an iterable) of dotted names."""
+    items = value.split(",") if isinstance(value, str) else list(value)
+    names = tuple(str(item).strip() for item in items if str(item).strip())
+    for name in names:
+        if not all(part.isidentifier() for part in name.split(".")):
+            raise PolicyError(f"{var}={value!r}: {name!r} is not a dotted Python name (like pkg.module or pkg.module.kernel)")
+    return names
+
+
+def parse_paths(var: str, value) -> tuple[str, ...]:
+    items = value.split(os.pathsep) if isinstance(value, str) else list(value)
+    paths = tuple(str(item) for item in items if str(item))
+    # A mistyped table path would otherwise pin every kernel by AUTOTUNE_ON_MISS, silently.
+    for path in paths:
+        if not os.path.exists(path):
+            raise PolicyError(f"{var}={value!r}: {path!r} does not exist; allowed: directories holding "
+                              f"<arch>.json tables, or table files, separated by {os.pathsep!r}")
+    return paths
+
+
+def parse_block_sizes(var: str, value) -> tuple[tuple[str, int], ...]:
+    """``NAME=VALUE,NAME=VALUE`` (or a mapping) of integer meta-parameters."""
+    if isinstance(value, Mapping):
+        pairs = [(str(k), v) for k, v in value.items()]
+    elif isinstance(value, str):
+        pairs = []
+        for item in value.split(","):
+            if not item.strip():
+                continue
+            name, sep, number = item.partition("=")
+            if not sep:
+                raise PolicyError(f"{var}={value!r}: {item.strip()!r} is not NAME=VALUE; expected e.g. BLOCK_M=64,BLOCK_N=128")
+            pairs.append((name.strip(), number.strip()))
+    else:
+        pairs = [(str(k), v) for k, v in value]
+    result = {}
+    for name, number in pairs:
+        if not name.isidentifier():
+            raise PolicyError(f"{var}={value!r}: {name!r} is not a meta-parameter name")
+        try:
+            parsed = int(number)
+        except (TypeError, ValueError):
+            parsed = None
+        if parsed is None or isinstance(number, bool) or parsed <= 0:
+            raise PolicyError(f"{var}={value!r}: {name}={number!r} is not a positive integer")
+        result[name] = parsed
+    return tuple(sorted(result.items()))
+
+
+def parse_int_at_least(var: str, value, low: int) -> int:
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        number = None
+    if number is None or number < low:
+        raise PolicyError(f"{var}={value!r} is not allowed; allowed: an integer >= {low}")
+    return number
+
+
+def parse_seconds(var: str, value) -> float:
+    try:
+        number = float(str(value).strip())
+    except ValueError:
+        number = None
+    if number is None or not number > 0 or number == float("inf"):
+        raise PolicyError(f"{var}={value!r} is not allowed; allowed: a positive number of seconds")
+    return number
+
+
+def parse_token(var: str, value) -> str:
+    text = str(value).strip()
+    if not re.fullmatch(r"[A-Za-z0-9._:@+-]{1,200}", text):
+        raise PolicyError(f"{var}={value!r} is not allowed; allowed: up to 200 letters, digits and . _ : @ + -")
+    return text
+
+
+def parse_file_path(var: str, value) -> str | None:
+    text = str(value).strip()
+    return text or None
