@@ -41,6 +41,7 @@ _directory: str | None = None  # where this policy's table grows; None: it does 
 _added: dict[str, int] = {}  # table file -> entries this process added to it
 _flusher: "_Flusher | None" = None
 _registered = False
+_tuned_seen: tuple = ()  # (identity, size) of the epoch's tuned winners at the last wake-up
 
 
 def configure(policy) -> None:
@@ -166,10 +167,13 @@ class _Flusher:
 
 
 def _changed() -> None:
-    """A new choice: when it is a winner tuned here, the table is written soon."""
-    global _flusher
-    if _directory is None or not any(key not in _written for key in list(current().epoch.tuned)):
+    """A new choice: when the winners tuned here grew, the table is written soon (a constant-time
+    check: it runs after every choice)."""
+    global _flusher, _tuned_seen
+    tuned = current().epoch.tuned
+    if _directory is None or _tuned_seen == (id(tuned), len(tuned)):
         return
+    _tuned_seen = (id(tuned), len(tuned))
     if _flusher is None or not _flusher.thread.is_alive():  # a forked child has no thread
         _flusher = _Flusher()
     _flusher.dirty.set()
