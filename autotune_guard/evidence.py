@@ -2,13 +2,16 @@
 
 Files are rewritten atomically by a background thread shortly after each new choice (the writer
 subscribes to the runtime's ``Guard``), so a process killed with SIGKILL leaves on disk what it had chosen, on
-SIGTERM (the previous handler then runs, or the signal's default effect), and once more at exit.
+SIGTERM (the previous handler then runs, or the signal's default effect; see
+``evidence_signals``), and once more at exit.  A file says how its process ended (``ended``) and
+is ``complete`` only after a normal exit.
 
 Every process writes its own files, ``<prefix>.rank<N>.<host>-<pid>.json``, and only once it has
 made a choice: an ``import triton`` child or an Inductor compile worker writes nothing, and a
 child that does choose (fork, spawn, forkserver, subprocess) keeps its own file instead of
 overwriting its rank's.  Each file carries the run id (``run_id()``) so the report can tell the
-files of this run from those an earlier run left under the same prefix.  The rank is fixed at the
+files of this run from those an earlier run left under the same prefix, and the restart attempt
+(torchrun's ``TORCHELASTIC_RESTART_COUNT``) so that it can tell a restarted run's attempts apart.  The rank is fixed at the
 process's first choice (the ``rank_world`` fact).  Where the files go is the installed policy's;
 what this module keeps itself is the machinery only: the thread, the handlers, whether the final
 files are written.
@@ -19,15 +22,12 @@ from __future__ import annotations
 import atexit
 import logging
 import os
-import re
-import signal
 import socket
-import tempfile
 import threading
 import time
 import uuid
 
-from .core import jsonfile
+from . import evidence_paths, evidence_signals
 from .core.model import ChoiceKey, digest_of
 from .core.schema import CHOICES_FORMAT, RECORD_FORMAT
 from .runtime import current
@@ -41,9 +41,9 @@ _final_written = False
 _flusher: "_Flusher | None" = None
 _exit_registered = False
 _started = time.time()
-# "SIGTERM" once that signal's save ran: every later write says so too, so that the background
-# writer, should it write after the handler (the program ignored the signal and ran on), keeps it.
-_ended_by: str | None = None
+check_writable = evidence_paths.check_writable  # called by activation before any kernel runs
+rank_file = evidence_paths.rank_file
+process_tag = evidence_paths.process_tag
 
 # The run id children inherit: set by the first guarded process of a run (see run_id()).
 RUN_VARIABLE = "_AUTOTUNE_GUARD_RUN"
@@ -83,6 +83,14 @@ def new_run_id() -> str:
     return f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
 
 
+def attempt() -> int:
+    """The restart attempt of this run (torchrun's ``TORCHELASTIC_RESTART_COUNT``; 0 without)."""
+    try:
+        return max(int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")), 0)
+    except ValueError:
+        return 0
+
+
 def configure(policy) -> None:
     """Called as ``policy`` replaces the previous one (with its new, empty log): the exit and
     fork handlers once, the run id children inherit and SIGTERM saving when files are wanted."""
@@ -96,42 +104,12 @@ def configure(policy) -> None:
         _exit_registered = True
     if policy is not None and (policy.digest_path or policy.record_path):
         inherited_run_id()  # children started from now on share it
-        _save_on_sigterm()
-
-
-def check_writable(prefix: str, variable: str) -> None:
-    """Refuse a file prefix whose directory cannot be created or written, before any kernel runs."""
-    directory = os.path.dirname(os.path.abspath(prefix))
-    if os.path.isdir(prefix):
-        raise PermissionError(f"{variable}={prefix!r} is a directory; it is a file prefix, like {os.path.join(prefix, 'rec')}")
-    if os.path.exists(directory) and not os.path.isdir(directory):
-        raise PermissionError(f"{variable}={prefix!r}: {directory} is not a directory")
-    try:
-        os.makedirs(directory, exist_ok=True)
-    except OSError as exc:
-        raise PermissionError(f"{variable}={prefix!r}: directory {directory} cannot be created ({exc.strerror})") from None
-    # Try it: os.access() says yes to root even where the filesystem refuses (read-only, /proc).
-    try:
-        fd, probe = tempfile.mkstemp(prefix=".autotune_guard-probe-", dir=directory)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as exc:
-        raise PermissionError(f"{variable}={prefix!r}: cannot write files in {directory} ({exc.strerror})") from None
-
-
-def process_tag() -> str:
-    """What tells this process apart from any other of its rank: the host and the pid."""
-    host = re.sub(r"[^A-Za-z0-9_-]", "_", socket.gethostname().split(".")[0]) or "host"
-    return f"{host}-{os.getpid()}"
-
-
-def rank_file(prefix: str, rank: int) -> str:
-    """This process's file under ``prefix``: ``<prefix>.rank<N>.<host>-<pid>.json``."""
-    return f"{prefix}.rank{rank}.{process_tag()}.json"
+        evidence_signals.watch(_save_now)
 
 
 def write_files(complete: bool = False) -> None:
-    """Write this rank's choices and record files now (atomically)."""
+    """Write this rank's choices and record files now (atomically); ``complete`` at exit, which
+    the files then say only where the process ended normally."""
     global _final_written
     with _write_lock:
         if _final_written and not complete:
@@ -140,21 +118,39 @@ def write_files(complete: bool = False) -> None:
         epoch = current().epoch
         log, records, arch, packages = epoch.log.snapshot()
         if epoch.installed is not None and (log or records):  # a process that chose nothing writes nothing
-            _write(epoch.settled_policy(), *fix_rank(), log, records, arch, packages, complete, _ended_by)
+            ended = evidence_signals.ended()
+            _write(epoch.settled_policy(), *fix_rank(), log, records, arch, packages, complete and not ended, ended)
+
+
+def _save_now(ended: str) -> None:
+    """The save on a signal (``evidence_signals``), in whichever thread sees it first.  The
+    interrupted main thread may hold a lock the write needs: wait a little, never forever (the
+    copy the background writer keeps current is then what remains)."""
+    if not _write_lock.acquire(timeout=2.0):
+        return
+    try:
+        epoch = current().epoch
+        snapshot = epoch.log.snapshot(timeout=2.0)
+        if snapshot is not None:
+            log, records, arch, packages = snapshot
+            if (log or records) and not _final_written and epoch.installed is not None:
+                _write(epoch.settled_policy(), *fix_rank(), log, records, arch, packages, False, ended)
+    finally:
+        _write_lock.release()
 
 
 def _write(policy, rank, world, log, records, arch, packages, complete, ended=None) -> None:
-    process = {"run_id": run_id(), "pid": os.getpid(), "host": socket.gethostname(), "started": _started,
-               "updated": time.time(), "written": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    process = {"run_id": run_id(), "attempt": attempt(), "pid": os.getpid(), "host": socket.gethostname(),
+               "started": _started, "updated": time.time(), "written": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     if ended:
         process["ended"] = ended
     if policy.digest_path:
-        jsonfile.atomic_write_json(rank_file(policy.digest_path, rank), {
+        evidence_paths.write(rank_file(policy.digest_path, rank), {
             "format": CHOICES_FORMAT, "rank": rank, "world_size": world, **process,
             "digest": digest_of(log), "count": len(log), "log": log, "complete": complete,
         })
     if policy.record_path and records:
-        jsonfile.atomic_write_json(rank_file(policy.record_path, rank), {
+        evidence_paths.write(rank_file(policy.record_path, rank), {
             "format": RECORD_FORMAT, "arch": arch or _current_arch_name(log), "rank": rank,
             "world_size": world, "mode": policy.mode, "versions": current().facts.versions(), "packages": packages,
             "kernels": records, "complete": complete, **process,
@@ -195,8 +191,8 @@ def _changed() -> None:
     policy = current().epoch.installed
     if policy is None or not (policy.digest_path or policy.record_path):
         return
-    if signal.getsignal(signal.SIGTERM) is not _on_sigterm:
-        _save_on_sigterm()  # the program set a handler of its own after install: chain that one too
+    if not evidence_signals.watching():
+        evidence_signals.watch(_save_now)  # a handler the program set after install is chained too
     if _flusher is None or not _flusher.thread.is_alive():  # a forked child has no thread
         _flusher = _Flusher()
     _flusher.dirty.set()
@@ -206,10 +202,12 @@ def _after_fork_in_child() -> None:
     # A lock held by the parent's writer thread at fork() would stay held forever in the child.
     # The child's file holds the choices the child makes (the parent's are in the parent's file);
     # it keeps the parent's rank and run.
-    global _write_lock, _flusher, _final_written, _started, _exited, _ended_by
+    global _write_lock, _flusher, _final_written, _started, _exited
     _write_lock, _flusher = threading.Lock(), None
-    _started, _exited, _ended_by = time.time(), False, None
+    _started, _exited = time.time(), False
     _final_written = False
+    evidence_signals.after_fork_in_child()
+    evidence_paths.after_fork_in_child()
 
 
 class _ForkedChildren:
@@ -234,51 +232,6 @@ def _save_in_forked_children() -> None:
         logger.debug("cannot watch multiprocessing children: %s", exc)
 
 
-_previous_sigterm = None
-
-
-def _save_on_sigterm() -> None:
-    """Write the files when SIGTERM arrives (torchrun sends it to the surviving ranks), then let
-    the handler the program had set run, or the signal's default effect happen."""
-    global _previous_sigterm
-    if threading.current_thread() is not threading.main_thread():
-        return  # only the main thread may set handlers; the background writer still keeps files current
-    try:
-        current = signal.getsignal(signal.SIGTERM)
-        if current is _on_sigterm:
-            return
-        signal.signal(signal.SIGTERM, _on_sigterm)
-        _previous_sigterm = current
-    except (ValueError, OSError) as exc:
-        logger.debug("cannot save the files on SIGTERM: %s", exc)
-
-
-def _on_sigterm(signum, frame):
-    # The interrupted main thread may hold a lock the write needs: wait a little, never forever
-    # (the copy the background writer keeps current is then what remains).
-    global _ended_by
-    _ended_by = "SIGTERM"
-    if _write_lock.acquire(timeout=2.0):
-        try:
-            epoch = current().epoch
-            snapshot = epoch.log.snapshot(timeout=2.0)
-            if snapshot is not None:
-                log, records, arch, packages = snapshot
-                if (log or records) and not _final_written and epoch.installed is not None:
-                    _write(epoch.settled_policy(), *fix_rank(), log, records, arch, packages, False, ended="SIGTERM")
-        except Exception as exc:
-            logger.error("could not write the choices/record files on SIGTERM: %s", exc)
-        finally:
-            _write_lock.release()
-    previous = _previous_sigterm
-    if callable(previous):
-        return previous(signum, frame)
-    if previous == signal.SIG_IGN:
-        return None
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the default effect: die of SIGTERM
-    os.kill(os.getpid(), signal.SIGTERM)
-
-
 _exited = False
 
 
@@ -298,6 +251,7 @@ def _at_exit() -> None:
     for line in guard.exit_lines():
         logger.warning("%s", line)
     if policy.digest_path or policy.record_path:
+        evidence_signals.note_at_exit()
         try:
             write_files(complete=True)
         except Exception as exc:

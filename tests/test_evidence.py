@@ -221,7 +221,7 @@ def test_sigterm_saves_the_files_and_keeps_its_effect(tmp_path, handler):
         assert proc.returncode == -signal.SIGKILL and doc["ended"] == "SIGTERM" and "program handler ran" in out
     elif handler == "exit":
         assert proc.returncode == 3 and "program handler ran" in out  # the program's handler ran
-        assert doc["complete"] is True  # its SystemExit ran the exit handlers
+        assert doc["complete"] is False and doc["ended"] == "SIGTERM"  # its SystemExit ended a SIGTERMed run
     else:
         assert proc.returncode == -signal.SIGKILL and doc["ended"] == "SIGTERM"
 

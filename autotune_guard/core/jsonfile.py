@@ -2,12 +2,15 @@
 
 Reads never hang on a FIFO, never take more than ``MAX_FILE_BYTES`` and refuse deep nesting and
 huge integers; every error names the file. Writes go to a temporary file in the same directory and
-are renamed over the target, so a reader (or a process killed mid-write) never sees half a file.
+are renamed over the target, so a reader (or a process killed mid-write) never sees half a file;
+they never write ``Infinity`` or ``NaN`` (null instead).
 """
 
 from __future__ import annotations
 
+import errno
 import json
+import math
 import os
 import stat
 import tempfile
@@ -39,24 +42,84 @@ def _new_file_mode() -> int:
 
 
 
-def atomic_write_json(path: str, document: Mapping) -> None:
-    """Write ``document`` to ``path`` in one rename; the temporary file gets the mode ``open()``
-    would give, set through its descriptor (a path could have been swapped for a symlink)."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-" + os.path.basename(path) + ".", dir=directory)
+class NotOurs(OSError):
+    """The target name is taken by something this process must not replace: a symlink, a
+    directory, a FIFO or a file of another user (pre-created in a shared directory)."""
+
+
+def _finite(value):
+    """``value`` with each float that is not finite (Triton's time for a candidate that failed)
+    as null: strict JSON parsers refuse ``Infinity``."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def dumps(document) -> str:
+    """Strict JSON text (never ``Infinity``/``NaN``), the way every file of ours is written."""
     try:
-        os.fchmod(fd, _new_file_mode())
-        with os.fdopen(fd, "w") as out:
-            json.dump(document, out, indent=1, sort_keys=True)
-            out.write("\n")
+        return json.dumps(document, indent=1, sort_keys=True, allow_nan=False) + "\n"
+    except ValueError:  # a non-finite float somewhere: rare, so the common case pays nothing
+        return json.dumps(_finite(document), indent=1, sort_keys=True, allow_nan=False) + "\n"
+
+
+def _check_target(path: str) -> None:
+    """Raise ``NotOurs`` when ``path`` exists and is not a regular file of this user."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(info.st_mode):
+        kind = "a symlink" if stat.S_ISLNK(info.st_mode) else "a directory" if stat.S_ISDIR(info.st_mode) \
+            else "a FIFO" if stat.S_ISFIFO(info.st_mode) else "not a regular file"
+        raise NotOurs(errno.EEXIST, f"is {kind}, not a file written here", path)
+    if info.st_uid != os.geteuid():
+        raise NotOurs(errno.EEXIST, f"is a file of user {info.st_uid}, not of this user ({os.geteuid()})", path)
+
+
+def atomic_write_json(path: str, document: Mapping, *, own_only: bool = False) -> None:
+    """Write ``document`` to ``path`` in one rename.  The temporary file is created in the same
+    directory under a random name with ``O_EXCL|O_NOFOLLOW`` (mkstemp), written and given the
+    mode ``open()`` would give through its descriptor, so that nothing another user swaps in at
+    either name is ever followed.  ``own_only``: raise ``NotOurs`` rather than replace a symlink,
+    directory, FIFO or another user's file at ``path``.  An ``OSError`` names ``path``."""
+    text = dumps(document)
+    directory = os.path.dirname(os.path.abspath(path))
+    tmp = None
+    try:
+        if own_only:
+            _check_target(path)
+        os.makedirs(directory, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-" + os.path.basename(path) + ".", dir=directory)
+        with os.fdopen(fd, "w", encoding="utf-8") as out:  # (os.open's descriptors are O_CLOEXEC)
+            os.fchmod(out.fileno(), _new_file_mode())
+            out.write(text)
+            out.flush()
+            written = os.fstat(out.fileno())
+        now = os.lstat(tmp)
+        if (now.st_dev, now.st_ino) != (written.st_dev, written.st_ino):
+            raise OSError(errno.EEXIST, f"its temporary file {tmp} was replaced by another user during the write")
         os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        tmp = None
+    except NotOurs:
         raise
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror or str(exc), path) from None  # named: not the temporary's name
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+
+def temporary_name_extra(path: str) -> int:
+    """How many bytes longer than ``path``'s name its temporary file's name is."""
+    return len(".tmp-") + len(".") + 8  # mkstemp's random part: 8 characters
 
 
 MAX_FILE_BYTES = 256 * 1024 * 1024  # far above any record, choices file or table

@@ -67,6 +67,8 @@ def _common_fields(path, document):
     for name in ("run_id", "host", "written", "mode", "ended"):
         _optional(path, document, name, str, "a string")
     _optional(path, document, "pid", int, "an integer")
+    _require(path, document.get("attempt") is None or (_is_int(document["attempt"]) and document["attempt"] >= 0),
+             "'attempt' must be a non-negative integer (the restart attempt)")
     for name in ("started", "updated"):
         _optional(path, document, name, (int, float), "a number")
 
@@ -117,8 +119,10 @@ def _check_record(path, document):
         _require(path, timings is None or isinstance(timings, dict), f"{where}: 'timings' must be an object or null")
         for measured in (timings or {}).values():
             values = measured if isinstance(measured, list) else [measured]
-            _require(path, values and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values),
-                     f"{where}: a timing must be a number or a list of numbers (median first)")
+            # null: a candidate that failed while timed (older files say Infinity)
+            _require(path, values and all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
+                                          for v in values),
+                     f"{where}: a timing must be a number, null or a list of them (median first)")
         candidates = entry.get("candidates", [])
         _require(path, isinstance(candidates, list), f"{where}: 'candidates' must be a list of configs")
         for candidate in candidates:

@@ -49,8 +49,10 @@ def _records(args, output: str) -> tuple[list[Source], str, list[str]]:
         raise InputError(f"{output}: is one of the inputs; write the table elsewhere")
     partial = [s for s in sources if not s.complete]
     if partial and not args.allow_partial:
-        raise InputError(f"{partial[0].path}: is a partial record (complete=false: its rank was killed or is still "
-                         "running); pass --allow-partial to merge what it holds")
+        first = partial[0]
+        how = f"ended by {first.ended}" if first.document.get("ended") else f"complete=false: {first.ended}"
+        more = f" (and {len(partial) - 1} more partial)" if len(partial) > 1 else ""
+        raise InputError(f"{first.path}: is a partial record ({how}){more}; pass --allow-partial to merge what it holds")
     used = [s for s in sources if s.document["kernels"]]
     if not used:
         raise InputError(f"{sources[0].path}: holds no autotune choices" if len(sources) == 1
@@ -202,5 +204,5 @@ def add_parser(commands, common) -> None:
                        help="vote: the config most ranks chose, ties to the lowest static cost (default); "
                             "fastest: the lowest median of Triton's measured times across ranks")
     merge.add_argument("--allow-partial", action="store_true",
-                       help="also merge records of ranks that did not exit normally (complete=false)")
+                       help="also merge records of ranks that did not exit normally (killed, a signal, an exception)")
     merge.set_defaults(run=run)

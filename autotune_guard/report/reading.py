@@ -8,6 +8,7 @@ import json
 import math
 import os
 import re
+import stat
 import sys
 import time
 from collections import Counter
@@ -46,7 +47,20 @@ class Source:
 
     @property
     def complete(self) -> bool:
-        return self.document.get("complete") is True
+        """Written at a normal exit: any other ending (a signal, an exception) is partial."""
+        return self.document.get("complete") is True and not self.document.get("ended")
+
+    @property
+    def ended(self) -> str:
+        """How the process ended, as the file says: ``normal exit``, ``SIGTERM``, ``exception``,
+        ``still running or killed`` (no final write)..."""
+        if self.document.get("ended"):
+            return str(self.document["ended"])
+        return "normal exit" if self.document.get("complete") is True else "still running or killed"
+
+    @property
+    def attempt(self) -> int:
+        return self.document.get("attempt") or 0
 
     @property
     def arch(self):
@@ -74,17 +88,18 @@ class Chosen:
 
 
 def expand(arg: str) -> list[str]:
-    """The files one command-line argument names: itself, a glob's matches, or ``ARG.rank*.json``."""
+    """The files one command-line argument names: itself, ``ARG.rank*.json`` (read literally:
+    a prefix may hold ``[``, ``*`` or ``?``), else a glob's matches."""
     if os.path.exists(arg):
         return [arg]
+    found = [p for p in glob.glob(glob.escape(arg) + ".rank*.json") if _RANK_FILE.search(p[len(arg):])]
+    if found:
+        return _by_rank(found)
     if glob.has_magic(arg):
         found = sorted(p for p in glob.glob(arg) if not os.path.isdir(p))
         if found:
             return _by_rank(found)
-        raise InputError(f"{arg}: no file matches")
-    found = [p for p in glob.glob(glob.escape(arg) + ".rank*.json") if _RANK_FILE.search(p[len(arg):])]
-    if found:
-        return _by_rank(found)
+        raise InputError(f"{arg}: no file matches, and no rank files {arg}.rank<N>[.<host>-<pid>].json")
     raise InputError(f"{arg}: no such file, and no rank files {arg}.rank<N>[.<host>-<pid>].json")
 
 
@@ -96,14 +111,28 @@ def _by_rank(paths):
     return sorted(paths, key=order)
 
 
+def _a_written_file(path: str) -> bool:
+    """Whether a file a prefix or pattern found is one a run could have written: a regular file,
+    not a symlink (which could lead anywhere)."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
 def read_sources(args, accept, command, all_runs=False) -> list[Source]:
     """Read every file the arguments name; refuse formats ``command`` cannot use, naming the file.
     Files of runs other than the latest are named on stderr and left out (unless ``all_runs``)."""
-    paths = []
+    paths, skipped = [], []
     for arg in args:
         for path in expand(arg):
-            if path not in paths:
+            if path != arg and not _a_written_file(path):
+                skipped.append(f"left out {path}: not a regular file (a symlink, FIFO or directory someone put at a "
+                               "rank file's name); no run writes one")
+            elif path not in paths:
                 paths.append(path)
+    for note in skipped:
+        print(f"python -m autotune_guard.report: note: {note}", file=sys.stderr)
     sources = []
     for path in paths:
         if os.path.isdir(path):
@@ -126,34 +155,65 @@ def read_sources(args, accept, command, all_runs=False) -> list[Source]:
     return sources
 
 
-def _last_written(source: Source) -> float:
-    doc = source.document
-    for name in ("updated", "started"):
-        if isinstance(doc.get(name), (int, float)) and math.isfinite(doc[name]):
-            return float(doc[name])
+def _changed_on_disk(source: Source) -> float:
+    """When the file was last written, as the filesystem says (never the ``updated`` its
+    contents claim, which anyone can write); a time in the future (a clock running ahead, a
+    time set by hand) counts as none."""
     try:
-        return os.path.getmtime(source.path)
+        written = os.stat(source.path).st_mtime
     except OSError:
         return 0.0
+    return written if written <= time.time() + 60 else 0.0
 
 
 def latest_run(sources) -> tuple[list[Source], list[str]]:
-    """The files of the latest run among ``sources`` (by run id; the run written to last), and a
-    note naming each file of another run: an earlier run into the same prefix leaves files that
-    must not be mixed in (a rank that no longer exists, a stale choice)."""
+    """The files of the latest run among ``sources``, of its latest restart attempt, and a note
+    naming the files left out: an earlier run into the same prefix leaves files that must not be
+    mixed in (a rank that no longer exists, a stale choice), and so does a failed attempt.
+
+    Runs are told apart by the run id the files carry, attempts by the attempt they carry.  No
+    run says it came after another, so the latest run is the one whose files were last written
+    on disk (the filesystem's time, never a file's contents); runs whose files were written over
+    the same span of time are named as such, and so are files whose times lie in the future."""
     tables = [s for s in sources if s.kind == "table"]  # a table belongs to no run
     sources = [s for s in sources if s.kind != "table"]
     runs: dict = {}
     for s in sources:
         runs.setdefault(s.document.get("run_id"), []).append(s)
-    if len(runs) <= 1:
-        return sources + tables, []
-    newest = {run: max(_last_written(s) for s in group) for run, group in runs.items()}
-    current = max(runs, key=lambda run: (newest[run], str(run)))
-    notes = [f"left out {s.path}: it is of run {s.document.get('run_id') or '(no run id)'} (last written "
-             f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(_last_written(s)))}), not of the latest run "
-             f"{current or '(no run id)'}; --all-runs reads every run" for s in sources if s.document.get("run_id") != current]
-    return [s for s in sources if s.document.get("run_id") == current] + tables, notes
+    notes = []
+    current = next(iter(runs), None)
+    if len(runs) > 1:
+        current, notes = _latest_of(runs)
+    kept = runs.get(current, [])
+    last = max((s.attempt for s in kept), default=0)
+    earlier = [s for s in kept if s.attempt != last]
+    if earlier:
+        notes.append(f"left out {len(earlier)} file{'s' * (len(earlier) != 1)} of earlier attempts of run "
+                     f"{current or '(no run id)'} (restarted; attempt {last} is read): "
+                     + ", ".join(f"{s.path} (attempt {s.attempt}, {s.ended})" for s in earlier))
+    return [s for s in kept if s.attempt == last] + tables, notes
+
+
+def _latest_of(runs: dict) -> tuple:
+    """The run written to last (see ``latest_run``) and notes on the runs left out."""
+    times = {run: [_changed_on_disk(s) for s in group] for run, group in runs.items()}
+    current = max(runs, key=lambda run: (max(times[run]), str(run)))
+    notes = [f"{s.path}: its time on disk lies in the future (a clock running ahead, or set by hand); it does not "
+             "count in telling which run is the latest" for group in runs.values() for s in group
+             if not _changed_on_disk(s) and os.path.exists(s.path)]
+    began = min(t for t in times[current] if t) if any(times[current]) else 0.0
+    overlapping = [run for run in runs if run != current and max(times[run]) > began]
+    if overlapping:
+        notes.append(f"runs {', '.join(str(r or '(no run id)') for r in overlapping)} and {current or '(no run id)'} "
+                     f"wrote into the same prefix at the same time; reading {current or '(no run id)'}, the one "
+                     "written to last: name the files to read, or pass --all-runs")
+    for run, group in runs.items():
+        if run == current:
+            continue
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(max(times[run]))) if max(times[run]) else "unknown"
+        notes += [f"left out {s.path}: it is of run {run or '(no run id)'} (last written {when}), not of the latest "
+                  f"run {current or '(no run id)'}; --all-runs reads every run" for s in group]
+    return current, notes
 
 
 def _label(sources) -> None:
@@ -212,7 +272,7 @@ def grouped(sources) -> dict[ChoiceKey, list[Chosen]]:
     for source in sources:
         for chosen in choices_of(source):
             kept = groups.setdefault(chosen.key, {})
-            same = (source.kind, source.document.get("run_id"), source.rank, chosen.signature)
+            same = (source.kind, source.document.get("run_id"), source.attempt, source.rank, chosen.signature)
             if same not in kept or (chosen.timings and not kept[same].timings):
                 kept[same] = chosen
     return {key: list(groups[key].values()) for key in sorted(groups, key=natural_key)}
@@ -233,7 +293,7 @@ def natural(text: str):
 def median_of(measured):
     """Triton's timer returns ``[p50, p20, p80]`` (or one number): the median comes first."""
     value = measured[0] if isinstance(measured, list) else measured
-    return float(value)
+    return math.inf if value is None else float(value)  # null: a candidate that failed while timed
 
 
 def descriptors_of(choice: Chosen) -> dict[str, dict]:

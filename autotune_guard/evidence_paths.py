@@ -1,0 +1,139 @@
+"""Where this process's evidence files go: the prefix made absolute once, at start-up (a later
+``os.chdir``, like Hydra's, must not split a run's files), names checked against the
+filesystem's limits before any kernel runs, and a name another user holds (in a shared
+directory) left alone for one with a random part, named once in a warning."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import secrets
+import socket
+import stat
+import tempfile
+
+from .core import jsonfile
+from .runtime import current
+
+logger = logging.getLogger("autotune_guard")
+
+_absolute: dict[str, str] = {}  # a prefix as set -> its absolute form, fixed when it was set
+_instead: dict[str, str] = {}  # a rank file's name another user holds -> the name written instead
+_looked_at: set[str] = set()  # directories checked for other users' write access
+_RANK_DIGITS = 7  # room for any rank at start-up, when the rank is not known yet
+_FALLBACK_EXTRA = len("-") + 8  # the random part of a name written instead
+
+
+def absolute(prefix: str) -> str:
+    """``prefix`` as it was resolved when set (``check_writable``), else resolved now."""
+    return _absolute.setdefault(prefix, os.path.abspath(prefix))
+
+
+def process_tag() -> str:
+    """What tells this process apart from any other of its rank: the host and the pid."""
+    host = re.sub(r"[^A-Za-z0-9_-]", "_", socket.gethostname().split(".")[0]) or "host"
+    return f"{host}-{os.getpid()}"
+
+
+def rank_file(prefix: str, rank: int) -> str:
+    """This process's file under ``prefix``: ``<prefix>.rank<N>.<host>-<pid>.json``."""
+    return f"{absolute(prefix)}.rank{rank}.{process_tag()}.json"
+
+
+def check_writable(prefix: str, variable: str) -> None:
+    """Fix ``prefix``'s absolute form; refuse one whose directory cannot be created or written,
+    or whose files' names would be too long there, before any kernel runs."""
+    path = _absolute[prefix] = os.path.abspath(prefix)
+    directory = os.path.dirname(path)
+    if os.path.isdir(prefix):
+        raise PermissionError(f"{variable}={prefix!r} is a directory; it is a file prefix, like {os.path.join(prefix, 'rec')}")
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise PermissionError(f"{variable}={prefix!r}: {directory} is not a directory")
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as exc:
+        raise PermissionError(f"{variable}={prefix!r}: directory {directory} cannot be created ({exc.strerror})") from None
+    _check_name_length(prefix, variable, path)
+    # Try it: os.access() says yes to root even where the filesystem refuses (read-only, /proc).
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".autotune_guard-probe-", dir=directory)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise PermissionError(f"{variable}={prefix!r}: cannot write files in {directory} ({exc.strerror})") from None
+
+
+def _longest_name(path: str) -> str:
+    """The longest name a process may give a file under ``path`` (its temporary's aside)."""
+    try:
+        with open("/proc/sys/kernel/pid_max") as limit:
+            pid_digits = len(limit.read().strip())
+    except (OSError, ValueError):
+        pid_digits = 10
+    host = process_tag().rpartition("-")[0]
+    return f"{os.path.basename(path)}.rank{'9' * _RANK_DIGITS}.{host}-{'9' * pid_digits}{'x' * _FALLBACK_EXTRA}.json"
+
+
+def _check_name_length(prefix: str, variable: str, path: str) -> None:
+    directory = os.path.dirname(path)
+    try:
+        name_max = os.pathconf(directory, "PC_NAME_MAX")
+        path_max = os.pathconf(directory, "PC_PATH_MAX")
+    except (OSError, ValueError):
+        name_max, path_max = 255, 4096
+    longest = _longest_name(path)
+    extra = jsonfile.temporary_name_extra(longest)
+    size = len(os.fsencode(longest)) + extra
+    if size > name_max:
+        room = name_max - (size - len(os.fsencode(os.path.basename(path))))
+        raise PermissionError(
+            f"{variable}={prefix!r}: its files' names, like {os.path.basename(rank_file(prefix, 0))} (up to "
+            f"{size} bytes with the rank, pid and temporary name), are over the {name_max}-byte limit of names in "
+            f"{directory}; shorten the prefix's last part {os.path.basename(path)!r} to at most {max(room, 0)} bytes")
+    if len(os.fsencode(os.path.join(directory, longest))) + extra > path_max:
+        raise PermissionError(f"{variable}={prefix!r}: its files' paths would be over the {path_max}-byte limit of "
+                              f"paths in {directory}; use a shorter prefix")
+
+
+def write(path: str, document: dict) -> None:
+    """Write one evidence file (atomically, never following a name another user swapped in).
+    Should ``path`` be held by something else (a symlink, directory, FIFO or another user's
+    file), it is left alone and the file goes to a name with a random part, named once."""
+    _warn_if_shared(os.path.dirname(path))
+    target = _instead.get(path, path)
+    try:
+        jsonfile.atomic_write_json(target, document, own_only=True)
+        return
+    except jsonfile.NotOurs as exc:
+        if target != path:
+            raise
+        reason = exc.strerror
+    other = _instead[path] = f"{path[:-len('.json')]}-{secrets.token_hex(4)}.json"
+    current().warn_once(f"evidence-name:{path}", f"{path} {reason} (another user's, in a shared directory?); it is "
+                        f"left alone and this process's evidence goes to {other} instead", scope="process")
+    jsonfile.atomic_write_json(other, document, own_only=True)
+
+
+def _warn_if_shared(directory: str) -> None:
+    """Name once a directory other users can write (its group or everyone): they can put files
+    at the names this process writes (which are then left alone, see ``write``)."""
+    if directory in _looked_at:
+        return
+    _looked_at.add(directory)
+    try:
+        info = os.stat(directory)
+    except OSError:
+        return
+    if not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return
+    who = "every user" if info.st_mode & stat.S_IWOTH else f"group {info.st_gid}"
+    current().warn_once(f"shared-directory:{directory}",
+                        f"the evidence files go to {directory}, which {who} can write (mode "
+                        f"{stat.filemode(info.st_mode)}, owner {info.st_uid}): another user can put files at their "
+                        "names, which are then left alone for names of their own; prefer a directory only you can write",
+                        scope="process")
+
+
+def after_fork_in_child() -> None:
+    _instead.clear()  # the child's names differ (its pid): none of them is known to be held

@@ -1,0 +1,223 @@
+"""How a process ended, for its evidence files: SIGTERM (saved even while the main thread is
+blocked in native code), Ctrl-C, an uncaught exception.
+
+A Python signal handler runs only when the main thread returns to Python, which a rank blocked
+in a c10d Store wait or in a collective waiting for a dead peer never does.  So the C-level
+handler's wakeup byte (``signal.set_wakeup_fd``) is read by a daemon thread that saves the files
+at once; where the program left SIGTERM's default effect, that thread then gives the main
+thread's handler a second to run and otherwise makes the process die of SIGTERM itself.  A
+handler of the program's own, or an ignored SIGTERM, keeps its effect (it runs when the main
+thread returns to Python, as without the guard).  A wakeup fd set already (asyncio's) is left in
+place: SIGTERM is then saved when the main thread runs Python, as the handler alone does.
+
+This module knows nothing of the files: ``watch(save)`` gives it the function that writes them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+from typing import Callable
+
+logger = logging.getLogger("autotune_guard")
+
+HANDLER_GRACE_S = 1.0  # how long the watcher leaves the main thread's handler to run first
+
+_save: Callable[[str], None] | None = None
+# "SIGTERM" once that signal's save ran, "SIGINT" or "exception" once the main thread ended so:
+# every later write says so too (a program that ignores SIGTERM and runs on stays marked).
+_ended: str | None = None
+_previous_sigterm = None
+_handler_ran = threading.Event()
+_pipe: tuple[int, int] | None = None  # (read end, write end) of the wakeup fd
+_watcher_pid: int | None = None  # the process whose thread reads the pipe
+_hook_installed = False
+
+
+def ended() -> str | None:
+    """How this process ended, so far: None for not (or a normal exit)."""
+    return _ended
+
+
+def reset() -> None:
+    global _ended
+    _ended = None
+
+
+def watch(save: Callable[[str], None]) -> None:
+    """Save through ``save(ended)`` on SIGTERM (and SIGINT seen while blocked), and note an
+    uncaught exception.  Only the main thread may set handlers; elsewhere this does nothing."""
+    global _save
+    _save = save
+    if threading.current_thread() is not threading.main_thread():
+        return
+    _chain_sigterm()
+    _start_watcher()
+    _wrap_excepthook()
+
+
+def watching() -> bool:
+    """Whether SIGTERM is ours and read by this process's watcher (else ``watch`` again)."""
+    return signal.getsignal(signal.SIGTERM) is _on_sigterm and _watcher_pid in (os.getpid(), -1)
+
+
+def _chain_sigterm() -> None:
+    global _previous_sigterm
+    try:
+        handler = signal.getsignal(signal.SIGTERM)
+        if handler is not _on_sigterm:
+            signal.signal(signal.SIGTERM, _on_sigterm)
+            _previous_sigterm = handler
+    except (ValueError, OSError) as exc:
+        logger.debug("cannot save the files on SIGTERM: %s", exc)
+
+
+def _start_watcher() -> None:
+    global _pipe, _watcher_pid
+    if _watcher_pid in (os.getpid(), -1):
+        return  # running, or given up (another wakeup fd is in place)
+    if _pipe is None:
+        read_end, write_end = os.pipe()
+        os.set_blocking(write_end, False)  # the C handler must never block
+        _pipe = (read_end, write_end)
+    try:
+        previous = signal.set_wakeup_fd(_pipe[1], warn_on_full_buffer=False)
+    except (ValueError, OSError) as exc:
+        logger.debug("no wakeup fd (%s): SIGTERM is saved when the main thread runs Python", exc)
+        return
+    if previous not in (-1, _pipe[1]):
+        signal.set_wakeup_fd(previous)  # the program's (asyncio's): it stays
+        _watcher_pid = -1
+        logger.debug("a wakeup fd is set already (fd %d, asyncio's?): SIGTERM is saved when the main thread "
+                     "runs Python", previous)
+        return
+    _watcher_pid = os.getpid()
+    threading.Thread(target=_read_wakeups, args=(_pipe[0],), name="autotune_guard-signals", daemon=True).start()
+
+
+def after_fork_in_child() -> None:
+    """The wakeup fd is inherited: give the child a pipe of its own at the same descriptor
+    numbers (the parent's watcher must never read the child's signals); its watcher starts at
+    the child's first choice."""
+    global _watcher_pid
+    _handler_ran.clear()
+    reset()
+    if _pipe is None:
+        return
+    if _watcher_pid == os.getpid():
+        return
+    read_end, write_end = os.pipe()
+    os.dup2(read_end, _pipe[0])
+    os.dup2(write_end, _pipe[1])
+    os.close(read_end)
+    os.close(write_end)
+    os.set_blocking(_pipe[1], False)
+    if _watcher_pid != -1:
+        _watcher_pid = None
+
+
+def _read_wakeups(fd: int) -> None:
+    while True:
+        try:
+            data = os.read(fd, 64)
+        except InterruptedError:
+            continue
+        except OSError:
+            return
+        if not data:
+            return
+        if signal.SIGTERM in data:
+            _sigterm_seen()
+        elif signal.SIGINT in data and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            _save_quietly("SIGINT")  # (KeyboardInterrupt, when the main thread gets to it, marks the end)
+
+
+def _save_quietly(ended: str) -> None:
+    try:
+        if _save is not None:
+            _save(ended)
+    except Exception as exc:
+        logger.error("could not write the choices/record files on %s: %s", ended, exc)
+
+
+def _sigterm_seen() -> None:
+    """In the watcher thread, as SIGTERM arrives: save, then let SIGTERM have its effect."""
+    global _ended
+    if signal.getsignal(signal.SIGTERM) is not _on_sigterm:
+        return  # the program took SIGTERM over after the last choice: its handler decides
+    _ended = "SIGTERM"
+    _save_quietly("SIGTERM")
+    if _previous_sigterm in (signal.SIG_DFL, None) and not _handler_ran.wait(HANDLER_GRACE_S):
+        _die_of_sigterm()
+
+
+def _on_sigterm(signum, frame):
+    """The main thread's handler: save (the interrupted thread may hold a lock the write needs:
+    the save waits a little, never forever), then the program's handler or the default effect."""
+    global _ended
+    _ended = "SIGTERM"
+    _handler_ran.set()
+    _save_quietly("SIGTERM")
+    previous = _previous_sigterm
+    if callable(previous):
+        return previous(signum, frame)
+    if previous == signal.SIG_IGN:
+        return None
+    _die_of_sigterm()
+
+
+def _die_of_sigterm() -> None:
+    """SIGTERM's default effect, from any thread (``signal.signal`` works in the main one only)."""
+    try:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        else:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.signal.restype = ctypes.c_void_p
+            libc.signal.argtypes = (ctypes.c_int, ctypes.c_void_p)
+            libc.signal(signal.SIGTERM, None)  # SIG_DFL
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGTERM])
+        os.kill(os.getpid(), signal.SIGTERM)
+    except Exception as exc:  # no libc to call: the exit status torchrun would read for SIGTERM
+        logger.debug("cannot restore SIGTERM's default effect: %s", exc)
+    os._exit(128 + signal.SIGTERM)
+
+
+def _wrap_excepthook() -> None:
+    """Note an uncaught exception (KeyboardInterrupt: Ctrl-C) of the main thread, then run the
+    hook that was in place.  An exception in another thread (``threading.excepthook``) is not
+    an ending."""
+    global _hook_installed
+    if getattr(sys.excepthook, "_autotune_guard", False):
+        return
+    previous = sys.excepthook
+
+    def excepthook(kind, value, traceback):
+        note_uncaught(kind)
+        return previous(kind, value, traceback)
+
+    excepthook._autotune_guard = True
+    sys.excepthook = excepthook
+    _hook_installed = True
+
+
+def note_uncaught(kind) -> None:
+    global _ended
+    if sys.flags.interactive or hasattr(sys, "ps1"):
+        return  # an interactive session carries on after an error
+    if _ended is None:
+        _ended = "SIGINT" if issubclass(kind, KeyboardInterrupt) else "exception"
+
+
+def note_at_exit() -> None:
+    """The program replaced the hook after install: what the interpreter kept of an uncaught
+    exception (``sys.last_value``) still says how it ended."""
+    if _ended is None and _hook_installed and not getattr(sys.excepthook, "_autotune_guard", False):
+        last = getattr(sys, "last_value", None)
+        if isinstance(last, BaseException) and not isinstance(last, SystemExit):
+            note_uncaught(type(last))
