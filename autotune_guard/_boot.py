@@ -103,5 +103,5 @@ def _name_settings_set_too_late() -> None:
 
         logging.getLogger("autotune_guard").warning(
             "autotune_guard: %s %s set inside the program after Triton was imported, and had no effect: the guard "
-            "reads its settings when Triton is imported; set them before `import triton` (and `import torch`), or "
+            "reads its settings when Triton is imported; set them before that, or "
             "in the environment that starts Python", ", ".join(names), "was" if len(names) == 1 else "were")

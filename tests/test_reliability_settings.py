@@ -176,7 +176,7 @@ def test_a_bad_setting_under_torchrun_shows_no_worker_traceback(tmp_path):
     assert proc.returncode != 0
     assert proc.stderr.count(SHORT + "AUTOTUNE_MODE='pined'") == 2, proc.stderr
     # torchrun's own failure summary remains; no frame of the worker's import is shown.
-    assert "autotune_guard/" not in proc.stderr and "wrapt/importer.py" not in proc.stderr, proc.stderr
+    assert "activation.py" not in proc.stderr and "wrapt/importer.py" not in proc.stderr, proc.stderr
 
 
 def test_an_uncaught_error_of_the_program_keeps_its_traceback():
@@ -217,10 +217,14 @@ no_timer.copy_kernel[lambda meta: (triton.cdiv(100, meta["BLOCK"]),)](x, torch.e
     code = "import triton\n" + code
     env = clean_env(AUTOTUNE_MODE="auto", PYTHONPATH=f"{tmp_path}{os.pathsep}{TESTS}")
     proc = run_python(code, env=env, check=False)
-    assert proc.returncode != 0 and "active drivers" in proc.stderr, proc.stderr[-2000:]
+    assert proc.returncode != 0, proc.stderr[-2000:]
     hint = [line for line in proc.stderr.splitlines() if line.startswith("autotune_guard: mode auto times")]
-    assert len(hint) == 1, proc.stderr[-2000:]
-    assert "AUTOTUNE_MODE=pinned" in hint[0] and "TRITON_INTERPRET=1" in hint[0] and "do_bench=" in hint[0]
+    if "active drivers" in proc.stderr:  # Triton 3.9: its driver lookup fails; the guard's line follows
+        assert len(hint) == 1, proc.stderr[-2000:]
+        assert "AUTOTUNE_MODE=pinned" in hint[0] and "TRITON_INTERPRET=1" in hint[0] and "do_bench=" in hint[0]
+    else:  # Triton 3.3: the guard's interpreter timer refuses first, saying the same
+        last = proc.stderr.strip().splitlines()[-1]
+        assert not hint and "do_bench=" in last and "AUTOTUNE_MODE=pinned" in last, proc.stderr[-2000:]
     pinned = run_python(code, env={**env, "AUTOTUNE_MODE": "pinned"})  # pinned needs no GPU and no timer
     assert "active drivers" not in pinned.stderr
 
