@@ -137,7 +137,7 @@ def unchecked_cadence() -> tuple[str, bool] | None:
         every, strict = cadence.startup().verify_every, cadence.strict()
     except Exception:  # a bad start-up value was reported already
         return None
-    if not every or STATE.last_check.get("count", 0) or rank_and_world()[1] < 2:
+    if not every or STATE.last_check.get("count", 0) or rank_and_world()[1] < 2 or _helper_process():
         return None
     barriers = STATE.barriers_counted
     line = (f"AUTOTUNE_VERIFY_EVERY={every} but no check ran: the program called torch.distributed.barrier "
@@ -147,3 +147,13 @@ def unchecked_cadence() -> tuple[str, bool] | None:
     if strict:
         line += "; AUTOTUNE_VERIFY_STRICT=1 makes this an error: exit status 1"
     return line, strict
+
+
+def _helper_process() -> bool:
+    """A multiprocessing child without a process group (a data-loader worker): it inherits the
+    rank's variables but is no rank, and takes part in no check."""
+    mp = sys.modules.get("multiprocessing")
+    try:
+        return mp is not None and mp.parent_process() is not None and initialized_dist() is None
+    except Exception:
+        return False
