@@ -21,7 +21,7 @@ TORCH_USERS = ("adapters.torch_flags", "adapters.distributed", "adapters.inducto
 ALLOWED = {
     "core": ("core",),
     "runtime": ("core",),
-    "evidence": ("core", "runtime"),
+    "evidence": ("core", "runtime", "evidence"),  # the package and its paths and signals modules
     "adapters": ("core", "runtime", "adapters._patching"),
     "report": ("core", "report", ""),  # "": the package root, for its __version__ (it imports nothing)
     "_watch": (),

@@ -35,10 +35,7 @@ def _attack(directory, victim, pid, prefixes, stop):
     os.setuid(NOBODY)
     swaps = 0
     for prefix in prefixes:
-        try:
-            os.symlink(victim, f"{prefix}.rank0.{_tag(pid)}.json")
-        except OSError:
-            pass
+        os.symlink(victim, f"{prefix}.rank0.{_tag(pid)}.json")  # before the guard's first write
     while not os.path.exists(stop):
         for name in os.listdir(directory):
             if name.startswith(".link-"):
@@ -53,13 +50,17 @@ def _attack(directory, victim, pid, prefixes, stop):
                     os.unlink(link)
                 except OSError:
                     pass
-    os._exit(0 if swaps >= 0 else 1)
+    os._exit(10 + min(swaps, 200))  # (1: it failed)
 
 
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root to act as a second user")
 @pytest.mark.parametrize("shared", ["sticky-world-writable", "group-writable"])
-def test_a_symlink_swap_race_in_a_shared_directory_never_touches_the_victim(tmp_path, shared):
-    tmp_path.chmod(0o755)
+def test_a_symlink_swap_race_in_a_shared_directory_never_touches_the_victim(tmp_path_factory, shared):
+    tmp_path = tmp_path_factory.mktemp("shared")
+    for above in (tmp_path, *tmp_path.parents):  # the other user must reach the shared directory
+        if str(above) in ("/", "/tmp"):
+            break
+        above.chmod(above.stat().st_mode | 0o711)
     secret = tmp_path / "secret"
     secret.mkdir(mode=0o755)
     victim = secret / "id_rsa"
@@ -86,10 +87,14 @@ def test_a_symlink_swap_race_in_a_shared_directory_never_touches_the_victim(tmp_
         out, err = proc.communicate(timeout=400)
     finally:
         stop.write_text("")
-        os.waitpid(attacker, 0)
+        _, status = os.waitpid(attacker, 0)
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, err[-3000:]
+    swaps = os.waitstatus_to_exitcode(status) - 10
+    assert swaps >= 0, status
+    if shared == "group-writable":
+        assert swaps > 0  # it did replace files of the guard's (temporary or final) by symlinks
     info = os.stat(victim)
     assert stat.S_IMODE(info.st_mode) == 0o600 and info.st_uid == 0
     assert victim.read_text() == "PRIVATE KEY\n"

@@ -81,12 +81,13 @@ def _check_target(path: str) -> None:
         raise NotOurs(errno.EEXIST, f"is a file of user {info.st_uid}, not of this user ({os.geteuid()})", path)
 
 
-def atomic_write_json(path: str, document: Mapping, *, own_only: bool = False) -> None:
+def atomic_write_json(path: str, document: Mapping, *, own_only: bool = False) -> int:
     """Write ``document`` to ``path`` in one rename.  The temporary file is created in the same
     directory under a random name with ``O_EXCL|O_NOFOLLOW`` (mkstemp), written and given the
     mode ``open()`` would give through its descriptor, so that nothing another user swaps in at
     either name is ever followed.  ``own_only``: raise ``NotOurs`` rather than replace a symlink,
-    directory, FIFO or another user's file at ``path``.  An ``OSError`` names ``path``."""
+    directory, FIFO or another user's file at ``path``.  An ``OSError`` names ``path``.  Returns
+    the number of characters written."""
     text = dumps(document)
     directory = os.path.dirname(os.path.abspath(path))
     tmp = None
@@ -105,6 +106,7 @@ def atomic_write_json(path: str, document: Mapping, *, own_only: bool = False) -
             raise OSError(errno.EEXIST, f"its temporary file {tmp} was replaced by another user during the write")
         os.replace(tmp, path)
         tmp = None
+        return len(text)
     except NotOurs:
         raise
     except OSError as exc:

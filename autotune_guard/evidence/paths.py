@@ -13,14 +13,15 @@ import socket
 import stat
 import tempfile
 
-from .core import jsonfile
-from .runtime import current
+from ..core import jsonfile
+from ..runtime import current
 
 logger = logging.getLogger("autotune_guard")
 
 _absolute: dict[str, str] = {}  # a prefix as set -> its absolute form, fixed when it was set
 _instead: dict[str, str] = {}  # a rank file's name another user holds -> the name written instead
 _looked_at: set[str] = set()  # directories checked for other users' write access
+_sizes: dict[str, int] = {}  # each file's size at its last write
 _RANK_DIGITS = 7  # room for any rank at start-up, when the rank is not known yet
 _FALLBACK_EXTRA = len("-") + 8  # the random part of a name written instead
 
@@ -103,7 +104,7 @@ def write(path: str, document: dict) -> None:
     _warn_if_shared(os.path.dirname(path))
     target = _instead.get(path, path)
     try:
-        jsonfile.atomic_write_json(target, document, own_only=True)
+        _sizes[path] = jsonfile.atomic_write_json(target, document, own_only=True)
         return
     except jsonfile.NotOurs as exc:
         if target != path:
@@ -112,7 +113,12 @@ def write(path: str, document: dict) -> None:
     other = _instead[path] = f"{path[:-len('.json')]}-{secrets.token_hex(4)}.json"
     current().warn_once(f"evidence-name:{path}", f"{path} {reason} (another user's, in a shared directory?); it is "
                         f"left alone and this process's evidence goes to {other} instead", scope="process")
-    jsonfile.atomic_write_json(other, document, own_only=True)
+    _sizes[path] = jsonfile.atomic_write_json(other, document, own_only=True)
+
+
+def largest_written() -> int:
+    """The size of this process's largest evidence file, at its last write."""
+    return max(_sizes.values(), default=0)
 
 
 def _warn_if_shared(directory: str) -> None:
@@ -137,3 +143,4 @@ def _warn_if_shared(directory: str) -> None:
 
 def after_fork_in_child() -> None:
     _instead.clear()  # the child's names differ (its pid): none of them is known to be held
+    _sizes.clear()

@@ -3,7 +3,7 @@
 Files are rewritten atomically by a background thread shortly after each new choice (the writer
 subscribes to the runtime's ``Guard``), so a process killed with SIGKILL leaves on disk what it had chosen, on
 SIGTERM (the previous handler then runs, or the signal's default effect; see
-``evidence_signals``), and once more at exit.  A file says how its process ended (``ended``) and
+``evidence.signals``), and once more at exit.  A file says how its process ended (``ended``) and
 is ``complete`` only after a normal exit.
 
 Every process writes its own files, ``<prefix>.rank<N>.<host>-<pid>.json``, and only once it has
@@ -27,10 +27,10 @@ import threading
 import time
 import uuid
 
-from . import evidence_paths, evidence_signals
-from .core.model import ChoiceKey, digest_of
-from .core.schema import CHOICES_FORMAT, RECORD_FORMAT
-from .runtime import current
+from . import paths as evidence_paths, signals as evidence_signals
+from ..core.model import ChoiceKey, digest_of
+from ..core.schema import CHOICES_FORMAT, RECORD_FORMAT
+from ..runtime import current
 
 logger = logging.getLogger("autotune_guard")
 
@@ -123,7 +123,7 @@ def write_files(complete: bool = False) -> None:
 
 
 def _save_now(ended: str) -> None:
-    """The save on a signal (``evidence_signals``), in whichever thread sees it first.  The
+    """The save on a signal (``evidence.signals``), in whichever thread sees it first.  The
     interrupted main thread may hold a lock the write needs: wait a little, never forever (the
     copy the background writer keeps current is then what remains)."""
     if not _write_lock.acquire(timeout=2.0):
@@ -164,9 +164,14 @@ def _current_arch_name(log) -> str:
 
 
 class _Flusher:
-    """Rewrites the files shortly after a change, off the launch path."""
+    """Rewrites the files shortly after a change, off the launch path: at most every
+    ``INTERVAL_S``; once a file is over ``GROW_FROM_BYTES``, every ``WRITE_SHARE`` times as long
+    as the last write took, so that a large file is not rewritten more than that share of the
+    time (a SIGKILLed rank loses at most the choices of the last interval)."""
 
     INTERVAL_S = 0.2
+    WRITE_SHARE = 20  # a large file's writes take at most 1/20 of the writer's time
+    GROW_FROM_BYTES = 256 * 1024
 
     def __init__(self):
         self.dirty = threading.Event()
@@ -177,11 +182,14 @@ class _Flusher:
         while True:
             self.dirty.wait()
             self.dirty.clear()
+            began = time.monotonic()
             try:
                 write_files()
             except Exception as exc:
                 logger.warning("could not write the choices/record files: %s", exc)
-            time.sleep(self.INTERVAL_S)
+            took = time.monotonic() - began
+            large = evidence_paths.largest_written() > self.GROW_FROM_BYTES
+            time.sleep(max(self.INTERVAL_S, self.WRITE_SHARE * took) if large else self.INTERVAL_S)
 
 
 def _changed() -> None:
