@@ -139,32 +139,54 @@ def _sentinel(original, timer: str):
     return sentinel
 
 
+# Frames of code that accounts for the timing it runs: the guard's own timing passes (Triton's
+# guarded run; Inductor's step and benchmark, whose re-tuners it names itself).
+ACCOUNTED = ("autotune_guard.adapters.triton.guarded", "autotune_guard.adapters.inductor.")
+TEMPLATE_SELECTION = "torch._inductor.select_algorithm"
+
+
 def attribute(frame, timer: str, policy) -> None:
-    """Who called the timer: nothing to say for an autotuner the guard governs under this epoch,
-    else the autotuner-like object or the frame holding the candidates, else the plain caller."""
-    caller = None
-    for _ in range(_FRAMES):
-        if frame is None:
-            break
+    """Who called the timer: nothing to say for a timing the guard runs or accounts for, else the
+    autotuner-like object or the frame holding the candidates, else the plain caller."""
+    frames = []
+    while frame is not None and len(frames) < _FRAMES:
+        module = str(frame.f_globals.get("__name__", ""))
+        if module.startswith(ACCOUNTED) or _governed_autotuner(frame.f_locals.get("self")):
+            return
+        frames.append((frame, module))
+        frame = frame.f_back
+    if any(module == TEMPLATE_SELECTION for _, module in frames):
+        return _name_template_selection(frames, timer, policy)
+    for frame, module in frames:
         names = frame.f_locals
         owner = names.get("self")
-        if owner is not None and REGISTRY.autotuner_class is not None and isinstance(owner, REGISTRY.autotuner_class):
-            state = owner.__dict__.get(STATE_ATTR)
-            if isinstance(state, TunerState) and state.is_current():
-                return  # one of the guard's own timing passes (auto, record, a consensus claim)
         if owner is not None and len(candidates(owner)) >= 2:
             return _name_tuner(owner, frame, timer, policy)
         held = [v for v in names.values() if isinstance(v, (list, tuple)) and len(v) >= 2
                 and all(isinstance(c, REGISTRY.config_class) for c in v)]
         if held:
             return _name_function(frame, timer, policy, len(held[0]))
-        if caller is None and not str(frame.f_globals.get("__name__", "")).startswith(("triton.", "autotune_guard")):
-            caller = frame
-        frame = frame.f_back
+    caller = next((f for f, module in frames if not module.startswith(("triton.", "autotune_guard"))), None)
     if caller is not None:
         where = _where(caller)
         current().warn_once(f"timer {where}", f"{timer} called from {where}, outside any autotuner: a measurement, "
                             "not a config choice; autotune_guard leaves it alone", level=logging.INFO)
+
+
+def _governed_autotuner(owner) -> bool:
+    if owner is None or REGISTRY.autotuner_class is None or not isinstance(owner, REGISTRY.autotuner_class):
+        return False
+    state = owner.__dict__.get(STATE_ATTR)
+    return isinstance(state, TunerState) and state.is_current()
+
+
+def _name_template_selection(frames, timer, policy) -> None:
+    op = next((f.f_locals.get("name") for f, module in frames if module == TEMPLATE_SELECTION
+               and isinstance(f.f_locals.get("name"), str)), "?")
+    kernel = f"torch.compile template selection:{op}"
+    message = (f"{kernel}: Inductor's max-autotune template selection times its choices with {timer}; autotune_guard "
+               f"({policy.mode} mode) does not govern that choice, and it is not in the choice log")
+    name_ungoverned(kernel, "Inductor's template selection (select_algorithm) times its choices", message, policy)
 
 
 def _name_tuner(owner, frame, timer, policy) -> None:
