@@ -74,9 +74,7 @@ def _first_launch(autotuner, policy) -> None:
     configs = candidates(autotuner)
     if len(configs) < 2:
         return
-    cls = type(autotuner)
-    kind = f"{cls.__module__}.{cls.__qualname__}"
-    kernel = kernel_of(autotuner) or kind
+    kind, kernel = _names_of(autotuner)
     message = (f"kernel {kernel}: its autotuner {kind} is a triton.KernelInterface of its own, not Triton's Autotuner, "
                f"and chooses among {len(configs)} configs itself; autotune_guard ({policy.mode} mode) neither sees "
                "nor governs that choice, and it is not in the choice log")
@@ -189,10 +187,14 @@ def _name_template_selection(frames, timer, policy) -> None:
     name_ungoverned(kernel, "Inductor's template selection (select_algorithm) times its choices", message, policy)
 
 
+def _names_of(owner) -> tuple[str, str]:
+    """The autotuner-like object's class and the kernel it launches (its class where unknown)."""
+    kind = f"{type(owner).__module__}.{type(owner).__qualname__}"
+    return kind, kernel_of(owner) or kind
+
+
 def _name_tuner(owner, frame, timer, policy) -> None:
-    cls = type(owner)
-    kind = f"{cls.__module__}.{cls.__qualname__}"
-    kernel = kernel_of(owner) or kind
+    kind, kernel = _names_of(owner)
     message = (f"kernel {kernel}: {kind} times its {len(candidates(owner))} configs with {timer} (called from "
                f"{_where(frame)}) and chooses among them itself; autotune_guard ({policy.mode} mode) does not govern "
                "that choice, and it is not in the choice log")
