@@ -44,7 +44,7 @@ class Registry:
         self.gates: dict = {}  # (id(autotuner), key) -> Lock: one consensus decision per key per process
         self.user_listener = None  # Triton 3.8+'s listener that was set before ours
         self.heard = threading.local()  # what Triton's listener last said in this thread
-        self.names: dict = {}  # module.function -> identity of the first kernel given that name
+        self.names: dict = {}  # module.function -> (identity, function) of the first kernel of that name
         # Triton's classes, for telling the autotuners of other code apart (see foreign)
         self.autotuner_class = None
         self.config_class = ()
@@ -124,11 +124,13 @@ def kernel_name(autotuner) -> str:
 
 
 def _unique_name(autotuner) -> str:
-    base = qualified_name(getattr(autotuner, "base_fn", None) or autotuner.fn)
+    fn = getattr(autotuner, "base_fn", None) or autotuner.fn
+    base = qualified_name(fn)
     identity = kernel_identity(_source_of(autotuner.fn), [str(config) for config in autotuner.configs])
     with REGISTRY.lock:
-        first = REGISTRY.names.setdefault(base, identity)
-    if first == identity:
+        first_identity, first_fn = REGISTRY.names.setdefault(base, (identity, fn))
+    # Autotuners over one @triton.jit function are one kernel (they share its entries, as documented).
+    if first_identity == identity or first_fn is fn:
         return base
     name = shared_name(base, identity)
     current().warn_once(f"shared name {name}", (
