@@ -174,7 +174,8 @@ def test_a_bad_setting_under_torchrun_shows_no_worker_traceback(tmp_path):
     script.write_text("import torch.distributed\nimport triton\n")
     proc = torchrun(str(script), 2, env=clean_env(AUTOTUNE_MODE="pined"), check=False)
     assert proc.returncode != 0
-    assert proc.stderr.count(SHORT + "AUTOTUNE_MODE='pined'") == 2, proc.stderr
+    # Each worker that got to print says it in one line; torchrun may stop the second first.
+    assert 1 <= proc.stderr.count(SHORT + "AUTOTUNE_MODE='pined'") <= 2, proc.stderr
     # torchrun's own failure summary remains; no frame of the worker's import is shown.
     assert "activation.py" not in proc.stderr and "wrapt/importer.py" not in proc.stderr, proc.stderr
 
