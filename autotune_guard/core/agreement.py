@@ -59,24 +59,45 @@ def compare(payloads, ranks, reference: dict) -> dict:
     ``(signature, first rank)`` and is updated in place.  Returns the offending entries:
     entry -> list of ``(signature, ranks, earlier)`` where ``earlier`` marks the group's earlier
     value.  An entry only some ranks sent is compared among those and with the earlier value."""
-    arrived: dict[str, dict[str, list[int]]] = {}
+    arrived: dict = {}
     for rank, payload in zip(ranks, payloads):
         for entry, signature in payload or ():
-            arrived.setdefault(entry, {}).setdefault(signature, []).append(rank)
+            arrived.setdefault(entry, {}).setdefault(signature, set()).add(rank)
+    return compare_arrived(arrived, reference)
+
+
+def merge_arrived(ours: dict, theirs: dict) -> dict:
+    """Two parts of a group's ``arrived`` (entry -> signature -> set of ranks) as one; ``ours`` is
+    updated in place and returned."""
+    for entry, values in theirs.items():
+        mine = ours.setdefault(entry, {})
+        for signature, ranks in values.items():
+            mine.setdefault(signature, set()).update(ranks)
+    return ours
+
+
+def compare_arrived(arrived: dict, reference: dict) -> dict:
+    """:func:`compare` on what arrived, merged: entry -> signature -> the ranks that sent it."""
     conflicts = {}
-    for entry, by_signature in arrived.items():
+    for entry, found in arrived.items():
+        by_signature = {signature: sorted(ranks) for signature, ranks in found.items()}
         known = reference.get(entry)
         if known is None:
             if len(by_signature) > 1:
-                conflicts[entry] = [(sig, rs, False) for sig, rs in by_signature.items()]
+                conflicts[entry] = [(sig, rs, False) for sig, rs in sorted(by_signature.items(), key=_lowest)]
             # what the group's lowest rank ran is the value later arrivals are compared with
-            first_sig, first_ranks = min(by_signature.items(), key=lambda item: min(item[1]))
-            reference[entry] = (first_sig, min(first_ranks))
+            first_sig, first_ranks = min(by_signature.items(), key=_lowest)
+            reference[entry] = (first_sig, first_ranks[0])
         elif set(by_signature) != {known[0]}:
             earlier = [(known[0], [known[1]], True)]
-            conflicts[entry] = earlier + [(sig, rs, False) for sig, rs in by_signature.items() if sig != known[0]] + \
-                [(sig, rs, False) for sig, rs in by_signature.items() if sig == known[0]]
+            ordered = sorted(by_signature.items(), key=_lowest)
+            conflicts[entry] = earlier + [(sig, rs, False) for sig, rs in ordered if sig != known[0]] + \
+                [(sig, rs, False) for sig, rs in ordered if sig == known[0]]
     return conflicts
+
+
+def _lowest(item) -> int:
+    return item[1][0]
 
 
 def report(conflicts: dict, ranks, where: str, limit: int = REPORT_ENTRIES) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 
 from ... import runtime
-from ...core.agreement import GroupState, compare, learn, pair_hash, rank_list, report
+from ...core.agreement import GroupState, compare_arrived, learn, pair_hash, rank_list, report
 from ...core.errors import ChoiceMismatchError
 from ...core.model import ChoiceKey
 from . import cadence, exchange
@@ -28,8 +28,8 @@ def run_check(dist, group, where: str) -> bool:
     if len(ranks) < 2:
         return _alone(state, pending, group, ranks, where)
     hashed = {pair: pair_hash(*pair) for pair in pending}
-    differ, gathered, moved = _collective(where, ranks, lambda: exchange.exchange(
-        exchange.guard_group(dist, group, state), len(ranks), state.digests, hashed))
+    differ, arrived, moved = _collective(where, ranks, lambda: exchange.exchange(
+        exchange.guard_group(dist, group, state), ranks, state.digests, hashed))
     if differ is None:
         _record(where, group, ranks, moved, 0, 0)
         logger.debug("verify in group of %d at %s: nothing new", len(ranks), where)
@@ -38,8 +38,8 @@ def run_check(dist, group, where: str) -> bool:
     _learn_agreed(state, pending, hashed, differ, ranks)
     verdict = None
     if differ:
-        mine = _verdict(state, gathered, ranks, where) if first else None
-        verdict = _collective(where, ranks, lambda: exchange.broadcast_verdict(state.guard, mine, moved))
+        mine = _verdict(state, arrived, ranks, where) if first else None
+        verdict = _collective(where, ranks, lambda: state.guard.broadcast_down(mine, moved))
         _apply(state, verdict)
     sent = sum(hashed[pair][0] in differ for pair in pending)
     _record(where, group, ranks, moved, len(differ), sent)
@@ -93,14 +93,14 @@ def _learn_agreed(state: GroupState, pending: list, hashed: dict, differ: set, r
         state.pending.clear()
 
 
-def _verdict(state: GroupState, gathered: list, ranks, where: str) -> dict:
-    """On the group's first rank: what every member learns from the gathered pairs (wire form)."""
+def _verdict(state: GroupState, arrived: dict, ranks, where: str) -> dict:
+    """On the group's first rank: what every member learns from what arrived (wire form)."""
     with STATE.lock:
         before = dict(state.reference)
     reference = dict(before)
-    conflicts = compare(gathered, ranks, reference)
+    conflicts = compare_arrived(arrived, reference)
     changed = [[list(key), value[0], value[1]] for key, value in reference.items() if before.get(key) != value]
-    return {"pairs": exchange.encode_pairs(sorted({pair for payload in gathered for pair in payload})),
+    return {"pairs": exchange.encode_pairs(sorted((key, sig) for key, values in arrived.items() for sig in values)),
             "reference": changed, "conflicts": len(conflicts),
             "report": report(conflicts, ranks, where) if conflicts else None}
 
@@ -114,10 +114,13 @@ def _apply(state: GroupState, verdict: dict) -> None:
 
 
 def _record(where: str, group, ranks, moved, buckets: int, gathered: int) -> None:
-    """``last_check``: what the latest check moved (bytes sent/received by this rank, payloads)."""
+    """``last_check``: what the latest check moved (bytes sent/received by this rank, payloads) and
+    the connections this rank holds for the group's checks."""
     count = STATE.last_check.get("count", 0) + 1
+    tree = STATE.group_state(group).guard
     STATE.last_check.update(where=where, group=getattr(group, "group_name", None), size=len(ranks), sent=moved[0],
-                            received=moved[1], buckets=buckets, gathered=gathered, count=count)
+                            received=moved[1], buckets=buckets, gathered=gathered, count=count,
+                            connections=len(tree.edges) if tree is not None else 0)
 
 
 def _log_check(size: int, where: str, differ: set, sent: int, verdict, new: int) -> None:
