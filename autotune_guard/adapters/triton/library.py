@@ -1,5 +1,5 @@
-"""Autotuner subclasses of kernel libraries that override ``run`` (FlagGems' LibTuner, fla's
-CachedAutotuner): a first launch under a policy shows whether the subclass reaches Triton's
+"""Autotuner subclasses of kernel libraries that override ``run`` (fla's CachedAutotuner, and
+FlagGems' LibTuner, which ``flaggems`` governs through its own seams): a first launch under a policy shows whether the subclass reaches Triton's
 (guarded) run at all; one that never does is named as not governed. A config the subclass put in
 ``cache`` itself before calling Triton's run is the library's choice, logged as ``library``."""
 
@@ -10,6 +10,7 @@ import functools
 from ...core.errors import SelectionError
 from ...core.model import Choice, ChoiceKey, base_name, compact, descriptor, key_text, record_entry, signature
 from ...runtime import current
+from . import flaggems
 from .tuner import MISSING, STATE_ATTR, kernel_name
 
 PROBED_ATTR = "_autotune_guard_probed"
@@ -30,6 +31,9 @@ def wrap_overriding_run(cls) -> None:
     original = owner.__dict__["run"]
     if getattr(original, "_autotune_guard", False) or not callable(original):
         return
+    if flaggems.libtuner_shaped(owner):
+        _wrap_libtuner(owner, original)
+        return
 
     @functools.wraps(original)
     def run(self, *args, **kwargs):
@@ -37,6 +41,18 @@ def wrap_overriding_run(cls) -> None:
         if epoch.installed is None or self.__dict__.get(PROBED_ATTR) == epoch.generation:
             return original(self, *args, **kwargs)
         return _probe_first_launch(self, original, owner, args, kwargs)
+
+    run._autotune_guard = True
+    run._autotune_guard_wraps = original
+    owner.run = run
+
+
+def _wrap_libtuner(owner, original) -> None:
+    """FlagGems' LibTuner: governed through its own seams (``flaggems``)."""
+
+    @functools.wraps(original)
+    def run(self, *args, **kwargs):
+        return flaggems.run(self, original, args, kwargs)
 
     run._autotune_guard = True
     run._autotune_guard_wraps = original
