@@ -16,10 +16,14 @@ from .core.settings import AutotunePolicy, policy_from_settings
 from .runtime import current
 
 logger = logging.getLogger("autotune_guard")
+_hooks_registered = False  # wrapt keeps every registration: a repeated install() registers none
 
 
 def arm() -> None:
-    """Register the post-import hooks (each fires at once for a module imported already)."""
+    """Register the post-import hooks once (each fires at once for a module imported already)."""
+    global _hooks_registered
+    if _hooks_registered:
+        return
     try:
         import wrapt
     except Exception as exc:
@@ -30,15 +34,18 @@ def arm() -> None:
     wrapt.register_post_import_hook(_on_distributed, "torch.distributed")
     wrapt.register_post_import_hook(_on_inductor, "torch._inductor.runtime.triton_heuristics")
     wrapt.register_post_import_hook(triton_adapter.watch_timers, "triton.testing")
+    _hooks_registered = True
 
 
 def _on_autotuner(module) -> None:
+    global _hooks_registered
     _watch.unwatch()
     try:
         on_triton_import(module)
     except BaseException as exc:
         # The failed import is rolled back and wrapt has dropped this hook: watch again, so that
         # retrying ``import triton`` fails the same way instead of running unguarded.
+        _hooks_registered = False
         _watch.watch(arm)
         uncaught.mark_activation_error(exc)
         raise

@@ -358,3 +358,17 @@ def test_a_real_kernel_pruned_to_nothing_names_its_own_pruning(on_miss):
     by_triton = "No valid autotuner configs after pruning" in proc.stderr
     assert by_guard or by_triton, proc.stderr
     assert "no table entry" not in proc.stderr, proc.stderr
+
+
+def test_a_retried_import_after_a_bad_setting_fails_again_never_unguarded():
+    code = """
+for attempt in (1, 2):
+    try:
+        import triton
+    except Exception as exc:
+        print(attempt, "refused:", type(exc).__name__, flush=True)
+    else:
+        print(attempt, "imported", flush=True)
+"""
+    proc = run_python(code, env=clean_env(AUTOTUNE_MODE="pinnned"))
+    assert proc.stdout.splitlines() == ["1 refused: PolicyError", "2 refused: PolicyError"], (proc.stdout, proc.stderr)
