@@ -39,6 +39,7 @@ def patch(autotuner_module) -> None:
         version=version, pins_through_pruning=version >= PRUNING_PINS,
         # a newer release may change its run's cached path: there, Triton's run under the lock
         writes_out_decided=PRUNING_PINS <= version <= NEWEST_TESTED_TRITON,
+        writes_out_cached=MIN_TRITON <= version <= NEWEST_TESTED_TRITON,
         init_needs_timer=not isinstance(inspect.getattr_static(cls, "do_bench", None), cached_property))
     REGISTRY.original_run = cls.run
     REGISTRY.original_init = cls.__init__

@@ -63,13 +63,16 @@ def state_for(autotuner, launching=None) -> TunerState:
         _announce(autotuner, state)
         if isinstance(state.strategy, launch.PinThroughPruning) or isinstance(previous, TunerState):
             _clear_pins(autotuner, state, previous)
+        if state.mode in observe.OBSERVED_MODES and not state.library_check:
+            observe.observe_cache(autotuner)  # before any launch can see the state
         autotuner.__dict__[STATE_ATTR] = state
-        if isinstance(state.strategy, launch.PinThroughPruning):
-            state.strategy.go_direct(autotuner, state)
         if state.library_check and launching is not None and autotuner.cache and state.mode != "off":
             library.check_entry(autotuner, state, *launching)
-        if state.mode in ("auto", "record") and autotuner.cache:
+        if state.mode in observe.OBSERVED_MODES and autotuner.cache:
             observe.observe(autotuner, state, MISSING)  # winners Triton chose before this epoch
+        go_direct = getattr(state.strategy, "go_direct", None)
+        if go_direct is not None:  # later launches skip this run
+            go_direct(autotuner, state)
         return state
 
 

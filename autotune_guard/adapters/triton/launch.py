@@ -1,14 +1,19 @@
 """The launch strategies: one small class each, chosen once per autotuner and epoch (``choose``).
+Once a strategy has run an autotuner's first launch, later launches skip the guard (``go_direct``:
+an instance ``run`` that shadows the class's); a new key meets the guard in a seam.
 
 * ``Untouched``: out of scope, or a single candidate: Triton's run.
-* ``Observe`` (auto, record): Triton's run; a new ``cache`` entry after it is Triton's winner.
+* ``Observe`` (auto, record): Triton's own run; a winner Triton stores in its ``cache`` is noted
+  as it is stored (``observe.ObservedCache``). A library subclass that fills ``cache`` itself is
+  observed around each launch instead.
 * ``PinThroughPruning`` (pinned, Triton 3.8+): the pinned config is the only survivor of the
   kernel's own pruning, which Triton caches without timing; later launches are Triton's cached
   path itself (``direct``), or written out with the pre_hook given this call's own arguments
   (``decided``), or Triton's run under the lock past the newest tested release (``held``).
-* ``PinBySwap`` (pinned, Triton 3.3-3.7): ``configs`` swapped to ``[chosen]`` for the call, which
-  Triton's single-config branch runs without timing or touching ``cache``.
-* ``ConsensusBySwap`` (consensus): the swap, with a new key decided for the job (``consensus``).
+* ``PinBySwap`` (pinned, Triton 3.3-3.7): ``configs`` swapped to ``[chosen]`` for a new key's
+  launch, which Triton's single-config branch runs without timing or touching ``cache``; a decided
+  key's launch is Triton's cached path written out over the guard's choices (``selected``).
+* ``ConsensusBySwap`` (consensus): the same, with a new key decided for the job (``consensus``).
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ class Observe:
     name = "observe"
 
     def run(self, autotuner, state, args, kwargs):
+        if not state.library_check:  # the cache notes what Triton stores (observe_cache at go_direct)
+            return _registry.original_run(autotuner, *args, **kwargs)
         cache = autotuner.cache
         if state.library_check and len(cache) != len(state.seen):
             library.check_entry(autotuner, state, args, kwargs)
@@ -45,6 +52,16 @@ class Observe:
         if len(cache) != before:
             observe.observe(autotuner, state, timings)
         return result
+
+    def go_direct(self, autotuner, state) -> None:
+        """Triton's own run on the instance; its ``cache`` notes each winner it stores."""
+        if state.library_check:
+            return
+        observe.observe_cache(autotuner)
+        _shadow(autotuner, state, types.MethodType(_registry.original_run, autotuner))
+
+    def direct_name(self, autotuner, run) -> str:
+        return "observe:direct"
 
 
 class PinThroughPruning:
@@ -66,18 +83,13 @@ class PinThroughPruning:
         miss it (its listener takes the launches back)."""
         if state.library_check:
             return
-        guard = current()
-        with guard.lock:
-            if not state.is_current() or autotuner.__dict__.get("_autotune_guard_state") is not state:
-                return
-            if not any(c.pre_hook for c in autotuner.configs):
-                run = types.MethodType(_registry.original_run, autotuner)  # nothing reads the shared nargs
-            elif _registry.caps.writes_out_decided:
-                run = functools.partial(decided_run, autotuner, state)
-            else:
-                run = functools.partial(held_run, autotuner, state)
-            autotuner.__dict__["run"] = run
-            _registry.direct.add(autotuner)
+        if not any(c.pre_hook for c in autotuner.configs):
+            run = types.MethodType(_registry.original_run, autotuner)  # nothing reads the shared nargs
+        elif _registry.caps.writes_out_decided:
+            run = functools.partial(decided_run, autotuner, state)
+        else:
+            run = functools.partial(held_run, autotuner, state)
+        _shadow(autotuner, state, run)
 
     def direct_name(self, autotuner, run) -> str:
         if getattr(run, "func", None) is decided_run:
@@ -85,6 +97,16 @@ class PinThroughPruning:
         if getattr(run, "func", None) is held_run:
             return "pin-through-pruning:held"
         return "pin-through-pruning:direct"
+
+
+def _shadow(autotuner, state, run) -> None:
+    """``run`` on the instance, shadowing the guarded class ``run``. Under the guard's lock, so a
+    new epoch cannot miss it (its listener takes the launches back)."""
+    with current().lock:
+        if not state.is_current() or autotuner.__dict__.get("_autotune_guard_state") is not state:
+            return
+        autotuner.__dict__["run"] = run
+        _registry.direct.add(autotuner)
 
 
 def decided_run(autotuner, state, *args, **kwargs):
@@ -102,8 +124,32 @@ def decided_run(autotuner, state, *args, **kwargs):
     return result
 
 
+def selected_run(autotuner, state, *args, **kwargs):
+    """Triton's run for a key in its cache (3.3 through the newest tested alike), over the choices
+    the guard made itself (``state.selected``), the pre_hook given this call's own arguments. No
+    lock: it reads nothing another launch rewrites. A key not decided yet goes to the strategy."""
+    config = state.selected.get(state.key.of(args, kwargs))
+    if config is None:
+        return state.strategy.run(autotuner, state, args, kwargs)
+    settings = config.all_kwargs()
+    if config.pre_hook is not None:
+        config.pre_hook({**dict(zip(state.key.arg_names, args)), **kwargs, **settings})
+    result = autotuner.fn.run(*args, **kwargs, **settings)
+    autotuner.best_config = config
+    return result
+
+
 class PinBySwap:
     name = "pin-by-swap"
+
+    def go_direct(self, autotuner, state) -> None:
+        """Decided keys through ``selected_run``; past the newest tested release, every launch here."""
+        if state.library_check or len(autotuner.configs) < 2 or not _registry.caps.writes_out_cached:
+            return
+        _shadow(autotuner, state, functools.partial(selected_run, autotuner, state))
+
+    def direct_name(self, autotuner, run) -> str:
+        return self.name + ":selected"
 
     def run(self, autotuner, state, args, kwargs):
         # Every launch comes here: the steady state is written out. Under the lock, because another

@@ -1,16 +1,70 @@
 """Observing Triton's own choices (auto, record) and Triton 3.8+'s autotuning listener.
 
-A new ``cache`` entry after a launch is Triton's winner, logged (and recorded) with how Triton
-chose it: ``timed``, ``cache hit`` (its disk cache), ``pruned to one``. Triton 3.8+'s
-``knobs.autotuning.listener`` says which where Triton can call it (not under TRITON_INTERPRET=1);
-else the label is inferred from ``configs_timings``.
+A new ``cache`` entry is Triton's winner, logged (and recorded) with how Triton chose it: ``timed``,
+``cache hit`` (its disk cache), ``pruned to one``. ``ObservedCache`` notes it as Triton stores it,
+so that every launch after is Triton's own run with nothing of the guard around it; the label is
+read from the Triton frame that stored it. A library subclass's run is observed around its launch
+(``observe``), where Triton 3.8+'s ``knobs.autotuning.listener`` says which (not under
+TRITON_INTERPRET=1), else the label is inferred from ``configs_timings``.
 """
 
 from __future__ import annotations
 
+import sys
+
 from ...core.model import Choice, ChoiceKey, descriptor, key_text, record_entry, signature
 from ...runtime import current
-from .tuner import MISSING, REGISTRY
+from .tuner import MISSING, REGISTRY, STATE_ATTR
+
+OBSERVED_MODES = ("auto", "record")
+
+
+class ObservedCache(dict):
+    """Triton's tuning ``cache`` of an autotuner observed in auto or record mode: reading it is
+    dict's own (Triton's cached path costs what it costs without the guard); storing a winner
+    notes it. Outside those modes (or another policy not launched yet) it is a plain dict."""
+
+    __slots__ = ("autotuner",)
+
+    def __setitem__(self, key, config):
+        dict.__setitem__(self, key, config)
+        state = self.autotuner.__dict__.get(STATE_ATTR)
+        if state is not None and state.mode in OBSERVED_MODES and key not in state.seen and state.is_current():
+            stored(self.autotuner, state, key, config, sys._getframe(1))
+
+
+def observe_cache(autotuner):
+    """The autotuner's ``cache`` as an ``ObservedCache`` (the same entries), once."""
+    cache = autotuner.cache
+    if type(cache) is not ObservedCache:
+        observed = ObservedCache(cache)
+        observed.autotuner = autotuner
+        autotuner.cache = observed
+    return autotuner.cache
+
+
+def stored(autotuner, state, key, config, frame) -> None:
+    """Note the winner Triton just stored for ``key``, labelled by the Triton frame that stored it:
+    its disk-cache reader, a timing (a ``timings`` dict over the candidates in that frame), or its
+    run keeping the one config the kernel's pruning left (3.8+)."""
+    code = frame.f_code if frame is not None else None
+    timings = frame.f_locals.get("timings") if frame is not None else None
+    if code is not None and code.co_name == "check_disk_cache":
+        how, found = "cache hit", None
+    elif isinstance(timings, dict) and config in timings:
+        how, found = "timed", measured(autotuner, timings, None)
+    elif code is not None and code is REGISTRY.original_run.__code__:
+        how, found = "pruned to one", None
+    else:  # stored by code that is not Triton's tuning: a winner all the same
+        how, found = "timed", None
+    guard = current()
+    desc = descriptor(config)
+    record = None
+    if state.mode == "record":
+        record = record_entry(desc, signature(desc), how, found, [descriptor(c) for c in autotuner.configs])
+    choice_key = ChoiceKey(guard.facts.get("arch"), state.qualified, key_text(key))
+    if guard.note(state.epoch, choice_key, Choice(signature(desc), how), record):
+        state.seen.add(key)
 
 
 def observe(autotuner, state, timings_before) -> None:

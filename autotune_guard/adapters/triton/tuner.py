@@ -27,6 +27,7 @@ class Capabilities(NamedTuple):
     version: tuple
     pins_through_pruning: bool  # 3.8+: a pruning result of one config is cached without timing
     writes_out_decided: bool  # 3.8 ... the newest tested: its cached path can be written out
+    writes_out_cached: bool  # 3.3 ... the newest tested: a decided key's path written out over the guard's choices
     init_needs_timer: bool  # 3.3: __init__ resolves the default timer (fails without a driver)
 
 
@@ -34,7 +35,7 @@ class Registry:
     """The adapter's own mutable state, renewed in a forked child (``after_fork``)."""
 
     def __init__(self):
-        self.caps = Capabilities((0, 0), False, False, False)
+        self.caps = Capabilities((0, 0), False, False, False, False)
         self.original_run = None
         self.original_init = None
         self.original_prune = None
