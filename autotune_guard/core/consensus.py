@@ -20,12 +20,14 @@ import json
 import logging
 import math
 import os
+import random
 import socket
 import threading
 import time
 import uuid
 from typing import Callable, Sequence
 
+from .consensus_text import _few, claimer_rank, describe_claimer, store_lost_message, timeout_message
 from .errors import ConsensusError, StoreError
 
 logger = logging.getLogger("autotune_guard")
@@ -35,6 +37,8 @@ NAMESPACE = "consensus/"
 STORE_PREFIX = "autotune_guard/"
 BEAT_S = 0.5  # a claimer bumps its beat counter this often while it tunes
 DEAD_AFTER_S = 5.0  # no beat for this long: the claimer died (or lost the Store) before publishing
+SPREAD_FROM = 32  # waiters of one decision beyond this many wake spread out, not in one instant
+SPREAD_S = 25e-6  # the n-th waiter reads the winner within n x this after it was published
 
 
 def decision_name(arch: str, qualified: str, key_text: str) -> str:
@@ -143,30 +147,6 @@ def follow(payload: dict, signatures: Sequence[str], what: str, theirs: Sequence
     return list(signatures).index(winner)
 
 
-def timeout_message(what: str, claimer, timeout_s: float) -> str:
-    if isinstance(claimer, str):
-        who = describe_claimer(claimer)
-    else:
-        who = f"rank {claimer}" if claimer is not None else "a rank that died before naming itself"
-    return (f"autotune_guard consensus: {what}: {who} claimed this tuning but published no winner within "
-            f"{timeout_s:g} s (AUTOTUNE_CONSENSUS_TIMEOUT); it died or hung. This rank will not pick a config "
-            "of its own")
-
-
-def store_lost_message(what: str, error: BaseException) -> str:
-    return (f"autotune_guard consensus: {what}: the job's Store failed ({error}); the process hosting it "
-            "(rank 0, or torchrun's agent) may have died. This rank will not pick a config of its own")
-
-
-def _few(items, limit: int = 4) -> str:
-    items = sorted(items)
-    if not items:
-        return "none"
-    shown = ", ".join(items[:limit])
-    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
-
-
-
 # --- the protocol over the job's Store ----------------------------------------------------------
 # Per decision, under STORE_PREFIX + the attempt + the decision name:
 #   claim       compare_set from "" to the claimer's identity: claiming and naming are one request
@@ -175,7 +155,9 @@ def _few(items, limit: int = 4) -> str:
 #   candidates  the claimer's candidate list (read only on a hash mismatch)
 #   result      the winner (or the claimer's error, or the watcher's death notice), set once
 # A waiter makes 4 requests per decision whatever the tuning time (claim, waiters, wait, get);
-# only the watching waiter polls, once per BEAT_S.
+# only the watching waiter polls, once per BEAT_S.  Where the job's Store comes with a node's
+# (``store.node_store``: torchrun's local ranks, ``adapters.distributed.node``), the same protocol
+# runs twice: on the node's Store among its ranks, and on the job's by the node's first rank only.
 
 
 def attempt_scope() -> str:
@@ -187,18 +169,6 @@ def attempt_scope() -> str:
 def claimer_identity(rank: int) -> str:
     """Unique per claim (two threads of one rank are two claimers), readable in errors."""
     return f"{rank}|{os.getpid()}|{socket.gethostname()}|{uuid.uuid4().hex[:8]}"
-
-
-def claimer_rank(identity: str):
-    head = identity.split("|", 1)[0]
-    return int(head) if head.lstrip("-").isdigit() else head
-
-
-def describe_claimer(identity: str) -> str:
-    parts = identity.split("|")
-    if len(parts) < 3:
-        return f"rank {identity or '?'}"
-    return f"rank {parts[0]} (pid {parts[1]} on {parts[2]})"
 
 
 def decide(store, what: str, name: str, rank: int, signatures: Sequence[str], tune: Callable, timeout: float):
@@ -219,6 +189,9 @@ def decide(store, what: str, name: str, rank: int, signatures: Sequence[str], tu
     when a live claimer publishes nothing within ``timeout``, when the candidate lists differ, or
     when the Store fails.  Nothing here is a collective: ranks may decide in any order, or never.
     """
+    node = getattr(store, "node_store", None)
+    if node is not None:
+        return _for_the_node(store, node, what, name, rank, signatures, tune, timeout)
     key = f"{STORE_PREFIX}{attempt_scope()}/{name}"
     me = claimer_identity(rank)
     try:
@@ -240,6 +213,21 @@ def decide(store, what: str, name: str, rank: int, signatures: Sequence[str], tu
             raise
         raise ConsensusError(store_lost_message(what, exc)) from exc
     return follow(payload, signatures, what, theirs), False, None
+
+
+def _for_the_node(store, node, what, name, rank, signatures, tune, timeout):
+    """Node-level fan-in: the node's first rank to reach the decision takes it to the job's Store
+    (``store.job``) as one waiter or the claimer; the node's others follow it through the node's
+    Store (``node``), where its heartbeat is watched as a claimer's is. They wait as long as it
+    does: it began waiting first, so its error, named, reaches them before their own timeout."""
+
+    def for_the_node():
+        index, tuned_here, returned = decide(store.job, what, name, rank, signatures, tune, timeout)
+        winner = signatures[index] if index is not None else (returned if isinstance(returned, str) else returned[0])
+        return winner, (index, tuned_here, returned)
+
+    index, here, returned = decide(node, what, name, rank, signatures, for_the_node, timeout)
+    return returned[1] if here else (index, False, None)
 
 
 def _tune_for_the_job(store, what, key, rank, signatures, tune):
@@ -280,8 +268,8 @@ def _wait_for_result(store, what, key, holder, timeout):
 
     result = key + "/result"
     try:
-        watcher = int(store.add(key + "/waiters", 1)) == 1
-        if watcher:
+        arrived = int(store.add(key + "/waiters", 1))
+        if arrived == 1:
             return _watch(store, what, key, holder, timeout)
         waiting = _clone(store)
         try:
@@ -291,6 +279,8 @@ def _wait_for_result(store, what, key, holder, timeout):
             if "timeout" in str(exc).lower() and type(exc).__name__ != "DistNetworkError":
                 raise ConsensusError(timeout_message(what, holder, timeout)) from exc
             raise StoreError(f"waiting for {result}: {exc}") from exc
+        if arrived > SPREAD_FROM:  # thousands of waiters must not read it in one instant
+            time.sleep(random.uniform(0, arrived * SPREAD_S))
         return _text(store.get(result))
     except (ConsensusError, StoreError):
         raise

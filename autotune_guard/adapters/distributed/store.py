@@ -10,6 +10,7 @@ import os
 import sys
 
 from ...core.errors import StoreError
+from .node import fanned
 
 RANK_VARIABLES = (("RANK", "WORLD_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS"),
                   ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"))
@@ -59,7 +60,8 @@ def process_rank() -> tuple[int, int]:
 
 
 def job_store():
-    """The default process group's Store, or None when this process is not distributed.
+    """The default process group's Store, or None when this process is not distributed; with
+    its node's Store beside it (``node.fanned``) where torchrun runs several workers per node.
 
     torch has no public accessor for it (2.13 included), hence ``_get_default_store``. A group
     whose Store cannot be had raises StoreError: ranks must not choose alone when asked to agree."""
@@ -69,7 +71,9 @@ def job_store():
     try:
         from torch.distributed.distributed_c10d import _get_default_store
 
-        return _get_default_store()
+        store = _get_default_store()
     except Exception as exc:
         raise StoreError(f"the default process group is initialized but its Store cannot be reached "
                          f"(torch.distributed.distributed_c10d._get_default_store: {exc!r})") from exc
+
+    return fanned(store)

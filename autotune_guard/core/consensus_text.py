@@ -1,0 +1,38 @@
+"""The words of consensus's errors: who claimed, what timed out, what the Store did (``core.consensus``)."""
+
+from __future__ import annotations
+
+
+def claimer_rank(identity: str):
+    head = identity.split("|", 1)[0]
+    return int(head) if head.lstrip("-").isdigit() else head
+
+
+def describe_claimer(identity: str) -> str:
+    parts = identity.split("|")
+    if len(parts) < 3:
+        return f"rank {identity or '?'}"
+    return f"rank {parts[0]} (pid {parts[1]} on {parts[2]})"
+
+
+def timeout_message(what: str, claimer, timeout_s: float) -> str:
+    if isinstance(claimer, str):
+        who = describe_claimer(claimer)
+    else:
+        who = f"rank {claimer}" if claimer is not None else "a rank that died before naming itself"
+    return (f"autotune_guard consensus: {what}: {who} claimed this tuning but published no winner within "
+            f"{timeout_s:g} s (AUTOTUNE_CONSENSUS_TIMEOUT); it died or hung. This rank will not pick a config "
+            "of its own")
+
+
+def store_lost_message(what: str, error: BaseException) -> str:
+    return (f"autotune_guard consensus: {what}: the job's Store failed ({error}); the process hosting it "
+            "(rank 0, or torchrun's agent) may have died. This rank will not pick a config of its own")
+
+
+def _few(items, limit: int = 4) -> str:
+    items = sorted(items)
+    if not items:
+        return "none"
+    shown = ", ".join(items[:limit])
+    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
