@@ -23,6 +23,7 @@ import time
 
 from . import evidence
 from .core import jsonfile, tables
+from .core.debounced import DebouncedWriter
 from .core.errors import FileFormatError, PolicyError
 from .core.model import signature
 from .core.schema import TABLE_FORMAT, read_document
@@ -39,7 +40,6 @@ _write_lock = threading.Lock()  # one write at a time in this process (record lo
 _written: set = set()  # ChoiceKeys this process has put in its table
 _directory: str | None = None  # where this policy's table grows; None: it does not
 _added: dict[str, int] = {}  # table file -> entries this process added to it
-_flusher: "_Flusher | None" = None
 _registered = False
 _tuned_seen: tuple = ()  # (identity, size) of the epoch's tuned winners at the last wake-up
 
@@ -139,47 +139,30 @@ def _provenance() -> dict:
             "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "triton": facts.get("triton_version")}
 
 
+# Adds new winners shortly after they are chosen, off the launch path.
+_writer = DebouncedWriter(flush, interval_s=0.2, thread_name="autotune_guard-table",
+                          failure="could not add this job's winners to the table: %s")
+
+
 def _at_exit() -> None:
     flush()
     for path, count in sorted(_added.items()):
         logger.info("added %d entr%s this process tuned to the table %s", count, "y" if count == 1 else "ies", path)
 
 
-class _Flusher:
-    """Adds new winners shortly after they are chosen, off the launch path."""
-
-    INTERVAL_S = 0.2
-
-    def __init__(self):
-        self.dirty = threading.Event()
-        self.thread = threading.Thread(target=self._loop, name="autotune_guard-table", daemon=True)
-        self.thread.start()
-
-    def _loop(self):
-        while True:
-            self.dirty.wait()
-            self.dirty.clear()
-            try:
-                flush()
-            except Exception as exc:
-                logger.warning("could not add this job's winners to the table: %s", exc)
-            time.sleep(self.INTERVAL_S)
-
-
 def _changed() -> None:
     """A new choice: when the winners tuned here grew, the table is written soon (a constant-time
     check: it runs after every choice)."""
-    global _flusher, _tuned_seen
+    global _tuned_seen
     tuned = current().epoch.tuned
     if _directory is None or _tuned_seen == (id(tuned), len(tuned)):
         return
     _tuned_seen = (id(tuned), len(tuned))
-    if _flusher is None or not _flusher.thread.is_alive():  # a forked child has no thread
-        _flusher = _Flusher()
-    _flusher.dirty.set()
+    _writer.wake()
 
 
 def _after_fork_in_child() -> None:
     # The parent's writer thread may have held the lock at fork(); the child writes its own winners.
-    global _write_lock, _flusher
-    _write_lock, _flusher = threading.Lock(), None
+    global _write_lock
+    _write_lock = threading.Lock()
+    _writer.after_fork_in_child()

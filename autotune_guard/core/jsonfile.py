@@ -14,6 +14,7 @@ import math
 import os
 import stat
 import tempfile
+import zlib
 from typing import Mapping
 
 from .errors import FileFormatError
@@ -119,6 +120,99 @@ def atomic_write_json(path: str, document: Mapping, *, own_only: bool = False) -
                 pass
 
 
+def _create_exclusive(path: str, *, own_only: bool) -> tuple[int, str]:
+    """A new empty file at ``path``, made under a random temporary name (``O_EXCL|O_NOFOLLOW``:
+    mkstemp) and renamed over it; returns its descriptor (opened for appending) and ``path``."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if own_only:
+        _check_target(path)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-" + os.path.basename(path) + ".", dir=directory)
+    try:
+        os.fchmod(fd, _new_file_mode())
+        os.set_inheritable(fd, False)
+        os.replace(tmp, path)
+    except BaseException:
+        os.close(fd)
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return fd, path
+
+
+JOURNAL_SUFFIX = "l.gz"  # <file>.json -> <file>.jsonl.gz
+
+
+class Journal:
+    """An append-only journal next to a JSON file: one JSON value a line, gzip-compressed, each
+    batch sync-flushed (no fsync), so that a process killed at any moment leaves every batch
+    it wrote before, readable by ``read_journal`` (or ``zcat``).  Created atomically like
+    ``atomic_write_json``'s files; ``own_only`` as there."""
+
+    def __init__(self, path: str, header: Mapping, *, own_only: bool = False):
+        try:
+            self.fd, self.path = _create_exclusive(path, own_only=own_only)
+        except NotOurs:
+            raise
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror or str(exc), path) from None
+        self.identity = os.fstat(self.fd)
+        self._compress = zlib.compressobj(6, zlib.DEFLATED, 31)  # wbits 31: a gzip stream
+        self.written = 0
+        self.append([header])
+
+    def append(self, values) -> int:
+        """Add ``values``, one line each, in one write; returns the bytes written."""
+        text = "".join(json.dumps(_finite(v), sort_keys=True, allow_nan=False, separators=(",", ":")) + "\n"
+                       for v in values)
+        data = self._compress.compress(text.encode()) + self._compress.flush(zlib.Z_SYNC_FLUSH)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self.fd, view):]
+        self.written += len(data)
+        return len(data)
+
+    def close(self, *, remove: bool) -> None:
+        """Close it; ``remove``: unlink its name too, if the name is still this journal's."""
+        try:
+            if remove:
+                now = os.lstat(self.path)
+                if (now.st_dev, now.st_ino) == (self.identity.st_dev, self.identity.st_ino):
+                    os.unlink(self.path)
+        except OSError:
+            pass
+        finally:
+            try:
+                os.close(self.fd)
+            except OSError:
+                pass
+
+
+def read_journal(path: str) -> tuple[list, bool]:
+    """The values of a journal (``Journal``), and whether its last line was cut off (a process
+    killed mid-write: that line is left out).  Bounded like ``read_json``."""
+    data = _read_bounded(path)
+    inflate = zlib.decompressobj(31)
+    try:
+        text = inflate.decompress(data, MAX_FILE_BYTES)
+    except zlib.error as exc:
+        raise FileFormatError(f"{path}: is not an autotune_guard journal (gzip: {exc})") from None
+    if inflate.unconsumed_tail:
+        raise FileFormatError(f"{path}: holds more than any autotune_guard file ({MAX_FILE_BYTES // 2**20} MiB)")
+    lines = text.split(b"\n")
+    torn = lines.pop() != b""
+    values = []
+    for number, line in enumerate(lines, 1):
+        try:
+            value = json.loads(line)
+        except (ValueError, RecursionError):
+            raise FileFormatError(f"{path}: line {number} is not valid JSON") from None
+        check_depth_and_numbers(f"{path} line {number}", value)
+        values.append(value)
+    return values, torn
+
+
 def temporary_name_extra(path: str) -> int:
     """How many bytes longer than ``path``'s name its temporary file's name is."""
     return len(".tmp-") + len(".") + 8  # mkstemp's random part: 8 characters
@@ -131,6 +225,27 @@ MAX_INT = 2 ** 63  # integers beyond int64 are no config, rank or count of ours
 def read_json(path: str):
     """The JSON value in ``path``: a regular file, opened without blocking (a FIFO would hang a
     plain open), of bounded size, depth and integer width."""
+    data = _read_bounded(path)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise FileFormatError(f"{path}: is not UTF-8 text") from None
+    if not text.strip():
+        raise FileFormatError(f"{path}: is empty")
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise FileFormatError(f"{path}: is not valid JSON, truncated or corrupt ({exc.msg} at line {exc.lineno})") from None
+    except RecursionError:
+        raise FileFormatError(f"{path}: nests deeper than any autotune_guard file (limit {MAX_DEPTH})") from None
+    except ValueError as exc:  # an integer of thousands of digits, among others
+        raise FileFormatError(f"{path}: is not usable JSON ({str(exc)[:120]})") from None
+    check_depth_and_numbers(path, document)
+    return document
+
+
+def _read_bounded(path: str) -> bytes:
+    """The bytes of ``path``: a regular file, opened without blocking, of bounded size."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError as exc:
@@ -156,22 +271,7 @@ def read_json(path: str):
     finally:
         if fd is not None:
             os.close(fd)
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise FileFormatError(f"{path}: is not UTF-8 text") from None
-    if not text.strip():
-        raise FileFormatError(f"{path}: is empty")
-    try:
-        document = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise FileFormatError(f"{path}: is not valid JSON, truncated or corrupt ({exc.msg} at line {exc.lineno})") from None
-    except RecursionError:
-        raise FileFormatError(f"{path}: nests deeper than any autotune_guard file (limit {MAX_DEPTH})") from None
-    except ValueError as exc:  # an integer of thousands of digits, among others
-        raise FileFormatError(f"{path}: is not usable JSON ({str(exc)[:120]})") from None
-    check_depth_and_numbers(path, document)
-    return document
+    return data
 
 
 def check_depth_and_numbers(path, document) -> None:

@@ -6,12 +6,15 @@ type, so that no malformed file reaches them; ``check_descriptor`` is the one co
 from __future__ import annotations
 
 from .errors import FileFormatError
-from .jsonfile import read_json
-from .model import EXTRA_FIELDS, OPTION_FIELDS
+import os
+
+from .jsonfile import JOURNAL_SUFFIX, read_journal, read_json
+from .model import EXTRA_FIELDS, OPTION_FIELDS, digest_of
 
 TABLE_FORMAT = "autotune_guard.table/1"
 RECORD_FORMAT = "autotune_guard.record/1"
 CHOICES_FORMAT = "autotune_guard.choices/1"
+JOURNAL_FORMAT = "autotune_guard.journal/1"
 FORMATS = (TABLE_FORMAT, RECORD_FORMAT, CHOICES_FORMAT)
 
 
@@ -110,25 +113,27 @@ def _check_record(path, document):
     _string_map(path, document, "versions", "name")
     _string_map(path, document, "packages", "package")
 
-    def entry_check(path, where, entry):
-        _require(path, isinstance(entry, dict) and "config" in entry, f"{where}: a record entry needs a 'config'")
-        check_descriptor(path, where, entry["config"])
-        for name in ("how", "signature"):
-            _require(path, entry.get(name) is None or isinstance(entry[name], str), f"{where}: {name!r} must be a string")
-        timings = entry.get("timings")
-        _require(path, timings is None or isinstance(timings, dict), f"{where}: 'timings' must be an object or null")
-        for measured in (timings or {}).values():
-            values = measured if isinstance(measured, list) else [measured]
-            # null: a candidate that failed while timed (older files say Infinity)
-            _require(path, values and all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
-                                          for v in values),
-                     f"{where}: a timing must be a number, null or a list of them (median first)")
-        candidates = entry.get("candidates", [])
-        _require(path, isinstance(candidates, list), f"{where}: 'candidates' must be a list of configs")
-        for candidate in candidates:
-            check_descriptor(path, f"{where} candidate", candidate)
+    _check_kernels(path, document, _check_record_entry)
 
-    _check_kernels(path, document, entry_check)
+
+def _check_record_entry(path, where, entry):
+    _require(path, isinstance(entry, dict) and "config" in entry, f"{where}: a record entry needs a 'config'")
+    check_descriptor(path, where, entry["config"])
+    for name in ("how", "signature"):
+        _require(path, entry.get(name) is None or isinstance(entry[name], str), f"{where}: {name!r} must be a string")
+    timings = entry.get("timings")
+    _require(path, timings is None or isinstance(timings, dict), f"{where}: 'timings' must be an object or null")
+    for measured in (timings or {}).values():
+        values = measured if isinstance(measured, list) else [measured]
+        # null: a candidate that failed while timed (older files say Infinity)
+        _require(path, values and all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
+                                      for v in values),
+                 f"{where}: a timing must be a number, null or a list of them (median first)")
+    candidates = entry.get("candidates", [])
+    _require(path, isinstance(candidates, list), f"{where}: 'candidates' must be a list of configs")
+    for candidate in candidates:
+        check_descriptor(path, f"{where} candidate", candidate)
+
 
 
 def _check_choices(path, document):
@@ -138,8 +143,55 @@ def _check_choices(path, document):
     _require(path, isinstance(document.get("log"), dict), "a choices file needs a 'log' object")
     _require(path, isinstance(document.get("digest"), str), "a choices file needs a 'digest' string")
     for entry, choice in document["log"].items():
-        _require(path, entry.count("|") >= 2 and isinstance(choice, str) and ";" in choice,
-                 f"log entry {entry!r}: expected 'arch|module.function|key' -> 'config;how'")
+        _check_log_entry(path, entry, choice)
+
+
+def _check_log_entry(path, entry, choice):
+    _require(path, isinstance(entry, str) and entry.count("|") >= 2 and isinstance(choice, str) and ";" in choice,
+             f"log entry {entry!r}: expected 'arch|module.function|key' -> 'config;how'")
 
 
 _CHECKS = {TABLE_FORMAT: _check_table, RECORD_FORMAT: _check_record, CHOICES_FORMAT: _check_choices}
+
+
+def journal_of(path: str) -> str:
+    """The journal an evidence file ``path`` may have: ``<name>.jsonl.gz``."""
+    return path + JOURNAL_SUFFIX
+
+
+def read_evidence(path: str, formats=FORMATS) -> tuple[dict, str | None]:
+    """``read_document``, with the entries of the file's journal (``journal_of``) added when the
+    journal is the one the file names (its ``journal_id``; any other is left over from before
+    the file's last whole write, and all it holds is in the file); returns the journal's path
+    when one was read.  A journal's cut-off last line (a process killed mid-write) is left out."""
+    document = read_document(path, formats)
+    token = document.get("journal_id")
+    journal = journal_of(path)
+    if document["format"] not in (RECORD_FORMAT, CHOICES_FORMAT) or not isinstance(token, str) \
+            or not os.path.isfile(journal) or os.path.islink(journal):
+        return document, None
+    values, _torn = read_journal(journal)
+    header = values[0] if values else {}
+    if not isinstance(header, dict) or header.get("format") != JOURNAL_FORMAT or header.get("journal_id") != token:
+        return document, None
+    for number, value in enumerate(values[1:], 2):
+        _apply_journal_line(f"{journal} line {number}", document, value)
+    if document["format"] == CHOICES_FORMAT:
+        document["count"], document["digest"] = len(document["log"]), digest_of(document["log"])
+    return document, journal
+
+
+def _apply_journal_line(where: str, document: dict, value) -> None:
+    _require(where, isinstance(value, dict), "a journal line must be an object")
+    if document["format"] == CHOICES_FORMAT:
+        _check_log_entry(where, value.get("entry"), value.get("choice"))
+        document["log"].setdefault(value["entry"], value["choice"])
+        return
+    if "packages" in value:
+        _string_map(where, value, "packages", "package")
+        document.setdefault("packages", {}).update(value["packages"] or {})
+    if "kernel" in value:
+        kernel, key, entry = value.get("kernel"), value.get("key"), value.get("entry")
+        _require(where, isinstance(kernel, str) and isinstance(key, str), "a journal entry needs a 'kernel' and a 'key'")
+        _check_record_entry(where, f"kernel {kernel!r} key {key!r}", entry)
+        document["kernels"].setdefault(kernel, {}).setdefault(key, entry)

@@ -1,7 +1,9 @@
 """This process's evidence files, kept current and saved at the end.
 
-Files are rewritten atomically by a background thread shortly after each new choice (the writer
-subscribes to the runtime's ``Guard``), so a process killed with SIGKILL leaves on disk what it had chosen, on
+Files are kept current by a background thread shortly after each new choice (the writer
+subscribes to the runtime's ``Guard``): rewritten whole and atomically while small, then the new
+entries appended to the file's journal (``evidence.journal``: bytes written stay a small multiple
+of the final size), so a process killed with SIGKILL leaves on disk what it had chosen, on
 SIGTERM (the previous handler then runs, or the signal's default effect; see
 ``evidence.signals``), and once more at exit.  A file says how its process ended (``ended``) and
 is ``complete`` only after a normal exit.
@@ -20,6 +22,7 @@ files are written.
 from __future__ import annotations
 
 import atexit
+import itertools
 import logging
 import os
 import socket
@@ -27,7 +30,8 @@ import threading
 import time
 import uuid
 
-from . import paths as evidence_paths, signals as evidence_signals
+from . import journal as evidence_journal, paths as evidence_paths, signals as evidence_signals
+from ..core.debounced import DebouncedWriter
 from ..core.model import ChoiceKey, digest_of
 from ..core.schema import CHOICES_FORMAT, RECORD_FORMAT
 from ..runtime import current
@@ -38,7 +42,8 @@ logger = logging.getLogger("autotune_guard")
 # older snapshot over the final one written at exit.
 _write_lock = threading.Lock()
 _final_written = False
-_flusher: "_Flusher | None" = None
+_files: dict[str, evidence_journal.EvidenceFile] = {}  # rank file -> how it is kept current
+_persisted = 0  # entries of the current log in the files (whole or journaled)
 _exit_registered = False
 _started = time.time()
 check_writable = evidence_paths.check_writable  # called by activation before any kernel runs
@@ -108,24 +113,30 @@ def configure(policy) -> None:
 
 
 def write_files(complete: bool = False) -> None:
-    """Write this rank's choices and record files now (atomically); ``complete`` at exit, which
-    the files then say only where the process ended normally."""
+    """Bring this rank's choices and record files up to date now: whole (atomically) while
+    small and at the end (``complete`` at exit, which the files then say only where the process
+    ended normally), else the new entries appended to their journals."""
     global _final_written
     with _write_lock:
         if _final_written and not complete:
             return  # the final state is on disk; a late background write must not replace it
         _final_written = _final_written or complete
         epoch = current().epoch
+        if epoch.installed is None:
+            return
+        policy = epoch.settled_policy()
+        if not complete and _append_new(epoch.log, policy):
+            return
         log, records, arch, packages = epoch.log.snapshot()
-        if epoch.installed is not None and (log or records):  # a process that chose nothing writes nothing
+        if log or records:  # a process that chose nothing writes nothing
             ended = evidence_signals.ended()
-            _write(epoch.settled_policy(), *fix_rank(), log, records, arch, packages, complete and not ended, ended)
+            _write(policy, *fix_rank(), log, records, arch, packages, complete and not ended, ended, id(epoch.log))
 
 
 def _save_now(ended: str) -> None:
-    """The save on a signal (``evidence.signals``), in whichever thread sees it first.  The
-    interrupted main thread may hold a lock the write needs: wait a little, never forever (the
-    copy the background writer keeps current is then what remains)."""
+    """The save on a signal (``evidence.signals``), in whichever thread sees it first: the whole
+    files.  The interrupted main thread may hold a lock the write needs: wait a little, never
+    forever (what the background writer kept current is then what remains)."""
     if not _write_lock.acquire(timeout=2.0):
         return
     try:
@@ -134,27 +145,63 @@ def _save_now(ended: str) -> None:
         if snapshot is not None:
             log, records, arch, packages = snapshot
             if (log or records) and not _final_written and epoch.installed is not None:
-                _write(epoch.settled_policy(), *fix_rank(), log, records, arch, packages, False, ended)
+                _write(epoch.settled_policy(), *fix_rank(), log, records, arch, packages, False, ended, id(epoch.log))
     finally:
         _write_lock.release()
 
 
-def _write(policy, rank, world, log, records, arch, packages, complete, ended=None) -> None:
+def _wanted(policy, rank: int) -> list[tuple[str, str]]:
+    return [(kind, rank_file(prefix, rank)) for kind, prefix in (("choices", policy.digest_path),
+                                                                   ("record", policy.record_path)) if prefix]
+
+
+def _append_new(log, policy) -> bool:
+    """Append the entries made since the last write to the files' journals; False when a file
+    is to be written whole instead (small, new, of another log, or a journal it cannot have)."""
+    global _persisted
+    rank = fix_rank()[0]
+    files = [(kind, _files.get(path)) for kind, path in _wanted(policy, rank)]
+    if any(state is None or state.wants_whole(id(log)) for _, state in files):
+        return False
+    with log.lock:  # only the new entries: a flush costs what it adds, not the whole log
+        new = list(itertools.islice(log.entries.items(), _persisted, None))
+        records = [(key, log.records.get(key.kernel, {}).get(key.key)) for key, _ in new]
+        packages = dict(log.packages)
+    for kind, state in files:
+        if kind == "choices":
+            lines = [{"entry": key.text(), "choice": choice.text()} for key, choice in new]
+        else:
+            lines = [{"kernel": key.kernel, "key": key.key, "entry": record} for key, record in records if record]
+            if lines and packages:
+                lines.append({"packages": packages})
+        if not state.append(lines):
+            return False
+    _persisted += len(new)
+    return True
+
+
+def _write(policy, rank, world, log, records, arch, packages, complete, ended=None, log_id=None) -> None:
+    global _persisted
     process = {"run_id": run_id(), "attempt": attempt(), "pid": os.getpid(), "host": socket.gethostname(),
                "started": _started, "updated": time.time(), "written": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     if ended:
         process["ended"] = ended
-    if policy.digest_path:
-        evidence_paths.write(rank_file(policy.digest_path, rank), {
-            "format": CHOICES_FORMAT, "rank": rank, "world_size": world, **process,
-            "digest": digest_of(log), "count": len(log), "log": log, "complete": complete,
-        })
-    if policy.record_path and records:
-        evidence_paths.write(rank_file(policy.record_path, rank), {
-            "format": RECORD_FORMAT, "arch": arch or _current_arch_name(log), "rank": rank,
-            "world_size": world, "mode": policy.mode, "versions": current().facts.versions(), "packages": packages,
-            "kernels": records, "complete": complete, **process,
-        })
+    for kind, path in _wanted(policy, rank):
+        state = _files.setdefault(path, evidence_journal.EvidenceFile())
+        if kind == "record" and not records:
+            state.nothing_yet(log_id)
+            continue
+        token = state.new_token()
+        if kind == "choices":
+            document = {"format": CHOICES_FORMAT, "rank": rank, "world_size": world, **process,
+                        "digest": digest_of(log), "count": len(log), "log": log, "complete": complete}
+        else:
+            document = {"format": RECORD_FORMAT, "arch": arch or _current_arch_name(log), "rank": rank,
+                        "world_size": world, "mode": policy.mode, "versions": current().facts.versions(),
+                        "packages": packages, "kernels": records, "complete": complete, **process}
+        target, size = evidence_paths.write(path, {**document, "journal_id": token})
+        state.written_whole(log_id, target, size, token)
+    _persisted = len(log)
 
 
 def _current_arch_name(log) -> str:
@@ -163,55 +210,34 @@ def _current_arch_name(log) -> str:
     return "unknown"
 
 
-class _Flusher:
-    """Rewrites the files shortly after a change, off the launch path: at most every
-    ``INTERVAL_S``; once a file is over ``GROW_FROM_BYTES``, every ``WRITE_SHARE`` times as long
-    as the last write took, so that a large file is not rewritten more than that share of the
-    time (a SIGKILLed rank loses at most the choices of the last interval)."""
-
-    INTERVAL_S = 0.2
-    WRITE_SHARE = 20  # a large file's writes take at most 1/20 of the writer's time
-    GROW_FROM_BYTES = 256 * 1024
-
-    def __init__(self):
-        self.dirty = threading.Event()
-        self.thread = threading.Thread(target=self._loop, name="autotune_guard-writer", daemon=True)
-        self.thread.start()
-
-    def _loop(self):
-        while True:
-            self.dirty.wait()
-            self.dirty.clear()
-            began = time.monotonic()
-            try:
-                write_files()
-            except Exception as exc:
-                logger.warning("could not write the choices/record files: %s", exc)
-            took = time.monotonic() - began
-            large = evidence_paths.largest_written() > self.GROW_FROM_BYTES
-            time.sleep(max(self.INTERVAL_S, self.WRITE_SHARE * took) if large else self.INTERVAL_S)
+# Keeps the files current shortly after a change, off the launch path (a SIGKILLed rank loses
+# at most the choices of the last interval).
+_writer = DebouncedWriter(write_files, interval_s=0.2, thread_name="autotune_guard-writer",
+                          failure="could not write the choices/record files: %s")
 
 
 def _changed() -> None:
     """A new entry in the log: the rank is fixed at the first, and the files rewritten soon."""
-    global _flusher
     fix_rank()
     policy = current().epoch.installed
     if policy is None or not (policy.digest_path or policy.record_path):
         return
     if not evidence_signals.watching():
         evidence_signals.watch(_save_now)  # a handler the program set after install is chained too
-    if _flusher is None or not _flusher.thread.is_alive():  # a forked child has no thread
-        _flusher = _Flusher()
-    _flusher.dirty.set()
+    _writer.wake()
 
 
 def _after_fork_in_child() -> None:
     # A lock held by the parent's writer thread at fork() would stay held forever in the child.
     # The child's file holds the choices the child makes (the parent's are in the parent's file);
     # it keeps the parent's rank and run.
-    global _write_lock, _flusher, _final_written, _started, _exited
-    _write_lock, _flusher = threading.Lock(), None
+    global _write_lock, _final_written, _started, _exited, _persisted
+    _write_lock = threading.Lock()
+    _writer.after_fork_in_child()
+    for state in _files.values():
+        state.forget()
+    _files.clear()
+    _persisted = 0
     _started, _exited = time.time(), False
     _final_written = False
     evidence_signals.after_fork_in_child()

@@ -21,7 +21,6 @@ logger = logging.getLogger("autotune_guard")
 _absolute: dict[str, str] = {}  # a prefix as set -> its absolute form, fixed when it was set
 _instead: dict[str, str] = {}  # a rank file's name another user holds -> the name written instead
 _looked_at: set[str] = set()  # directories checked for other users' write access
-_sizes: dict[str, int] = {}  # each file's size at its last write
 _RANK_DIGITS = 7  # room for any rank at start-up, when the rank is not known yet
 _FALLBACK_EXTRA = len("-") + 8  # the random part of a name written instead
 
@@ -84,7 +83,7 @@ def _check_name_length(prefix: str, variable: str, path: str) -> None:
     except (OSError, ValueError):
         name_max, path_max = 255, 4096
     longest = _longest_name(path)
-    extra = jsonfile.temporary_name_extra(longest)
+    extra = jsonfile.temporary_name_extra(longest) + len(jsonfile.JOURNAL_SUFFIX)  # its journal's temporary
     size = len(os.fsencode(longest)) + extra
     if size > name_max:
         room = name_max - (size - len(os.fsencode(os.path.basename(path))))
@@ -97,15 +96,15 @@ def _check_name_length(prefix: str, variable: str, path: str) -> None:
                               f"paths in {directory}; use a shorter prefix")
 
 
-def write(path: str, document: dict) -> None:
-    """Write one evidence file (atomically, never following a name another user swapped in).
-    Should ``path`` be held by something else (a symlink, directory, FIFO or another user's
-    file), it is left alone and the file goes to a name with a random part, named once."""
+def write(path: str, document: dict) -> tuple[str, int]:
+    """Write one evidence file (atomically, never following a name another user swapped in);
+    returns the name written and its size.  Should ``path`` be held by something else (a
+    symlink, directory, FIFO or another user's file), it is left alone and the file goes to a
+    name with a random part, named once."""
     _warn_if_shared(os.path.dirname(path))
     target = _instead.get(path, path)
     try:
-        _sizes[path] = jsonfile.atomic_write_json(target, document, own_only=True)
-        return
+        return target, jsonfile.atomic_write_json(target, document, own_only=True)
     except jsonfile.NotOurs as exc:
         if target != path:
             raise
@@ -113,12 +112,7 @@ def write(path: str, document: dict) -> None:
     other = _instead[path] = f"{path[:-len('.json')]}-{secrets.token_hex(4)}.json"
     current().warn_once(f"evidence-name:{path}", f"{path} {reason} (another user's, in a shared directory?); it is "
                         f"left alone and this process's evidence goes to {other} instead", scope="process")
-    _sizes[path] = jsonfile.atomic_write_json(other, document, own_only=True)
-
-
-def largest_written() -> int:
-    """The size of this process's largest evidence file, at its last write."""
-    return max(_sizes.values(), default=0)
+    return other, jsonfile.atomic_write_json(other, document, own_only=True)
 
 
 def _warn_if_shared(directory: str) -> None:
@@ -143,4 +137,3 @@ def _warn_if_shared(directory: str) -> None:
 
 def after_fork_in_child() -> None:
     _instead.clear()  # the child's names differ (its pid): none of them is known to be held
-    _sizes.clear()

@@ -19,9 +19,9 @@ def run(args, out) -> int:
     """The ``merge`` command: read and check the records, decide each key, write the table, say what it did."""
     output = _output_path(args.output)
     used, arch, notes = _records(args, output)
-    decisions, kernels = _decide_all(used, args.rule)
+    decisions, kernels, library = _decide_all(used, args.rule)
     table, version_notes = _table(used, arch, args.rule, kernels)
-    notes += version_notes
+    notes += version_notes + library_notes(library)
     try:
         atomic_write_json(output, table)
     except OSError as exc:
@@ -30,7 +30,7 @@ def run(args, out) -> int:
     if args.json:
         dump({"table": output, "arch": arch, "rule": args.rule, "files": [s.path for s in used], "notes": notes,
               "entries": [{k: v for k, v in d.items() if k != "descriptor"} for d in decisions],
-              "disagreements": len(disagree)}, out)
+              "left_out_library": library, "disagreements": len(disagree)}, out)
     else:
         _print_merge(output, arch, args.rule, used, decisions, notes, out)
     return 1 if args.check and disagree else 0
@@ -53,7 +53,7 @@ def _records(args, output: str) -> tuple[list[Source], str, list[str]]:
         how = f"ended by {first.ended}" if first.document.get("ended") else f"complete=false: {first.ended}"
         more = f" (and {len(partial) - 1} more partial)" if len(partial) > 1 else ""
         raise InputError(f"{first.path}: is a partial record ({how}){more}; pass --allow-partial to merge what it holds")
-    used = [s for s in sources if s.document["kernels"]]
+    used = [s for s in sources if s.document["kernels"]]  # (an entry the library chose counts: it is named)
     if not used:
         raise InputError(f"{sources[0].path}: holds no autotune choices" if len(sources) == 1
                          else f"none of {', '.join(s.path for s in sources)} holds an autotune choice")
@@ -79,16 +79,35 @@ def _arch(archs: dict[str, list[str]], wanted, first: str) -> str:
     return wanted
 
 
-def _decide_all(used: list[Source], rule: str) -> tuple[list[dict], dict[str, dict]]:
-    """One decision per (kernel, key), and the table's kernels from them."""
+def _decide_all(used: list[Source], rule: str) -> tuple[list[dict], dict[str, dict], dict[str, list[str]]]:
+    """One decision per (kernel, key), the table's kernels from them, and the keys left out
+    because the kernel's library chose their config itself (``library``, per kernel)."""
     decisions = []
     kernels: dict[str, dict] = {}
+    library: dict[str, list[str]] = {}
     for (_, kernel, key), choices in grouped(used).items():
+        choices = [c for c in choices if c.how != "library"]
+        if not choices:
+            library.setdefault(kernel, []).append(key)
+            continue
         decision = decide(choices, rule)
         _refuse_foreign_winner(kernel, key, decision, choices)
         decisions.append({"kernel": kernel, "key": key, **decision})
         kernels.setdefault(kernel, {})[key] = decision["descriptor"]
-    return decisions, kernels
+    return decisions, kernels, library
+
+
+def library_notes(library: dict[str, list[str]]) -> list[str]:
+    """One line per kernel naming the keys whose config its library chose itself: the table
+    leaves them to the library (which decides them the same way in every run, like fla's
+    FLA_CACHE_MODE); a pinned run logs them as 'library' again."""
+    notes = []
+    for kernel, keys in library.items():
+        shown = ", ".join(f"({k})" for k in keys[:5]) + (f" and {len(keys) - 5} more" if len(keys) > 5 else "")
+        notes.append(f"left out {len(keys)} key{'s' * (len(keys) != 1)} of kernel {kernel} whose config its library "
+                     f"chose itself ('library'; the library decides them in every run, pinned runs leave them to it): "
+                     f"{shown}")
+    return notes
 
 
 def _table(used: list[Source], arch: str, rule: str, kernels: dict) -> tuple[dict, list[str]]:

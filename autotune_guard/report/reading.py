@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from .. import __version__
 from ..core import schema
 from ..core.errors import FileFormatError, GuardError
+from ..core.jsonfile import JOURNAL_SUFFIX
 from ..core.model import Choice, ChoiceKey, signature, static_cost
 
 _KIND_OF = {schema.RECORD_FORMAT: "record", schema.CHOICES_FORMAT: "choices", schema.TABLE_FORMAT: "table"}
@@ -40,6 +41,7 @@ class Source:
     kind: str  # record | choices | table
     document: dict
     label: str = ""
+    journal: str | None = None  # the journal read with it (a process that did not finish its file)
 
     @property
     def rank(self):
@@ -126,6 +128,8 @@ def read_sources(args, accept, command, all_runs=False) -> list[Source]:
     paths, skipped = [], []
     for arg in args:
         for path in expand(arg):
+            if path.endswith(".json" + JOURNAL_SUFFIX) and path != arg:
+                continue  # a file's journal: read with its file
             if path != arg and not _a_written_file(path):
                 skipped.append(f"left out {path}: not a regular file (a symlink, FIFO or directory someone put at a "
                                "rank file's name); no run writes one")
@@ -138,15 +142,18 @@ def read_sources(args, accept, command, all_runs=False) -> list[Source]:
         if os.path.isdir(path):
             raise InputError(f"{path}: is a directory; name its files ({os.path.join(path, '*.json')}) "
                              f"or the prefix the run used ({os.path.join(path, 'rec')})")
+        if path.endswith(".json" + JOURNAL_SUFFIX):
+            raise InputError(f"{path}: is the journal of {path[:-len(JOURNAL_SUFFIX)]}, read with it; name that file "
+                             "(or the prefix)")
         try:
-            document = schema.read_document(path)
+            document, journal = schema.read_evidence(path)
         except FileFormatError as exc:
             raise InputError(str(exc)) from None
         kind = _KIND_OF[document["format"]]
         if kind not in accept:
             raise InputError(f"{path}: is a {kind} file; {command} reads {' and '.join(k + ' files' for k in accept)}"
                              + (" (written under AUTOTUNE_RECORD_PATH)" if accept == ("record",) else ""))
-        sources.append(Source(path, kind, document))
+        sources.append(Source(path, kind, document, journal=journal))
     if not all_runs:
         sources, left_out = latest_run(sources)
         for note in left_out:
@@ -160,7 +167,7 @@ def _changed_on_disk(source: Source) -> float:
     contents claim, which anyone can write); a time in the future (a clock running ahead, a
     time set by hand) counts as none."""
     try:
-        written = os.stat(source.path).st_mtime
+        written = max(os.stat(p).st_mtime for p in (source.path, source.journal) if p)
     except OSError:
         return 0.0
     return written if written <= time.time() + 60 else 0.0
@@ -369,4 +376,5 @@ def label_list(labels: list[str], limit: int = 8) -> str:
 def source_json(s: Source) -> dict:
     doc = s.document
     return {"file": s.path, "kind": s.kind, "label": s.label, "rank": s.rank, "world_size": doc.get("world_size"),
-            "arch": doc.get("arch"), "complete": s.complete, "versions": doc.get("versions"), "digest": doc.get("digest")}
+            "arch": doc.get("arch"), "complete": s.complete, "versions": doc.get("versions"), "digest": doc.get("digest"),
+            "journal": s.journal}

@@ -22,6 +22,7 @@ def analyse(sources) -> list[dict]:
                             "added_by": added_by(c.source.document, kernel, key) if c.source.kind == "table" else None})
         winners = [e["winner_ms"] for e in entries if e["winner_ms"] is not None]
         rows.append({"arch": arch, "kernel": kernel, "key": key, "agree": len(configs) == 1,
+                     "library_decided": any(e["how"] == "library" for e in entries),
                      "configs": dict(configs.most_common()), "choices": entries,
                      "winner_ms_range": [min(winners), max(winners)] if winners else None})
     return rows
@@ -48,6 +49,8 @@ def _describe_source(s: Source) -> str:
         parts.append(f"PARTIAL (ended by {doc['ended']})")
     else:
         parts.append("PARTIAL (the rank did not exit normally, or is still running)")
+    if s.journal:
+        parts.append(f"with its journal {os.path.basename(s.journal)}")
     return f"  {s.path}: " + ", ".join(parts)
 
 
@@ -80,7 +83,9 @@ def print_show(sources, rows, out) -> None:
             print(f"\n{row['kernel']}  [arch {row['arch']}]", file=out)
         n = len(row["choices"])
         verdict = "agree" if row["agree"] else f"DISAGREE: {len(row['configs'])} configs (a, b, ...: most chosen first)"
-        print(f"  key ({row['key']}): {verdict}, {n} file{'s' * (n != 1)}", file=out)
+        library = "  [library-decided: its library chose the config itself; merge leaves it out of tables]" \
+            if row["library_decided"] else ""
+        print(f"  key ({row['key']}): {verdict}, {n} file{'s' * (n != 1)}{library}", file=out)
         width = max(len(e["label"]) for e in row["choices"])
         ordered = sorted(row["configs"], key=lambda sig: (-row["configs"][sig], sig))
         letters = {sig: chr(ord("a") + i) if i < 26 else "+" for i, sig in enumerate(ordered)}
