@@ -153,3 +153,44 @@ def test_chaos_compiled_is_caught_by_verification(tmp_path):
     logs = [entries(r["log"]) for r in ranks]
     assert logs[0][KEY] != logs[1][KEY]
     assert "autotune choices differ" in proc.stderr and ROWSUM in proc.stderr
+
+
+KEYED_CHILD = r"""
+import json, sys
+import torch
+from torch._inductor.runtime import triton_heuristics
+from autotune_guard import choice_log
+from autotune_guard.adapters.inductor import keyed
+from kernels.keyed_block import blocks
+
+fn = torch.compile(lambda t: blocks(t) + 0, dynamic=True)
+sizes = [4096, 8192, 4096, 2048]
+seen = []
+for i in range(400):  # keys alternate, so every decided key's launch takes the written-out path
+    seen.append((sizes[i % 4], int(fn(torch.empty(sizes[i % 4], device="cuda"))[0])))
+torch.cuda.synchronize()
+import gc
+how = sorted({keyed.how_followed(o) or "none" for o in gc.get_objects()
+              if isinstance(o, triton_heuristics.CachingAutotuner)})
+print(json.dumps({"seen": sorted(set(seen)), "how": how, "log": choice_log()}))
+"""
+
+
+def test_dynamic_shapes_follow_the_key_on_every_launch_without_a_wrapper(tmp_path):
+    """dynamic=True: one compiled kernel, four keys alternating; every call runs the config pinned
+    for its own key (the kernel writes its BLOCK), the decided keys through Inductor's steady path
+    written out with the key's launcher (no frame of the guard's around Inductor's run)."""
+    arch = "sm%d%d" % torch.cuda.get_device_capability()
+    table = tmp_path / f"{arch}.json"
+    pins = {4096: 256, 8192: 1024, 2048: 128}
+    table.write_text(json.dumps({"format": "autotune_guard.table/1", "arch": arch, "kernels": {
+        "kernels.keyed_block.block_of": {f"{n},torch.int32": {"kwargs": {"BLOCK": b}, "num_warps": 4} for n, b in pins.items()}}}))
+    proc = subprocess.run([sys.executable, "-c", KEYED_CHILD], capture_output=True, text=True, timeout=300,
+                          env=env_for(tmp_path, AUTOTUNE_MODE="pinned", AUTOTUNE_TABLE_PATH=table,
+                                      AUTOTUNE_ON_MISS="error"))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = last_json(proc.stdout)
+    assert {tuple(s) for s in result["seen"]} == set(pins.items()), result
+    assert "written-out" in result["how"], result
+    assert entries(result["log"], "kernels.keyed_block.block_of") == {
+        f"{n},torch.int32": f"BLOCK={b},num_warps=4,num_stages=3,num_ctas=1;pinned" for n, b in pins.items()}, result

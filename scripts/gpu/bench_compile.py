@@ -102,8 +102,9 @@ def rowsum_alone(x):
     alone[(x.shape[0],)](x, out, x.shape[1])
     return out
 
-variants = {"pinned": torch.compile(lambda t: kc.rowsum(t)), "inductor_same_config": torch.compile(lambda t: base.rowsum(t)),
-            "one_config": torch.compile(lambda t: rowsum_alone(t)),
+variants = {"pinned": torch.compile(lambda t: kc.rowsum(t), dynamic=False),
+            "inductor_same_config": torch.compile(lambda t: base.rowsum(t), dynamic=False),
+            "one_config": torch.compile(lambda t: rowsum_alone(t), dynamic=False),
             # dynamic=True: one compiled kernel for every n, so the guard follows the key on each launch
             "pinned_dynamic": torch.compile(lambda t: kc.rowsum(t), dynamic=True),
             "inductor_same_config_dynamic": torch.compile(lambda t: base.rowsum(t), dynamic=True)}
@@ -119,8 +120,9 @@ def guarded_kernels():
     return found
 
 result = {"timer_calls": timed, "inputs": {}}
-for rows in (1024, 32):  # 1024 rows: the GPU's time dominates; 32 rows: the host's launch path does
-    x = torch.randn(rows, 16384, device="cuda")
+# 1024x16384: the GPU's time dominates; 32x16384 and 8x1024: the host's launch path does
+for rows, cols in ((1024, 16384), (32, 16384), (8, 1024)):
+    x = torch.randn(rows, cols, device="cuda")
     outs = {name: fn(x) for name, fn in variants.items()}
     # dynamic=True compiles do not know that n divides by 16, so they may vectorise, and add, otherwise
     assert all(torch.equal(outs["pinned" + ("_dynamic" if name.endswith("dynamic") else "")], o)
@@ -148,8 +150,13 @@ for rows in (1024, 32):  # 1024 rows: the GPU's time dominates; 32 rows: the hos
     for k in wrapped:  # the guard's wrapper back in place
         if "_ag_run" in k.__dict__:
             k.__dict__["run"] = k.__dict__.pop("_ag_run")
-    result["inputs"][f"{rows}x16384"] = {
-        "us": {name: statistics.median(v) for name, v in per_call.items()},
+    paired = {"static": statistics.median(a - b for a, b in zip(per_call["pinned"], per_call["inductor_same_config"])),
+              "dynamic": statistics.median(a - b for a, b in zip(per_call["pinned_dynamic"],
+                                                                 per_call["inductor_same_config_dynamic"]))}
+    from autotune_guard.adapters.inductor import keyed
+    result["inputs"][f"{rows}x{cols}"] = {
+        "us": {name: statistics.median(v) for name, v in per_call.items()}, "paired_us": paired,
+        "followed": sorted({keyed.how_followed(k) for k in wrapped}),
         "kernels": len(kernels), "with_launch_wrapper": len(wrapped), "all_run_CONFIG": chosen_ok}
 result["log"] = choice_log()
 print(json.dumps(result))
@@ -177,15 +184,17 @@ def steady(work):
     lines = []
     for size, r in result["inputs"].items():
         us = r["us"]
-        static = us["pinned"] / us["inductor_same_config"] - 1
-        dynamic = us["pinned_dynamic"] / us["inductor_same_config_dynamic"] - 1
+        static = r["paired_us"]["static"] / us["inductor_same_config"]
+        dynamic = r["paired_us"]["dynamic"] / us["inductor_same_config_dynamic"]
         unwrapped = us.get("pinned_dynamic_unwrapped", float("nan"))
         lines.append(f"steady state, compiled, x {size}, BLOCK=1024 num_warps=4, one process, 100 interleaved blocks "
                      f"of 300 calls: pinned {us['pinned']:.2f} µs vs Inductor's own path with the same config "
                      f"{us['inductor_same_config']:.2f} µs ({static * 100:+.2f}%), the kernel declared with that "
-                     f"config alone {us['one_config']:.2f} µs; dynamic=True: pinned {us['pinned_dynamic']:.2f} µs vs "
+                     f"config alone {us['one_config']:.2f} µs; dynamic=True ({'/'.join(r['followed']) or 'no per-key run'}): "
+                     f"pinned {us['pinned_dynamic']:.2f} µs vs "
                      f"{us['inductor_same_config_dynamic']:.2f} µs ({dynamic * 100:+.2f}%), pinned without the guard's "
-                     f"per-key launch wrapper {unwrapped:.2f} µs (kernels with that wrapper: {r['with_launch_wrapper']})")
+                     f"per-key run {unwrapped:.2f} µs (kernels with it: {r['with_launch_wrapper']}); percentages are the "
+                     "median of per-block paired differences")
     return "\n".join(lines), result
 
 

@@ -5,18 +5,17 @@ pinned: the eager pinned rule (``guard.pin``) over the same candidate descriptio
 and key, so eager and compiled calls run the same config; Inductor never times. consensus: one
 rank times through Inductor's own step, the others pin its winner (``core.consensus.decide``, the
 eager decision names). auto and record: Inductor times; the winner (and its timings) are noted.
-A kernel compiled for dynamic shapes gets a per-key follower, because Inductor drops the key.
+A kernel compiled for dynamic shapes gets a per-key run (``keyed``), because Inductor drops the key.
 """
 
 from __future__ import annotations
 
 import logging
-import operator
 
 from ...core import consensus, tables
 from ...core.model import Choice, record_entry, signature
 from ...runtime import current
-from . import names
+from . import keyed, names
 
 logger = logging.getLogger("autotune_guard")
 
@@ -101,27 +100,10 @@ def follow_keys(self, kernel, candidates, epoch) -> None:
     """Follow the tuning key of a kernel compiled for dynamic shapes on its own launches: pinned
     switches to the launcher pinned for each new key (``candidates``: every launcher); other modes
     note each new key with the launcher Inductor kept, as ``reused``. New keys are chosen under
-    ``epoch``, the one the kernel was tuned under. Costs a call, a tuple and a dict lookup per launch."""
-    positions, text_of = kernel.key_of
-    class_run = type(self).run
-    key_values = operator.itemgetter(*positions)  # C-level: the launch path pays one call for it
-    first = in_force = self.launchers[0]
-    seen = {}
-
-    def run(*args, **kwargs):
-        nonlocal in_force
-        launcher = seen.get(key_values(args))
-        if launcher is not in_force:  # a key not seen yet (None), or another key's launcher
-            if launcher is None:
-                launcher = seen[key_values(args)] = _launcher_for_key(kernel, text_of(args), candidates, first,
-                                                                      epoch)
-            in_force = launcher
-            self.launchers = [launcher]
-            if "_cached_launcher" in self.__dict__:  # torch 2.13's fast path caches the launcher
-                self._cached_launcher = None
-        return class_run(self, *args, **kwargs)
-
-    self.run = run  # on this one object: a program compiled for static shapes keeps Inductor's run
+    ``epoch``, the one the kernel was tuned under. A decided key's launch is Inductor's steady
+    path written out with the key's launcher in it (``keyed.follow``)."""
+    first = self.launchers[0]
+    keyed.follow(self, kernel.key_of, lambda key: _launcher_for_key(kernel, key, candidates, first, epoch))
 
 
 def _launcher_for_key(kernel, key: str, candidates, first, epoch):

@@ -1,0 +1,89 @@
+"""The per-key run of a kernel ``torch.compile`` compiled for dynamic shapes (Inductor keeps one
+launcher for every key; the guard's choice is per key).
+
+Inductor's own run for a decided key is written out with the per-key choice in it: the launcher
+its steady path calls for that key (torch 2.13: the fast launcher Inductor itself built and cached
+in ``_cached_launcher``; older torch: the chosen launcher, where its run's steady path is that one
+call), under the same per-call conditions (no extra arguments, no profiler, no debug mode). So a
+decided key costs a tuple and a dict lookup more than Inductor's own path, in Inductor's frame's
+place. Anything else (a new key, a key switch, a profiler) goes through Inductor's own run with
+the key's launcher in ``launchers``, as before.
+"""
+
+from __future__ import annotations
+
+import inspect
+import operator
+import sys
+
+from torch.autograd import profiler as autograd_profiler
+
+MISSING = object()
+STEADY_CALL = "launcher(*args, **kwargs, stream=stream)"  # Inductor's steady launch (torch 2.6 ... 2.13)
+
+
+def follow(autotuner, key_of, launcher_for_key) -> str:
+    """Put the per-key run on ``autotuner`` (this one object); ``launcher_for_key(key_text)`` is
+    the launcher chosen for a key seen the first time. Returns 'written-out' or 'wrapped' (this
+    torch's run is not one the guard can write out: every launch goes through Inductor's run)."""
+    positions, text_of = key_of
+    class_run = type(autotuner).run
+    key_values = operator.itemgetter(*positions)  # C-level
+    table: dict = {}  # key values -> the launcher chosen for the key
+    fast: dict = {}  # key values -> what Inductor's steady path calls for the key
+    in_force = [autotuner.launchers[0]]
+    writes_out = can_write_out(autotuner)
+    debug_mode = getattr(sys.modules.get(type(autotuner).__module__), "get_active_debug_mode", None)
+    profiler = autograd_profiler
+
+    def slow(args, stream, kwargs):
+        values = key_values(args)
+        launcher = table.get(values)
+        if launcher is None:
+            launcher = table[values] = launcher_for_key(text_of(args))
+        if launcher is not in_force[0]:
+            in_force[0] = launcher
+            autotuner.launchers = [launcher]
+            if "_cached_launcher" in autotuner.__dict__:  # torch 2.13's fast path caches the launcher
+                autotuner._cached_launcher = None
+        result = class_run(autotuner, *args, stream=stream, **kwargs)
+        if writes_out and not kwargs and autotuner.launchers == [launcher]:
+            steady = autotuner.__dict__.get("_cached_launcher", MISSING)
+            if steady is MISSING and not launcher.store_cubin:
+                fast[values] = launcher
+            elif steady is not None and steady is not MISSING:
+                fast[values] = steady
+        return result
+
+    def run(*args, stream, **kwargs):
+        launcher = fast.get(key_values(args))
+        if (launcher is not None and not kwargs and not profiler._is_profiler_enabled
+                and (debug_mode is None or not debug_mode())):
+            return launcher(*args, stream=stream)
+        return slow(args, stream, kwargs)
+
+    run.autotune_guard_keyed = "written-out" if writes_out else "wrapped"
+    autotuner.run = run
+    return run.autotune_guard_keyed
+
+
+def can_write_out(autotuner) -> bool:
+    """Whether Inductor's steady path for a decided key is the one launcher call written out in
+    ``follow``: torch's fast-path cache (2.13), or a run whose steady launch is ``STEADY_CALL`` and
+    that has nothing else to do per call (no interpreter, no launch-parameter dumps, no plugins)."""
+    if "_cached_launcher" in autotuner.__dict__:
+        return True
+    if getattr(autotuner, "triton_interpret", False) or getattr(autotuner, "dump_launch_params", False) \
+            or getattr(autotuner, "_plugins", None):
+        return False
+    try:
+        source = inspect.getsource(type(autotuner).run)
+    except (OSError, TypeError):
+        return False
+    return STEADY_CALL in source and "_get_args_with_constexprs" not in source
+
+
+def how_followed(autotuner) -> str | None:
+    """'written-out', 'wrapped', or None (no per-key run on this kernel)."""
+    run = autotuner.__dict__.get("run")
+    return getattr(run, "autotune_guard_keyed", None)
