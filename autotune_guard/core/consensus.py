@@ -61,9 +61,13 @@ def encode_winner(rank: int, signature: str, signatures: Sequence[str]) -> str:
                        "candidates_hash": candidates_hash(signatures)}, sort_keys=True)
 
 
-def encode_failure(rank: int, error: str) -> str:
-    """What a claimer publishes when its tuning raised: waiters fail now, not at the timeout."""
-    return json.dumps({"format": PAYLOAD_FORMAT, "rank": rank, "error": error}, sort_keys=True)
+def encode_failure(rank: int, error: str, relayed: bool = False) -> str:
+    """What a claimer publishes when its tuning raised: waiters fail now, not at the timeout.
+    ``relayed``: the error is the job's decision's, which this rank asked for its node."""
+    payload = {"format": PAYLOAD_FORMAT, "rank": rank, "error": error}
+    if relayed:
+        payload["relayed_by"] = rank
+    return json.dumps(payload, sort_keys=True)
 
 
 def encode_death(claimer: str, silent_s: float) -> str:
@@ -74,7 +78,7 @@ def encode_death(claimer: str, silent_s: float) -> str:
 
 # The fields of a published value a reader uses, and the types each may have.
 _FIELDS = {"rank": (int, str), "winner": (str,), "candidates_hash": (str,), "error": (str,), "claimer": (str,),
-           "died": (int, float)}
+           "died": (int, float), "relayed_by": (int,)}
 
 
 def decode(text: str, what: str, key: str = "") -> dict:
@@ -128,6 +132,8 @@ def follow(payload: dict, signatures: Sequence[str], what: str, theirs: Sequence
                              f"claimed this tuning, stopped signalling that it is alive ({payload['died']:g} s without "
                              "a heartbeat) before publishing a winner: it died or lost the Store. This rank will not "
                              "pick a config of its own")
+    if "error" in payload and "relayed_by" in payload:
+        raise ConsensusError(f"{payload['error']} (as rank {claimer} learned it from the job for this node)")
     if "error" in payload:
         raise ConsensusError(f"autotune_guard consensus: {what}: rank {claimer}, which claimed this tuning, failed "
                              f"while timing ({payload['error']}); this rank will not pick a config of its own")
@@ -240,7 +246,8 @@ def _tune_for_the_job(store, what, key, rank, signatures, tune):
             returned = tune()
         except BaseException as exc:
             try:  # the waiters fail now, with the reason, rather than at the timeout
-                store.set(key + "/result", encode_failure(rank, repr(exc)[:500]))
+                relayed = isinstance(exc, ConsensusError)
+                store.set(key + "/result", encode_failure(rank, str(exc) if relayed else repr(exc)[:500], relayed))
             except Exception as publish_error:
                 logger.error("consensus: %s: could not tell the other ranks that tuning failed: %s", what, publish_error)
             raise
