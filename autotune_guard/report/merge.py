@@ -9,17 +9,19 @@ import statistics
 import time
 from collections import Counter
 
-from ..core import schema
+from ..core import schema, tables
 from ..core.jsonfile import atomic_write_json
-from ..core.model import signature, static_cost
-from .reading import MADE_BY, Chosen, InputError, Source, descriptors_of, dump, grouped, median_of, read_sources
+from ..core.model import static_cost
+from .reading import MADE_BY, InputError, Source, dump, read_sources
+from .tally import Tally
 
 
 def run(args, out) -> int:
     """The ``merge`` command: read and check the records, decide each key, write the table, say what it did."""
     output = _output_path(args.output)
-    used, arch, notes = _records(args, output)
-    decisions, kernels, library = _decide_all(used, args.rule)
+    tally = Tally(timings=args.rule == "fastest")  # the files are read one at a time into it
+    used, arch, notes = _records(args, output, tally)
+    decisions, kernels, library = _decide_all(tally.keys(used, arch), args.rule, tally.descriptors)
     table, version_notes = _table(used, arch, args.rule, kernels)
     notes += version_notes + library_notes(library)
     try:
@@ -42,9 +44,9 @@ def _output_path(output: str) -> str:
     return output
 
 
-def _records(args, output: str) -> tuple[list[Source], str, list[str]]:
+def _records(args, output: str, tally) -> tuple[list[Source], str, list[str]]:
     """The record files to merge (of one arch, none partial unless allowed), the arch, and notes."""
-    sources = read_sources(args.files, ("record",), "merge", args.all_runs)
+    sources = read_sources(args.files, ("record",), "merge", args.all_runs, fold=tally.fold)
     if os.path.abspath(output) in {os.path.abspath(s.path) for s in sources}:
         raise InputError(f"{output}: is one of the inputs; write the table elsewhere")
     partial = [s for s in sources if not s.complete]
@@ -53,7 +55,7 @@ def _records(args, output: str) -> tuple[list[Source], str, list[str]]:
         how = f"ended by {first.ended}" if first.document.get("ended") else f"complete=false: {first.ended}"
         more = f" (and {len(partial) - 1} more partial)" if len(partial) > 1 else ""
         raise InputError(f"{first.path}: is a partial record ({how}){more}; pass --allow-partial to merge what it holds")
-    used = [s for s in sources if s.document["kernels"]]  # (an entry the library chose counts: it is named)
+    used = [s for s in sources if s.entries]  # (an entry the library chose counts: it is named)
     if not used:
         raise InputError(f"{sources[0].path}: holds no autotune choices" if len(sources) == 1
                          else f"none of {', '.join(s.path for s in sources)} holds an autotune choice")
@@ -79,19 +81,20 @@ def _arch(archs: dict[str, list[str]], wanted, first: str) -> str:
     return wanted
 
 
-def _decide_all(used: list[Source], rule: str) -> tuple[list[dict], dict[str, dict], dict[str, list[str]]]:
-    """One decision per (kernel, key), the table's kernels from them, and the keys left out
-    because the kernel's library chose their config itself (``library``, per kernel)."""
+def _decide_all(keys: dict, rule: str, descriptors: dict) -> tuple[list[dict], dict[str, dict], dict[str, list[str]]]:
+    """One decision per (kernel, key) from its tally, the table's kernels from them, and the
+    keys left out because the kernel's library chose their config itself (per kernel)."""
     decisions = []
     kernels: dict[str, dict] = {}
     library: dict[str, list[str]] = {}
-    for (_, kernel, key), choices in grouped(used).items():
-        choices = [c for c in choices if c.how != "library"]
-        if not choices:
+    for (_, kernel, key), tally in keys.items():
+        if not tally.voters:
             library.setdefault(kernel, []).append(key)
             continue
-        decision = decide(choices, rule)
-        _refuse_foreign_winner(kernel, key, decision, choices)
+        known = {sig: descriptors[sig] for sig in (*tally.candidates, *tally.voters)}
+        measured = {sig: list(values) for sig, values in tally.measured.items() if sig in known}
+        decision = decide(tally.votes(), known, measured, rule)
+        _refuse_foreign_winner(kernel, key, decision, tally)
         decisions.append({"kernel": kernel, "key": key, **decision})
         kernels.setdefault(kernel, {})[key] = decision["descriptor"]
     return decisions, kernels, library
@@ -122,7 +125,7 @@ def _table(used: list[Source], arch: str, rule: str, kernels: dict) -> tuple[dic
         "format": schema.TABLE_FORMAT, "arch": arch, **versions, "packages": packages,
         "source": {"files": [s.path for s in used], "rule": rule, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                    "by": f"{MADE_BY} merge"},
-        "kernels": kernels,
+        "kernels": kernels, tables.PROVENANCE: tables.provenance_from_records([s.document for s in used]),
     }, notes
 
 
@@ -142,37 +145,29 @@ def _print_merge(output, arch, rule, used, decisions, notes, out) -> None:
               f"be named {arch}.json", file=out)
 
 
-def _refuse_foreign_winner(kernel: str, key: str, decision: dict, choices: list[Chosen]) -> None:
+def _refuse_foreign_winner(kernel: str, key: str, decision: dict, tally) -> None:
     """A winner that is none of the kernel's candidates (a config an Autotuner subclass put into
-    Triton's cache itself, like fla's) would be a table entry no pinned run can match."""
-    candidates = {signature(c) for choice in choices for c in choice.candidates}
+    Triton's cache itself, not logged as the library's) would be a table entry no pinned run can match."""
+    candidates = tally.candidates
     if candidates and decision["chosen"] not in candidates:
-        chooser = next(c for c in choices if c.signature == decision["chosen"])
-        raise InputError(f"{chooser.source.path}: kernel {kernel} key ({key}): the winner {decision['chosen']} "
-                         f"(chosen as '{chooser.how}') is not among the kernel's {len(candidates)} candidates; "
+        chosen = decision["chosen"]
+        raise InputError(f"{tally.first[chosen]}: kernel {kernel} key ({key}): the winner {chosen} "
+                         f"(chosen as '{tally.how[chosen]}') is not among the kernel's {len(candidates)} candidates; "
                          "a pinned run could not use it")
 
 
-def decide(choices: list[Chosen], rule: str) -> dict:
-    """One config for a (kernel, key) from what every rank chose.
+def decide(votes: dict[str, int], descriptors: dict[str, dict], measured: dict[str, list[float]], rule: str) -> dict:
+    """One config for a (kernel, key) from what every rank chose (``votes``: signature -> ranks).
 
     ``vote``: the config most ranks chose; a tie goes to the lowest static cost (the order
     ``AUTOTUNE_ON_MISS=min_cost`` uses), so the same files always give the same table.
-    ``fastest``: the config with the lowest median, across ranks, of Triton's measured medians;
-    ties, and keys no rank timed, as for ``vote``.
+    ``fastest``: the config with the lowest median, across ranks, of Triton's measured medians
+    (``measured``: signature -> each rank's median); ties, and keys no rank timed, as for ``vote``.
     """
-    votes = Counter(c.signature for c in choices)
-    descriptors = {}
-    for c in choices:
-        descriptors.update({sig: d for sig, d in descriptors_of(c).items() if sig not in descriptors})
     result = {"votes": dict(sorted(votes.items(), key=lambda kv: (-kv[1], kv[0]))), "agree": len(votes) == 1}
+    fallback = None
     if rule == "fastest":
-        measured: dict[str, list[float]] = {}
-        for c in choices:
-            for sig, m in (c.timings or {}).items():
-                if sig in descriptors:
-                    measured.setdefault(sig, []).append(median_of(m))
-        scored = {sig: statistics.median(ms) for sig, ms in measured.items()}
+        scored = {sig: statistics.median(ms) for sig, ms in measured.items() if ms}
         scored = {sig: ms for sig, ms in scored.items() if math.isfinite(ms)}
         if scored:
             best = min(scored.values())
@@ -181,8 +176,6 @@ def decide(choices: list[Chosen], rule: str) -> dict:
             return {**result, "chosen": chosen, "descriptor": descriptors[chosen], "median_ms": best,
                     "why": f"fastest median over {len(measured[chosen])} rank{'s' * (len(measured[chosen]) != 1)}"}
         fallback = "no timings: by vote"
-    else:
-        fallback = None
     top = max(votes.values())
     tied = [sig for sig, n in votes.items() if n == top]
     chosen = min(tied, key=lambda sig: static_cost(descriptors[sig]))
@@ -191,7 +184,7 @@ def decide(choices: list[Chosen], rule: str) -> dict:
     elif len(votes) == 1:
         why = "unanimous"
     elif len(tied) == 1:
-        why = f"majority {top} of {len(choices)}"
+        why = f"majority {top} of {sum(votes.values())}"
     else:
         why = f"tie of {len(tied)} at {top} vote{'s' * (top != 1)}, broken by static cost"
     return {**result, "chosen": chosen, "descriptor": descriptors[chosen], "why": why}

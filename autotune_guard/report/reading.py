@@ -19,6 +19,7 @@ from ..core import schema
 from ..core.errors import FileFormatError, GuardError
 from ..core.jsonfile import JOURNAL_SUFFIX
 from ..core.model import Choice, ChoiceKey, signature, static_cost
+from .progress import Progress
 
 _KIND_OF = {schema.RECORD_FORMAT: "record", schema.CHOICES_FORMAT: "choices", schema.TABLE_FORMAT: "table"}
 # <prefix>.rank<N>.json, and <prefix>.rank<N>.<host>-<pid>.json: one file per process
@@ -41,7 +42,8 @@ class Source:
     kind: str  # record | choices | table
     document: dict
     label: str = ""
-    journal: str | None = None  # the journal read with it (a process that did not finish its file)
+    journal: str | None = None
+    entries: int | None = None  # set when the entries went to a fold (``read_sources``)  # the journal read with it (a process that did not finish its file)
 
     @property
     def rank(self):
@@ -122,9 +124,11 @@ def _a_written_file(path: str) -> bool:
         return False
 
 
-def read_sources(args, accept, command, all_runs=False) -> list[Source]:
+def read_sources(args, accept, command, all_runs=False, fold=None) -> list[Source]:
     """Read every file the arguments name; refuse formats ``command`` cannot use, naming the file.
-    Files of runs other than the latest are named on stderr and left out (unless ``all_runs``)."""
+    Files of runs other than the latest are named on stderr and left out (unless ``all_runs``).
+    ``fold(source)``: given, each file's entries go to it as the file is read, and the source
+    keeps its header only (``entries`` says how many it held): memory stays bounded by one file."""
     paths, skipped = [], []
     for arg in args:
         for path in expand(arg):
@@ -138,7 +142,9 @@ def read_sources(args, accept, command, all_runs=False) -> list[Source]:
     for note in skipped:
         print(f"python -m autotune_guard.report: note: {note}", file=sys.stderr)
     sources = []
+    progress = Progress(len(paths))
     for path in paths:
+        progress.step()
         if os.path.isdir(path):
             raise InputError(f"{path}: is a directory; name its files ({os.path.join(path, '*.json')}) "
                              f"or the prefix the run used ({os.path.join(path, 'rec')})")
@@ -153,13 +159,25 @@ def read_sources(args, accept, command, all_runs=False) -> list[Source]:
         if kind not in accept:
             raise InputError(f"{path}: is a {kind} file; {command} reads {' and '.join(k + ' files' for k in accept)}"
                              + (" (written under AUTOTUNE_RECORD_PATH)" if accept == ("record",) else ""))
-        sources.append(Source(path, kind, document, journal=journal))
+        source = Source(path, kind, document, journal=journal)
+        if fold is not None:
+            fold(source)
+            source.entries = _count(document)
+            source.document = {k: v for k, v in document.items() if k not in ("kernels", "log")}
+        sources.append(source)
+    progress.done()
     if not all_runs:
         sources, left_out = latest_run(sources)
         for note in left_out:
             print(f"python -m autotune_guard.report: note: {note}", file=sys.stderr)
     _label(sources)
     return sources
+
+
+def _count(document: dict) -> int:
+    if "log" in document:
+        return len(document["log"])
+    return sum(len(entries) for entries in document["kernels"].values())
 
 
 def _changed_on_disk(source: Source) -> float:

@@ -8,7 +8,7 @@ import os
 from collections import Counter
 
 from . import html
-from ..core.tables import added_by
+from ..core.tables import added_by, provenance_lines
 from .reading import Source, dump, grouped, label_list, md, read_sources, source_json, timing_summary
 
 def analyse(sources) -> list[dict]:
@@ -81,6 +81,7 @@ def print_show(sources, rows, out) -> None:
         if (row["arch"], row["kernel"]) != current:
             current = (row["arch"], row["kernel"])
             print(f"\n{row['kernel']}  [arch {row['arch']}]", file=out)
+            print("".join(f"{line}\n" for line in provenance_lines([s.document for s in sources], row["kernel"])), end="", file=out)
         n = len(row["choices"])
         verdict = "agree" if row["agree"] else f"DISAGREE: {len(row['configs'])} configs (a, b, ...: most chosen first)"
         library = "  [library-decided: its library chose the config itself; merge leaves it out of tables]" \

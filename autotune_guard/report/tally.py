@@ -1,0 +1,107 @@
+"""What ``merge`` needs of thousands of record files, kept as they are read (one file at a
+time): per (arch, kernel, key) the ranks that chose each config (a bit per voter), the
+candidates, and with ``--rule fastest`` Triton's medians; never the files themselves.
+
+A voter is (run, attempt, rank): several processes' files of one rank that made the same choice
+count once, as ``reading.grouped`` counts them."""
+
+from __future__ import annotations
+
+from array import array
+
+from ..core.model import ChoiceKey, signature
+from .reading import Source, median_of, natural_key
+
+
+class KeyTally:
+    """One (arch, kernel, key): voters per signature, the first file and how, the candidates."""
+
+    __slots__ = ("voters", "how", "first", "candidates", "raw_candidates", "measured", "timed", "library")
+
+    def __init__(self):
+        self.voters: dict[str, int] = {}  # signature -> bit mask of voter ids
+        self.how: dict[str, str] = {}
+        self.first: dict[str, str] = {}  # signature -> the first file that chose it
+        self.candidates: set[str] = set()
+        self.raw_candidates = None  # the last candidate list seen, to skip recomputing an equal one
+        self.measured: dict[str, array] = {}  # signature -> medians (--rule fastest)
+        self.timed: dict[str, int] = {}  # chosen signature -> voters whose timings counted
+        self.library = False  # some file says its library chose this key's config itself
+
+    def votes(self) -> dict[str, int]:
+        return {sig: bin(mask).count("1") for sig, mask in self.voters.items()}
+
+
+class Tally:
+    """``fold`` each record as it is read (``reading.read_sources(fold=...)``); ``keys(sources)``
+    then gives the tallies of the files kept (the latest run and attempt, by default)."""
+
+    def __init__(self, timings: bool):
+        self.timings = timings
+        self.groups: dict[tuple, dict[ChoiceKey, KeyTally]] = {}
+        self.descriptors: dict[str, dict] = {}  # signature -> config, shared by every key
+        self._voter_ids: dict[tuple, int] = {}
+
+    def fold(self, source: Source) -> None:
+        doc = source.document
+        group = (doc.get("run_id"), source.attempt)
+        tallies = self.groups.setdefault(group, {})
+        voter = self._voter_ids.setdefault((*group, source.rank), len(self._voter_ids))
+        bit = 1 << voter
+        arch = doc["arch"]
+        for kernel, entries in doc["kernels"].items():
+            for key, entry in entries.items():
+                ident = ChoiceKey(arch, kernel, key)
+                tally = tallies.get(ident)
+                if tally is None:
+                    tally = tallies[ident] = KeyTally()
+                self._add(tally, source.path, bit, entry)
+
+    def _add(self, tally: KeyTally, path: str, bit: int, entry: dict) -> None:
+        config = {**entry["config"], "kwargs": dict(entry["config"].get("kwargs", {}))}
+        sig = signature(config)
+        self.descriptors.setdefault(sig, config)
+        candidates = entry.get("candidates") or []
+        if candidates != tally.raw_candidates:
+            tally.raw_candidates = candidates
+            for desc in candidates:
+                desc = {**desc, "kwargs": dict(desc.get("kwargs", {}))}
+                candidate = signature(desc)
+                self.descriptors.setdefault(candidate, desc)
+                tally.candidates.add(candidate)
+        how = str(entry.get("how", "timed"))
+        if how == "library":
+            tally.library = True
+            return
+        tally.voters[sig] = tally.voters.get(sig, 0) | bit
+        tally.how.setdefault(sig, how)
+        tally.first.setdefault(sig, path)
+        timings = entry.get("timings")
+        if self.timings and timings and not tally.timed.get(sig, 0) & bit:
+            tally.timed[sig] = tally.timed.get(sig, 0) | bit
+            for measured, value in timings.items():
+                tally.measured.setdefault(measured, array("d")).append(median_of(value))
+
+    def keys(self, sources: list[Source], arch: str) -> dict[ChoiceKey, KeyTally]:
+        """The tallies of the groups ``sources`` belong to, for ``arch``, in the report's key order."""
+        groups = {(s.document.get("run_id"), s.attempt) for s in sources}
+        found: dict[ChoiceKey, KeyTally] = {}
+        for group in groups:
+            for ident, tally in self.groups.get(group, {}).items():
+                if ident.arch != arch:
+                    continue
+                found[ident] = _combined(found[ident], tally) if ident in found else tally
+        return {ident: found[ident] for ident in sorted(found, key=natural_key)}
+
+
+def _combined(a: KeyTally, b: KeyTally) -> KeyTally:
+    """Two runs' tallies of one key (``--all-runs``): their voters differ, so masks just join."""
+    for sig, mask in b.voters.items():
+        a.voters[sig] = a.voters.get(sig, 0) | mask
+        a.how.setdefault(sig, b.how[sig])
+        a.first.setdefault(sig, b.first[sig])
+    a.candidates |= b.candidates
+    for sig, values in b.measured.items():
+        a.measured.setdefault(sig, array("d")).extend(values)
+    a.library = a.library or b.library
+    return a
