@@ -2,6 +2,10 @@
 
     python scripts/bench_scale.py [--waiters 64,128,256,512,1024] [--tune-s 2] [--verify-ranks 2,4,8,16,32,64]
                                   [--entries 500] [--repeat 5] [--procs 16] [--time-limit 540] [--json FILE]
+                                  [--schemes-ranks 2,4,8,16,32,64] [--fanin-waiters 64,128,256,512,1024]
+
+(``--schemes-ranks`` and ``--fanin-waiters``: verification's full mesh against its tree, and
+consensus with and without node-level fan-in; scripts/scale_parts.py says what they measure.)
 
 Every rank is a thread in one of --procs worker processes (forked from a server that has imported
 torch), and they all talk to ONE real TCPStore hosted by this process, on loopback.  A worker hosts
@@ -41,6 +45,7 @@ import traceback
 from datetime import timedelta
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # c10d looks up the name of every Store connection's peer (a PTR query for 127.0.0.1 in its IPv6
 # form, which /etc/hosts does not answer); where the resolver drops one now and then, a connection
 # waits out its timeout (5 s by default).  Shorter for this script's processes only:
@@ -53,7 +58,10 @@ import torch.distributed as dist  # noqa: E402
 from autotune_guard.core import consensus  # noqa: E402
 from autotune_guard.adapters.distributed import exchange  # noqa: E402
 from autotune_guard.core.agreement import BUCKETS, pair_hash  # noqa: E402
+from autotune_guard.adapters.distributed.tree import Tree  # noqa: E402
 from autotune_guard.core.model import ChoiceKey  # noqa: E402
+
+import scale_parts  # noqa: E402
 
 HOST = "127.0.0.1"
 SIGNATURES = [f"BLOCK={b},num_warps={w},num_stages=3,num_ctas=1" for b in (32, 64, 128, 256) for w in (4, 8)]
@@ -120,7 +128,8 @@ def worker(conn, stop_at):
     """Serves tasks from the parent until told to stop, the parent is gone, or ``stop_at``."""
     torch.set_num_threads(1)
     threading.stack_size(512 * 1024)
-    tasks = {"waiters": waiters_task, "verify": verify_task}
+    tasks = {"waiters": waiters_task, "verify": verify_task,
+             "schemes": lambda conn, **kw: scale_parts.schemes_task(conn, connect=connect, left=left, **kw)}
     while conn.poll(left(stop_at)):
         try:
             message = conn.recv()
@@ -204,25 +213,23 @@ def verify_task(conn, port, size, ranks, entries, repeat, tag, timeout):
 
     def rank_main(rank):
         try:
-            options = dist.ProcessGroupGloo._Options()
-            options._devices = [dist.ProcessGroupGloo.create_device(interface="lo")]
-            options._timeout = timedelta(seconds=max(1.0, left(deadline)))
-            group = dist.ProcessGroupGloo(dist.PrefixStore(f"bench/{tag}/", connect(port, left(deadline))),
-                                          rank, size, options)
+            tree = Tree(dist, dist.PrefixStore(f"bench/{tag}/", connect(port, left(deadline))), rank, size,
+                        max(1.0, left(deadline)))
+            together = torch.zeros(1, dtype=torch.int64)
             mine = {}
             for case in CASES:
-                group.barrier().wait()  # each kind of check starts together, untimed
+                tree.all_reduce_max(together, [0, 0])  # each kind of check starts together, untimed
                 times = []
                 for _ in range(repeat):
                     start = time.perf_counter()
-                    differ, gathered, moved = exchange.exchange(group, size, [0] * BUCKETS, new[case](rank))
+                    differ, arrived, moved = exchange.exchange(tree, list(range(size)), [0] * BUCKETS, new[case](rank))
                     if differ:  # the first rank's verdict, as a check sends it: the distinct pairs
-                        pairs_seen = sorted({p for g in gathered for p in g})
+                        pairs_seen = sorted((k, sig) for k, v in arrived.items() for sig in v) if rank == 0 else []
                         verdict = {"pairs": exchange.encode_pairs(pairs_seen)} if rank == 0 else None
-                        exchange.broadcast_verdict(group, verdict, moved)
+                        tree.broadcast_down(verdict, moved)
                     times.append(time.perf_counter() - start)
                 mine[case] = {"ms": 1e3 * statistics.median(times), "sent": moved[0], "received": moved[1]}
-            group.barrier().wait()
+            tree.all_reduce_max(together, [0, 0])
             results[rank] = mine
         except Exception as exc:
             errors[rank] = repr(exc)
@@ -445,6 +452,8 @@ def main():
     parser.add_argument("--procs", type=int, default=16, help="worker processes hosting the ranks (default 16)")
     parser.add_argument("--time-limit", type=float, default=540, help="seconds; later rows are skipped (default 540)")
     parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument("--schemes-ranks", type=ints, default=[2, 4, 8, 16, 32, 64])
+    parser.add_argument("--fanin-waiters", type=ints, default=[64, 128, 256, 512, 1024])
     args = parser.parse_args()
     if max(args.waiters, default=0) > MAX_WAITERS or max(args.verify_ranks, default=0) > MAX_RANKS:
         parser.error(f"bounded: at most {MAX_WAITERS} waiters and {MAX_RANKS} gloo ranks")
@@ -464,8 +473,13 @@ def main():
     watchdog = threading.Timer(args.time_limit + 30, hard_stop)
     watchdog.daemon = True
     watchdog.start()
-    results, ok = {"consensus": [], "verify": []}, True
+    results, ok = {"consensus": [], "verify": [], "schemes": [], "fanin": []}, True
     try:
+        if args.schemes_ranks:
+            results["schemes"], ok = scale_parts.bench_schemes(args, pool, server, stop_at, spread, left, BenchError)
+        if args.fanin_waiters:
+            results["fanin"], fanin_ok = scale_parts.bench_fanin(args, server, stop_at, connect, left)
+            ok = ok and fanin_ok
         if args.waiters:
             results["consensus"], ok = bench_consensus(args, pool, server, stop_at)
             if not ok:  # its workers may still be busy with the failed decision: start afresh

@@ -4,7 +4,8 @@ checks of the autotune choices (``barriers``, ``check``, ``exchange``; the rules
 
 A check runs only where every rank of a group is known to arrive: after every N-th barrier of
 that group, or where the program calls ``verify_choices``. It never hangs a job (its collectives
-run on a gloo group of the guard's own, with a timeout) and never touches the program's.
+run on connections of the guard's own, a tree of two-member gloo groups, with a timeout) and
+never touches the program's.
 """
 
 from __future__ import annotations
