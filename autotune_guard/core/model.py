@@ -67,11 +67,58 @@ class Choice(NamedTuple):
         return cls(signature, how)
 
 
-def record_entry(config: Mapping, signature: str, how: str, timings: Mapping | None, candidates: list) -> dict:
+def record_entry(config: Mapping, signature: str, how: str, timings: Mapping | None, candidates: list,
+                 provenance: Mapping | None = None) -> dict:
     """A record file's entry for one winner: its descriptor (compact), how it was chosen, the
-    candidates' timings by signature (None when not timed in this process), every candidate."""
-    return {"config": compact(config), "signature": signature, "how": how, "timings": timings,
-            "candidates": [compact(c) for c in candidates]}
+    candidates' timings by signature (None when not timed in this process), every candidate, and
+    what the kernel was when it was chosen (``provenance``)."""
+    entry = {"config": compact(config), "signature": signature, "how": how, "timings": timings,
+             "candidates": [compact(c) for c in candidates]}
+    if provenance is not None:
+        entry["provenance"] = dict(provenance)
+    return entry
+
+
+# What a choice was made against, as records and tables keep it per kernel; the first three are
+# hashes, and a table entry made against other ones is named (and refused with on_miss=error).
+PROVENANCE_HASHED = ("source", "candidates", "options")
+PROVENANCE_FIELDS = PROVENANCE_HASHED + ("triton", "device")
+
+
+def _short_hash(value) -> str:
+    text = json.dumps(value, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+
+
+def provenance(source: str, candidates: Sequence[Mapping], options: Mapping, triton: str | None,
+               device: str | None) -> dict:
+    """A kernel's provenance: hashes of its source text, its candidate list (signatures, in
+    declaration order) and its tuning options (key names, hooks, pruning), the Triton version and
+    the device it was chosen on."""
+    return {"source": _short_hash(source), "candidates": _short_hash([signature(c) for c in candidates]),
+            "count": len(candidates), "options": _short_hash(options), "triton": triton, "device": device}
+
+
+def provenance_differences(recorded: Mapping, live: Mapping) -> list[str]:
+    """What differs between a recorded provenance and the live kernel's, as phrases (the hashed
+    fields only: a Triton version or device of its own is said by the tables' stale warnings)."""
+    differs = []
+    for name in PROVENANCE_HASHED:
+        if recorded.get(name) and live.get(name) and recorded[name] != live[name]:
+            what = {"source": "its source", "candidates": "its candidate list", "options": "its tuning options"}[name]
+            extra = ""
+            if name == "candidates" and isinstance(recorded.get("count"), int) and recorded["count"] != live.get("count"):
+                extra = f" ({recorded['count']} candidates then, {live.get('count')} now)"
+            differs.append(f"{what} changed{extra}")
+    return differs
+
+
+def provenance_text(recorded: Mapping) -> str:
+    """One line for ``report show``."""
+    parts = [f"{name} {recorded[name]}" for name in PROVENANCE_FIELDS if recorded.get(name)]
+    if isinstance(recorded.get("count"), int):
+        parts.insert(2, f"{recorded['count']} candidates")
+    return ", ".join(parts)
 
 
 def log_text(entries: Mapping[ChoiceKey, Choice]) -> dict[str, str]:

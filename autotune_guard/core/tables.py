@@ -10,7 +10,7 @@ import os
 from typing import Mapping
 
 from .errors import FileFormatError
-from .model import compact
+from .model import compact, provenance_text
 from .pinned import entry_matches
 from .schema import TABLE_FORMAT, read_document
 
@@ -42,6 +42,16 @@ def installed_version(package: str) -> str | None:
         return None
 
 
+PROVENANCE = "provenance"  # a table's kernel -> what its entries were recorded against (model.provenance)
+
+
+class KernelEntries(dict):
+    """One kernel's entries in the loaded tables (key -> descriptor), with the provenance of the
+    file that gave it first (None when that file says none)."""
+
+    provenance = None
+
+
 def load_tables(table_path, arch: str, versions: Mapping[str, str | None]) -> tuple[dict, list[str]]:
     """``({kernel: {key: descriptor}}, warnings)`` for ``arch``. Earlier files win, entry by entry,
     except that a ``*`` entry stands for every key, so it hides what later files have for that
@@ -64,10 +74,13 @@ def load_tables(table_path, arch: str, versions: Mapping[str, str | None]) -> tu
             warnings.append(f"table {path} was made with {', '.join(stale)}: its choices may be stale; "
                             "record and merge it again")
         logger.debug("using table %s (source: %s)", path, json.dumps(document.get("source"), sort_keys=True))
+        recorded = document.get(PROVENANCE) if isinstance(document.get(PROVENANCE), dict) else {}
         for kernel, entries in document["kernels"].items():
             if kernel in wildcarded:
                 continue
-            slot = merged.setdefault(kernel, {})
+            slot = merged.setdefault(kernel, KernelEntries())
+            if slot.provenance is None and isinstance(recorded.get(kernel), dict):
+                slot.provenance = recorded[kernel]
             for key, entry in entries.items():
                 slot.setdefault(key, entry)
             if "*" in entries:
@@ -92,6 +105,39 @@ def table_entry(tables: Mapping, qualified: str, key: str):
             if entry is not None:
                 return entry
     return None
+
+
+def table_provenance(tables: Mapping, qualified: str):
+    """The provenance the tables hold for a kernel, looked up as ``table_entry`` looks it up."""
+    for name in (qualified, qualified.rpartition(".")[2]):
+        entries = tables.get(name)
+        if entries:
+            return getattr(entries, "provenance", None)
+    return None
+
+
+def provenance_from_records(documents, found: dict | None = None) -> dict:
+    """kernel -> provenance for a merged table (added to ``found``): each kernel's first recorded
+    one (records of one kernel made against other source or candidates: ``provenance_lines``)."""
+    found = {} if found is None else found
+    for document in documents:
+        for kernel, entries in (document.get("kernels") or {}).items():
+            for entry in entries.values():
+                if isinstance(entry, dict) and isinstance(entry.get(PROVENANCE), dict):
+                    found.setdefault(kernel, entry[PROVENANCE])
+    return found
+
+
+def provenance_lines(documents, kernel: str) -> list[str]:
+    """Each distinct provenance the files give ``kernel`` (tables per kernel, records per entry),
+    one line each, for ``report show``."""
+    seen = []
+    for document in documents:
+        table = document.get(PROVENANCE) if isinstance(document.get(PROVENANCE), dict) else {}
+        found = [table.get(kernel)] + [e.get(PROVENANCE) for e in ((document.get("kernels") or {}).get(kernel) or {}).values()
+                                       if isinstance(e, dict)]
+        seen += [p for p in found if isinstance(p, dict) and p not in seen]
+    return [f"    provenance: {provenance_text(p)}" for p in seen]
 
 
 # --- tables that grow: consensus adds what a job tuned --------------------------------------------

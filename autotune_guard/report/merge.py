@@ -23,6 +23,7 @@ def run(args, out) -> int:
     used, arch, notes = _records(args, output, tally)
     decisions, kernels, library = _decide_all(tally.keys(used, arch), args.rule, tally.descriptors)
     table, version_notes = _table(used, arch, args.rule, kernels)
+    table[tables.PROVENANCE] = tally.provenance
     notes += version_notes + library_notes(library)
     try:
         atomic_write_json(output, table)
@@ -125,7 +126,7 @@ def _table(used: list[Source], arch: str, rule: str, kernels: dict) -> tuple[dic
         "format": schema.TABLE_FORMAT, "arch": arch, **versions, "packages": packages,
         "source": {"files": [s.path for s in used], "rule": rule, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                    "by": f"{MADE_BY} merge"},
-        "kernels": kernels, tables.PROVENANCE: tables.provenance_from_records([s.document for s in used]),
+        "kernels": kernels,
     }, notes
 
 

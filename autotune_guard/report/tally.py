@@ -10,6 +10,7 @@ from __future__ import annotations
 from array import array
 
 from ..core.model import ChoiceKey, signature
+from ..core.tables import provenance_from_records
 from .reading import Source, median_of, natural_key
 
 
@@ -41,6 +42,7 @@ class Tally:
         self.groups: dict[tuple, dict[ChoiceKey, KeyTally]] = {}
         self.descriptors: dict[str, dict] = {}  # signature -> config, shared by every key
         self._voter_ids: dict[tuple, int] = {}
+        self.provenance: dict = {}  # kernel -> what its entries were recorded against (core.tables)
 
     def fold(self, source: Source) -> None:
         doc = source.document
@@ -49,6 +51,7 @@ class Tally:
         voter = self._voter_ids.setdefault((*group, source.rank), len(self._voter_ids))
         bit = 1 << voter
         arch = doc["arch"]
+        provenance_from_records([doc], self.provenance)
         for kernel, entries in doc["kernels"].items():
             for key, entry in entries.items():
                 ident = ChoiceKey(arch, kernel, key)

@@ -14,7 +14,7 @@ import logging
 from ...core import consensus, tables
 from ...core.model import Choice, ChoiceKey, descriptor, key_text, record_entry, signature
 from ...runtime import current
-from . import observe
+from . import observe, provenance
 from .calls import candidates, swap_run
 from .tuner import REGISTRY
 
@@ -157,6 +157,6 @@ def _settle(autotuner, state, key, choice_key, config, winner_signature, timings
     record = None
     if state.epoch.policy.record_path:
         record = record_entry(descriptor(config), winner_signature, how, timings,
-                              [descriptor(c) for c in autotuner.configs])
+                              [descriptor(c) for c in autotuner.configs], provenance.of(autotuner))
     current().note(state.epoch, choice_key, Choice(winner_signature, how), record)
     logger.debug("consensus %s -> %s (%s)", choice_key.what(), winner_signature, how)

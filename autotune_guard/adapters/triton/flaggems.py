@@ -24,7 +24,7 @@ import logging
 from ...core import consensus as protocol
 from ...core.model import Choice, ChoiceKey, descriptor, key_text, record_entry, signature
 from ...runtime import current
-from . import consensus, observe
+from . import consensus, observe, provenance
 from .calls import candidates
 from .tuner import MISSING, REGISTRY, STATE_ATTR, TunerState
 
@@ -99,7 +99,7 @@ def run(autotuner, original, args, kwargs):
         return original(autotuner, *args, **kwargs)
     if state.mode == "pinned":
         with state.lock:
-            if key not in state.selected and not _pin(state, key, candidates(autotuner, args, kwargs)):
+            if key not in state.selected and not _pin(autotuner, state, key, candidates(autotuner, args, kwargs)):
                 return run(autotuner, original, args, kwargs)  # a new policy was installed meanwhile
         return original(autotuner, *args, **kwargs)
     if state.mode == "consensus":
@@ -138,12 +138,13 @@ def state_for(autotuner) -> TunerState:
         return state
 
 
-def _pin(state, key, live) -> bool:
+def _pin(autotuner, state, key, live) -> bool:
     """The pinned rule's pick among ``live`` for ``key``, noted; False when a new policy was
     installed meanwhile."""
     guard = current()
     choice_key = ChoiceKey(guard.facts.get("arch"), state.qualified, key_text(key))
     descriptors = [descriptor(c) for c in live]
+    provenance.check_pinned(autotuner, state, choice_key)
     pick = guard.pin(state.epoch, choice_key, descriptors)
     state.selected[key] = live[pick.index]
     if not guard.note(state.epoch, choice_key, Choice(signature(descriptors[pick.index]), "pinned")):
@@ -166,7 +167,8 @@ def _note(autotuner, state, key, winner, timings, how) -> None:
     desc = descriptor(winner)
     record = None
     if state.epoch.policy.record_path:
-        record = record_entry(desc, signature(desc), how, timings, [descriptor(c) for c in autotuner.configs])
+        record = record_entry(desc, signature(desc), how, timings, [descriptor(c) for c in autotuner.configs],
+                              provenance.of(autotuner))
     guard.note(state.epoch, ChoiceKey(guard.facts.get("arch"), state.qualified, key_text(key)),
                Choice(signature(desc), how), record)
 

@@ -23,7 +23,7 @@ import types
 
 from ...core.model import Choice, ChoiceKey, descriptor, key_text, signature
 from ...runtime import current
-from . import consensus, library, observe
+from . import consensus, library, observe, provenance
 from .calls import candidates, held_run, swap_run
 from .tuner import REGISTRY
 
@@ -196,6 +196,7 @@ def pinned_choice(autotuner, state, key, live: list):
     arch = guard.facts.get("arch")
     choice_key = ChoiceKey(arch, state.qualified, key_text(key))
     descriptors = [descriptor(c) for c in live]
+    provenance.check_pinned(autotuner, state, choice_key)
     pick = guard.pin(state.epoch, choice_key, descriptors)
     config = live[pick.index]
     state.selected[key] = config

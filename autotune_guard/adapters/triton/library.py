@@ -10,7 +10,7 @@ import functools
 from ...core.errors import SelectionError
 from ...core.model import Choice, ChoiceKey, base_name, compact, descriptor, key_text, record_entry, signature
 from ...runtime import current
-from . import flaggems
+from . import flaggems, provenance
 from .tuner import MISSING, STATE_ATTR, kernel_name
 
 PROBED_ATTR = "_autotune_guard_probed"
@@ -124,7 +124,8 @@ def library_chose(autotuner, state, key) -> bool:
     policy = state.epoch.policy
     if state.mode == "pinned":
         _name_pinned_library_choice(autotuner, state, choice_key, desc, candidates, policy)
-    record = record_entry(desc, signature(desc), "library", None, candidates) if policy.record_path else None
+    record = record_entry(desc, signature(desc), "library", None, candidates, provenance.of(autotuner)) \
+        if policy.record_path else None
     if guard.note(state.epoch, choice_key, Choice(signature(desc), "library"), record):
         state.seen.add(key)
         state.library.add(key)

@@ -14,6 +14,7 @@ import sys
 
 from ...core.model import Choice, ChoiceKey, descriptor, key_text, record_entry, signature
 from ...runtime import current
+from . import provenance
 from .tuner import MISSING, REGISTRY, STATE_ATTR
 
 OBSERVED_MODES = ("auto", "record")
@@ -61,7 +62,8 @@ def stored(autotuner, state, key, config, frame) -> None:
     desc = descriptor(config)
     record = None
     if state.mode == "record":
-        record = record_entry(desc, signature(desc), how, found, [descriptor(c) for c in autotuner.configs])
+        record = record_entry(desc, signature(desc), how, found, [descriptor(c) for c in autotuner.configs],
+                              provenance.of(autotuner))
     choice_key = ChoiceKey(guard.facts.get("arch"), state.qualified, key_text(key))
     if guard.note(state.epoch, choice_key, Choice(signature(desc), how), record):
         state.seen.add(key)
@@ -89,7 +91,7 @@ def observe(autotuner, state, timings_before) -> None:
         record = None
         if state.mode == "record":
             candidates = candidates or [descriptor(c) for c in autotuner.configs]
-            record = record_entry(desc, signature(desc), how, measured, candidates)
+            record = record_entry(desc, signature(desc), how, measured, candidates, provenance.of(autotuner))
         choice = Choice(signature(desc), "timed" if how == "reused" else how)
         if not guard.note(state.epoch, ChoiceKey(arch, state.qualified, key_text(key)), choice, record):
             return

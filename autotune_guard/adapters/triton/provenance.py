@@ -1,0 +1,74 @@
+"""What a kernel is, for records and tables (``core.model.provenance``), and the pinned check that
+names a table entry recorded against another version of the kernel (other source, candidates or
+tuning options): one line per kernel, or refused with AUTOTUNE_ON_MISS=error."""
+
+from __future__ import annotations
+
+import inspect
+
+from ...core.errors import SelectionError
+from ...core.model import descriptor, provenance, provenance_differences
+from ...core.tables import table_provenance
+from ...runtime import current
+from .tuner import _source_of
+
+PROVENANCE_ATTR = "_autotune_guard_provenance"
+
+
+def of(autotuner) -> dict:
+    """The autotuner's provenance over its declared candidates (kept while ``configs`` is the same list)."""
+    configs = autotuner.configs
+    kept = autotuner.__dict__.get(PROVENANCE_ATTR)
+    if kept is not None and kept[0] is configs:
+        return kept[1]
+    facts = current().facts
+    options = {"key": list(getattr(autotuner, "keys", []) or []),
+               "reset_to_zero": list(getattr(autotuner, "reset_to_zero", None) or []),
+               "restore_value": list(getattr(autotuner, "restore_value", None) or []),
+               "prune": _name(getattr(autotuner, "early_config_prune", None)),
+               "perf_model": _name(getattr(autotuner, "perf_model", None)),
+               "strategy": [_name(s) for s in getattr(autotuner, "strategy", None) or []]
+               if isinstance(getattr(autotuner, "strategy", None), (list, tuple)) else None}
+    found = provenance(source_text(autotuner), [descriptor(c) for c in configs], options,
+                       facts.get("triton_version"), facts.get("arch"))
+    autotuner.__dict__[PROVENANCE_ATTR] = (configs, found)
+    return found
+
+
+def source_text(autotuner) -> str:
+    """The kernel's source: the JITFunction's text, else (the interpreter's function) the Python
+    function's from ``def`` on, read from its file; '' where neither is known."""
+    source = _source_of(autotuner.fn)
+    if source:
+        return source
+    fn = getattr(autotuner, "base_fn", None) or getattr(autotuner, "fn", None)
+    for _ in range(8):
+        if inspect.isfunction(fn):
+            try:
+                text = inspect.getsource(fn)
+            except (OSError, TypeError):
+                return ""
+            return text[text.find("def "):]  # from ``def``, as JITFunction.src: no decorators (configs)
+        fn = getattr(fn, "fn", None)
+    return ""
+
+
+def _name(fn):
+    return None if fn is None else f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', '?')}"
+
+
+def check_pinned(autotuner, state, choice_key) -> None:
+    """Before a pinned pick: a table entry for this key recorded against another version of the
+    kernel is named once per kernel, and refused with AUTOTUNE_ON_MISS=error."""
+    guard = current()
+    if guard.table_entry(state.epoch, choice_key.arch, choice_key.kernel, choice_key.key) is None:
+        return
+    recorded = table_provenance(state.epoch.tables.get(choice_key.arch) or {}, choice_key.kernel)
+    differs = provenance_differences(recorded, of(autotuner)) if isinstance(recorded, dict) else []
+    if not differs:
+        return
+    message = (f"kernel {choice_key.kernel}: its table entries were recorded against another version of it "
+               f"({', '.join(differs)}); record and merge it again")
+    if state.epoch.policy.on_miss == "error":
+        raise SelectionError(f"autotune_guard: {choice_key.what()}: {message}; refused with AUTOTUNE_ON_MISS=error")
+    guard.warn_once(f"stale provenance {choice_key.kernel}", message + "; its entries are used where a config still matches")
