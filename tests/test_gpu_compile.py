@@ -170,8 +170,14 @@ for i in range(400):  # keys alternate, so every decided key's launch takes the 
     seen.append((sizes[i % 4], int(fn(torch.empty(sizes[i % 4], device="cuda"))[0])))
 torch.cuda.synchronize()
 import gc
-how = sorted({keyed.how_followed(o) or "none" for o in gc.get_objects()
-              if isinstance(o, triton_heuristics.CachingAutotuner)})
+def kernels():
+    for o in gc.get_objects():
+        try:  # gc also holds weak proxies whose referent is gone: isinstance() raises on those
+            if isinstance(o, triton_heuristics.CachingAutotuner):
+                yield o
+        except ReferenceError:
+            pass
+how = sorted({keyed.how_followed(o) or "none" for o in kernels()})
 print(json.dumps({"seen": sorted(set(seen)), "how": how, "log": choice_log()}))
 """
 

@@ -19,7 +19,7 @@ import sys
 from torch.autograd import profiler as autograd_profiler
 
 MISSING = object()
-STEADY_CALL = "launcher(*args, **kwargs, stream=stream)"  # Inductor's steady launch (torch 2.6 ... 2.13)
+STEADY_CALL = "launcher(*args,**kwargs,stream=stream"  # Inductor's steady launch, blanks removed (2.6 ... 2.13)
 
 
 def follow(autotuner, key_of, launcher_for_key) -> str:
@@ -33,6 +33,8 @@ def follow(autotuner, key_of, launcher_for_key) -> str:
     fast: dict = {}  # key values -> what Inductor's steady path calls for the key
     in_force = [autotuner.launchers[0]]
     writes_out = can_write_out(autotuner)
+    if not writes_out:
+        return _wrap(autotuner, key_values, text_of, class_run, launcher_for_key)
     debug_mode = getattr(sys.modules.get(type(autotuner).__module__), "get_active_debug_mode", None)
     profiler = autograd_profiler
 
@@ -62,7 +64,28 @@ def follow(autotuner, key_of, launcher_for_key) -> str:
             return launcher(*args, stream=stream)
         return slow(args, stream, kwargs)
 
-    run.autotune_guard_keyed = "written-out" if writes_out else "wrapped"
+    run.autotune_guard_keyed = "written-out"
+    autotuner.run = run
+    return run.autotune_guard_keyed
+
+
+def _wrap(autotuner, key_values, text_of, class_run, launcher_for_key) -> str:
+    """Every launch through Inductor's own run, the key's launcher put in ``launchers`` first."""
+    table: dict = {}
+    in_force = [autotuner.launchers[0]]
+
+    def run(*args, **kwargs):
+        launcher = table.get(key_values(args))
+        if launcher is not in_force[0]:  # a key not seen yet (None), or another key's launcher
+            if launcher is None:
+                launcher = table[key_values(args)] = launcher_for_key(text_of(args))
+            in_force[0] = launcher
+            autotuner.launchers = [launcher]
+            if "_cached_launcher" in autotuner.__dict__:
+                autotuner._cached_launcher = None
+        return class_run(autotuner, *args, **kwargs)
+
+    run.autotune_guard_keyed = "wrapped"
     autotuner.run = run
     return run.autotune_guard_keyed
 
@@ -73,13 +96,14 @@ def can_write_out(autotuner) -> bool:
     that has nothing else to do per call (no interpreter, no launch-parameter dumps, no plugins)."""
     if "_cached_launcher" in autotuner.__dict__:
         return True
-    if getattr(autotuner, "triton_interpret", False) or getattr(autotuner, "dump_launch_params", False) \
-            or getattr(autotuner, "_plugins", None):
+    if any(getattr(autotuner, name, None) for name in ("triton_interpret", "dump_launch_params",
+                                                         "dump_launch_tensors", "_plugins")):
         return False
     try:
         source = inspect.getsource(type(autotuner).run)
     except (OSError, TypeError):
         return False
+    source = "".join(source.split())
     return STEADY_CALL in source and "_get_args_with_constexprs" not in source
 
 
