@@ -47,17 +47,19 @@ def observe_cache(autotuner):
 def stored(autotuner, state, key, config, frame) -> None:
     """Note the winner Triton just stored for ``key``, labelled by the Triton frame that stored it:
     its disk-cache reader, a timing (a ``timings`` dict over the candidates in that frame), or its
-    run keeping the one config the kernel's pruning left (3.8+)."""
+    run keeping the one config the kernel's pruning left (3.8+). Timings over the live candidates
+    are Triton's own timing; over Configs rebuilt from JSON, its disk cache."""
     code = frame.f_code if frame is not None else None
     timings = frame.f_locals.get("timings") if frame is not None else None
-    if code is not None and code.co_name == "check_disk_cache":
-        how, found = "cache hit", None
-    elif isinstance(timings, dict) and config in timings:
-        how, found = "timed", measured(autotuner, timings, None)
+    found = measured(autotuner, timings, None) if isinstance(timings, dict) and config in timings else None
+    if found is not None:
+        how = "timed"
+    elif (code is not None and code.co_name == "check_disk_cache") or isinstance(timings, dict):
+        how = "cache hit"  # timings over Configs rebuilt from JSON: Triton's disk cache (3.4+)
     elif code is not None and code is REGISTRY.original_run.__code__:
-        how, found = "pruned to one", None
+        how = "pruned to one"
     else:  # stored by code that is not Triton's tuning: a winner all the same
-        how, found = "timed", None
+        how = "timed"
     guard = current()
     desc = descriptor(config)
     record = None
