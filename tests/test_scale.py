@@ -8,6 +8,7 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 
 from support import TESTS, clean_env
 
@@ -118,3 +119,51 @@ def test_a_killed_node_leader_is_named_on_both_nodes_within_seconds(tmp_path):
         assert re.search(r"rank 2 \(pid \d+ on [^)]+\), which claimed this tuning, stopped signalling that it is "
                          r"alive", result["error"]), result["error"]
         assert result["seconds"] < 20, result
+
+
+def test_the_tree_over_real_gloo_reduces_merges_and_broadcasts_at_odd_sizes():
+    """Five and seven gloo ranks (threads over one TCPStore): the MAX reaches every rank, what each
+    brought is merged up with its ranks as ranges, the root's value comes back down to all."""
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    from autotune_guard.adapters.distributed import exchange
+    from autotune_guard.adapters.distributed.tree import Tree
+    from autotune_guard.core.agreement import merge_arrived
+    from autotune_guard.core.model import ChoiceKey
+
+    server = dist.TCPStore("127.0.0.1", 0, 1, True, timedelta(seconds=30), wait_for_workers=False)
+    key = ChoiceKey("interpret", "k", "1")
+    for size in (5, 7):
+        results, errors = {}, []
+
+        def rank_main(rank):
+            try:
+                client = dist.TCPStore("127.0.0.1", server.port, 1, False, timedelta(seconds=30), wait_for_workers=False)
+                tree = Tree(dist, dist.PrefixStore(f"tree-{size}/", client), rank, size, 30)
+                moved = [0, 0]
+                most = tree.all_reduce_max(torch.tensor([rank * 10, -rank], dtype=torch.int64), moved).tolist()
+                arrived = tree.merge_up({key: {"odd" if rank % 2 else "even": {rank}}}, merge_arrived,
+                                        exchange.encode_arrived, exchange.decode_arrived, moved)
+                down = tree.broadcast_down(exchange.encode_arrived(arrived) if rank == 0 else None, moved)
+                results[rank] = (most, arrived, down, len(tree.edges))
+            except Exception as exc:
+                errors.append(repr(exc))
+
+        threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(size)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not errors and len(results) == size, errors
+        evens, odds = set(range(0, size, 2)), set(range(1, size, 2))
+        assert results[0][1] == {key: {"even": evens, "odd": odds}}
+        for rank, (most, arrived, down, edges) in results.items():
+            assert most == [10 * (size - 1), 0]
+            assert exchange.decode_arrived(down) == {key: {"even": evens, "odd": odds}}
+            assert rank == 0 or arrived is None
+            assert edges <= 3
+    # ranges on the wire: a block of ranks is two numbers
+    assert exchange.encode_arrived({key: {"s": set(range(100)) | {200}}}) == [[list(key), "s", [[0, 99], [200, 200]]]]
