@@ -19,13 +19,10 @@ Blocks interleave the variants (the order rotates each repetition); figures are 
 repetitions (and minima, which other load on the machine disturbs least), and the ratios
 compare figures of the same run.
 
-With ``--evidence-bytes N`` it measures instead what keeping the evidence current costs in bytes:
-N launches of one kernel with N new keys (pinned mode, a choices file), the bytes the background
-writer wrote against the final file's size, with the rewrite interval fixed at 0.2 s and with it
-growing with the last write's duration (``_Flusher.WRITE_SHARE``).
+What keeping the evidence files current costs in bytes and loop time at thousands of choices is
+``scripts/bench_evidence.py``'s.
 
 Usage:  python scripts/bench_record.py [--reps 30] [--launches 5000] [--real-launches N] [--gpu]
-        python scripts/bench_record.py --evidence-bytes 8000
 """
 
 from __future__ import annotations
@@ -49,11 +46,7 @@ def main() -> int:
     ap.add_argument("--real-launches", type=int, default=None,
                     help="launches per real-launch block (default: 2000 with --gpu, 20 under the interpreter)")
     ap.add_argument("--gpu", action="store_true", help="launch on the GPU (default: TRITON_INTERPRET=1 on the CPU)")
-    ap.add_argument("--evidence-bytes", type=int, default=0, metavar="N",
-                    help="measure the bytes written to keep a choices file of N keys current, then exit")
     opts = ap.parse_args()
-    if opts.evidence_bytes:
-        return evidence_bytes(opts.evidence_bytes)
     if opts.real_launches is None:
         opts.real_launches = 2000 if opts.gpu else 20
     for name in [k for k in os.environ if k.startswith("AUTOTUNE_")]:
@@ -169,58 +162,6 @@ def main() -> int:
             row = [reduce(results[(v, kind)]) for v in names]
             print(f"{kind + ' ' + stat:18}" + "".join(f"{value:>12.3f}" for value in row)
                   + f"{row[2] / row[1]:>12.3f}x{row[2] / row[0]:>12.3f}x{row[1] / row[0]:>10.3f}x")
-    return 0
-
-
-def evidence_bytes(keys: int) -> int:
-    """Bytes written while ``keys`` choices are made as fast as the interpreter launches them."""
-    for name in [k for k in os.environ if k.startswith("AUTOTUNE_")]:
-        del os.environ[name]
-    os.environ["TRITON_INTERPRET"] = "1"
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    import torch
-    import triton
-    import triton.language as tl
-
-    import autotune_guard
-    from autotune_guard import evidence as writer
-    from autotune_guard.core import jsonfile
-
-    @triton.autotune(configs=[triton.Config({"BLOCK": b}) for b in (16, 32, 64)], key=["n"])
-    @triton.jit
-    def copy_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
-        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < 1), mask=offs < 1)
-
-    written, real_write = [], jsonfile.atomic_write_json
-
-    def counting(path, document, **kwargs):
-        size = real_write(path, document, **kwargs)
-        written.append(size)
-        return size
-
-    jsonfile.atomic_write_json = counting
-    tmp = tempfile.mkdtemp(prefix="bench_evidence-")
-    x = out = torch.ones(1)
-    print(f"evidence bytes for {keys} keys ({time.strftime('%Y-%m-%d')}, Triton {triton.__version__}, CPU interpreter)")
-    print(f"command: python scripts/bench_record.py --evidence-bytes {keys}")
-    for share in (0, writer._Flusher.WRITE_SHARE):
-        writer._Flusher.WRITE_SHARE = share
-        prefix = os.path.join(tmp, f"ch{share}")
-        autotune_guard.install({"AUTOTUNE_MODE": "pinned", "AUTOTUNE_DIGEST_PATH": prefix, "AUTOTUNE_LOG_LEVEL": "warning"})
-        written.clear()
-        began = time.perf_counter()
-        for n in range(keys):
-            copy_kernel[(1,)](x, out, n + 1)
-        took = time.perf_counter() - began
-        time.sleep(0.5)
-        writer.write_files()
-        final = os.path.getsize(writer.rank_file(prefix, 0))
-        label = "interval 0.2 s" if not share else f"interval max(0.2 s, {share} x last write) > 256 KiB"
-        print(f"{label:42} {len(written):5} writes, {sum(written) / 2**20:8.1f} MiB written, final {final / 2**10:.0f} KiB: "
-              f"{sum(written) / final:6.1f}x the final size ({took:.1f} s of launches)")
-    autotune_guard.uninstall()
-    shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 

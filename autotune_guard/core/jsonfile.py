@@ -275,14 +275,23 @@ def _read_bounded(path: str) -> bytes:
 
 
 def check_depth_and_numbers(path, document) -> None:
-    pending = [(document, 1)]
+    """Refuse nesting past ``MAX_DEPTH`` and integers past int64 (a walk over containers only:
+    a record of thousands of entries is checked in a fraction of its parse time)."""
+    pending = [(document, 1)] if type(document) in (dict, list) else []
+    if type(document) is int and not -MAX_INT <= document < MAX_INT:
+        _huge(path, document)
     while pending:
         value, depth = pending.pop()
-        if isinstance(value, (dict, list)):
-            if depth > MAX_DEPTH:
-                raise FileFormatError(f"{path}: nests deeper than any autotune_guard file (limit {MAX_DEPTH})")
-            pending.extend((v, depth + 1) for v in (value.values() if isinstance(value, dict) else value))
-        elif isinstance(value, int) and not isinstance(value, bool) and not -MAX_INT <= value < MAX_INT:
-            raise FileFormatError(f"{path}: holds an integer of {len(str(abs(value)))} digits; none of its fields "
-                                  "can be that large")
+        if depth > MAX_DEPTH:
+            raise FileFormatError(f"{path}: nests deeper than any autotune_guard file (limit {MAX_DEPTH})")
+        for item in (value.values() if type(value) is dict else value):
+            kind = type(item)
+            if kind is dict or kind is list:
+                pending.append((item, depth + 1))
+            elif kind is int and not -MAX_INT <= item < MAX_INT:
+                _huge(path, item)
 
+
+def _huge(path, value) -> None:
+    raise FileFormatError(f"{path}: holds an integer of {len(str(abs(value)))} digits; none of its fields "
+                          "can be that large")

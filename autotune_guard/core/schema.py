@@ -76,7 +76,21 @@ def _common_fields(path, document):
         _optional(path, document, name, (int, float), "a number")
 
 
+_DESCRIPTOR_FIELDS = frozenset({"kwargs", *OPTION_FIELDS, *EXTRA_FIELDS})
+_KWARG_TYPES = frozenset({int, float, str, bool, type(None)})
+
+
 def check_descriptor(path: str, where: str, desc) -> None:
+    """The one config check: an object of ``kwargs`` (numbers, strings, booleans) and integer options."""
+    if type(desc) is dict and _DESCRIPTOR_FIELDS.issuperset(desc):  # the common, valid case, without messages
+        kwargs = desc.get("kwargs", {})
+        if type(kwargs) is dict and _KWARG_TYPES.issuperset(map(type, kwargs.values())) and all(
+                desc.get(name) is None or type(desc[name]) is int for name in OPTION_FIELDS):
+            return
+    _check_descriptor_saying_why(path, where, desc)
+
+
+def _check_descriptor_saying_why(path: str, where: str, desc) -> None:
     _require(path, isinstance(desc, dict), f"{where}: a config must be an object")
     _require(path, isinstance(desc.get("kwargs", {}), dict), f"{where}: 'kwargs' must be an object")
     for name, value in desc.get("kwargs", {}).items():

@@ -1,0 +1,109 @@
+"""The report at scale: ``merge`` and ``show --check`` of many generated rank files, their time
+and peak memory (the child's own ``ru_maxrss``, from ``os.wait4``).
+
+The files are records as a record run writes them: ``--files`` ranks, ``--entries`` keys each
+(``--kernels`` kernels), each entry with 8 candidates and Triton's timings of all 8; one rank in
+50 chose differently for one key in 10 (so show reports disagreements and merge votes).
+
+Usage:  python scripts/bench_report.py [--files 1024] [--entries 2000] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+CANDIDATES = [{"kwargs": {"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": 32}, "num_warps": w, "num_stages": 3, "num_ctas": 1}
+              for m in (64, 128) for n in (64, 128) for w in (4, 8)]
+
+
+def _sig(desc):
+    parts = [f"{k}={v}" for k, v in sorted(desc["kwargs"].items())]
+    return ",".join(parts + [f"{k}={desc[k]}" for k in ("num_warps", "num_stages", "num_ctas")])
+
+
+def generate(directory: str, files: int, entries: int, kernels: int) -> int:
+    prefix = os.path.join(directory, "rec")
+    sigs = [_sig(c) for c in CANDIDATES]
+    total = 0
+    for rank in range(files):
+        rng = random.Random(rank)
+        table = {}
+        for i in range(entries):
+            winner = i % len(CANDIDATES)
+            if i % 10 == 0 and rank % 50 == 7:
+                winner = (winner + 1) % len(CANDIDATES)
+            timings = {sig: [t, t * 0.98, t * 1.02] for sig in sigs for t in [round(rng.uniform(0.01, 0.05), 6)]}
+            table.setdefault(f"model.ops.kernel_{i % kernels}", {})[f"{i},4096,torch.float16"] = {
+                "config": CANDIDATES[winner], "signature": sigs[winner], "how": "timed", "timings": timings,
+                "candidates": CANDIDATES}
+        document = {"format": "autotune_guard.record/1", "arch": "sm90", "rank": rank, "world_size": files,
+                    "mode": "record", "versions": {"triton": "3.6.0", "torch": "2.11.0", "python": "3.12.3"},
+                    "packages": {"model": "1.0"}, "run_id": "bench", "attempt": 0, "pid": 1000 + rank, "host": "node",
+                    "started": 0.0, "updated": 0.0, "written": "2026-12-03T00:00:00+0000", "complete": True,
+                    "kernels": table}
+        path = f"{prefix}.rank{rank}.node-{1000 + rank}.json"
+        with open(path, "w") as out:
+            json.dump(document, out, indent=1, sort_keys=True)
+        total += os.path.getsize(path)
+    return total
+
+
+def measure(args: list[str]) -> tuple[float, float, int]:
+    """Seconds, peak RSS in MiB and the exit status of ``python -m autotune_guard.report ARGS``."""
+    began = time.perf_counter()
+    with tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "autotune_guard.report", *args], stdout=subprocess.DEVNULL,
+                                stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)  # this child's own peak, not the largest child's so far
+        took = time.perf_counter() - began
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        err.seek(0)
+        if proc.returncode not in (0, 1):
+            sys.exit(f"report {' '.join(args)} failed ({proc.returncode}): {err.read()[-2000:]}")
+    return took, usage.ru_maxrss / 1024, proc.returncode
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--files", type=int, default=1024)
+    ap.add_argument("--entries", type=int, default=2000)
+    ap.add_argument("--kernels", type=int, default=40)
+    ap.add_argument("--keep", metavar="DIR", help="generate into DIR and keep it (reused when it holds the files)")
+    opts = ap.parse_args()
+    directory = opts.keep or tempfile.mkdtemp(prefix="bench_report-")
+    os.makedirs(directory, exist_ok=True)
+    try:
+        existing = [f for f in os.listdir(directory) if f.startswith("rec.rank")]
+        if len(existing) != opts.files:
+            began = time.perf_counter()
+            size = generate(directory, opts.files, opts.entries, opts.kernels)
+            print(f"generated {opts.files} files of {opts.entries} entries, {size / 2**20:.0f} MiB, in "
+                  f"{time.perf_counter() - began:.0f} s", flush=True)
+        else:
+            size = sum(os.path.getsize(os.path.join(directory, f)) for f in existing)
+        print(f"report at scale ({time.strftime('%Y-%m-%d')}, Python {platform.python_version()}, "
+              f"{os.cpu_count()} cores): {opts.files} record files x {opts.entries} entries, {size / 2**20:.0f} MiB")
+        print(f"command: python scripts/bench_report.py --files {opts.files} --entries {opts.entries}")
+        prefix = os.path.join(directory, "rec")
+        for label, args in (("merge", ["merge", prefix, "-o", os.path.join(directory, "out", "sm90.json")]),
+                            ("show --check", ["show", "--check", prefix])):
+            os.makedirs(os.path.join(directory, "out"), exist_ok=True)
+            took, peak, status = measure(args)
+            print(f"{label:14} {took:7.1f} s   peak RSS {peak:7.0f} MiB   exit {status}", flush=True)
+    finally:
+        if not opts.keep:
+            shutil.rmtree(directory, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
