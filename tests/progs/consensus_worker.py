@@ -55,6 +55,19 @@ def failing_timer(kernel_call, quantiles):
     return [1.0, 1.0, 1.0]
 
 
+def serialize_interpreted_runs():
+    from triton.runtime import interpreter
+
+    lock = threading.Lock()
+    run = interpreter.GridExecutor.__call__
+
+    def locked(self, *args, **kwargs):
+        with lock:
+            return run(self, *args, **kwargs)
+
+    interpreter.GridExecutor.__call__ = locked
+
+
 def rank_dependent_prune(configs, nargs, **kwargs):
     return configs[1:] if RANK == 1 else configs
 
@@ -110,9 +123,11 @@ def main():
     world = dist.get_world_size()
     ran = []
 
-    # Two threads meet the same new keys of one kernel at once (Triton's interpreter is not
-    # thread-safe across kernels, so only add_kernel's launches, which the guard serializes, run
-    # in threads); ranks take the keys in rotated orders, so different ranks claim them.
+    # Two threads meet the same new keys of one kernel at once; ranks take the keys in rotated
+    # orders, so different ranks claim them. Triton's interpreter is not thread-safe (it patches
+    # triton.language while a kernel runs), and a decided key launches with no lock of the
+    # guard's, as on a GPU: the interpreted run itself is serialized here, the claims are not.
+    serialize_interpreted_runs()
     common = [("add", 1000), ("add", 2000), ("add", 4000)]
     common = common[RANK % len(common):] + common[:RANK % len(common)]
     errors = []
