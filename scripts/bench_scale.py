@@ -2,10 +2,11 @@
 
     python scripts/bench_scale.py [--waiters 64,128,256,512,1024] [--tune-s 2] [--verify-ranks 2,4,8,16,32,64]
                                   [--entries 500] [--repeat 5] [--procs 16] [--time-limit 540] [--json FILE]
-                                  [--schemes-ranks 2,4,8,16,32,64] [--fanin-waiters 64,128,256,512,1024]
+                                  [--schemes-ranks 2,4,8,16,32,64] [--fanin-waiters 64,128,256,512,1024] [--batch-keys 16]
 
 (``--schemes-ranks`` and ``--fanin-waiters``: verification's full mesh against its tree, and
-consensus with and without node-level fan-in; scripts/scale_parts.py says what they measure.)
+consensus with and without node-level fan-in, and with and without batches (``--batch-keys``);
+scripts/scale_parts.py says what they measure.)
 
 Every rank is a thread in one of --procs worker processes (forked from a server that has imported
 torch), and they all talk to ONE real TCPStore hosted by this process, on loopback.  A worker hosts
@@ -454,6 +455,7 @@ def main():
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument("--schemes-ranks", type=ints, default=[2, 4, 8, 16, 32, 64])
     parser.add_argument("--fanin-waiters", type=ints, default=[64, 128, 256, 512, 1024])
+    parser.add_argument("--batch-keys", type=int, default=16, help="keys of the batch rows (0: none; default 16)")
     args = parser.parse_args()
     if max(args.waiters, default=0) > MAX_WAITERS or max(args.verify_ranks, default=0) > MAX_RANKS:
         parser.error(f"bounded: at most {MAX_WAITERS} waiters and {MAX_RANKS} gloo ranks")
@@ -473,13 +475,15 @@ def main():
     watchdog = threading.Timer(args.time_limit + 30, hard_stop)
     watchdog.daemon = True
     watchdog.start()
-    results, ok = {"consensus": [], "verify": [], "schemes": [], "fanin": []}, True
+    results, ok = {"consensus": [], "verify": [], "schemes": [], "fanin": [], "batch": []}, True
     try:
         if args.schemes_ranks:
             results["schemes"], ok = scale_parts.bench_schemes(args, pool, server, stop_at, spread, left, BenchError)
         if args.fanin_waiters:
             results["fanin"], fanin_ok = scale_parts.bench_fanin(args, server, stop_at, connect, left)
             ok = ok and fanin_ok
+        if args.fanin_waiters and args.batch_keys:
+            results["batch"], _ = scale_parts.bench_batch(args, server, stop_at, connect, left)
         if args.waiters:
             results["consensus"], ok = bench_consensus(args, pool, server, stop_at)
             if not ok:  # its workers may still be busy with the failed decision: start afresh

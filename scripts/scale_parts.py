@@ -11,6 +11,9 @@ Connections per rank: the mesh's N-1; the tree's edges of the busiest rank.
 Consensus, per N waiters in nodes of 8: one key, one claimer (tuning --tune-s), every waiter a
 thread with its own TCPStore client; with fan-in each node shares a real FileStore
 (``adapters.distributed.node.FannedStore``).  Counted: requests on the job's TCPStore per node.
+Batches (``--batch-keys K``): the claimer decides K keys before the waiters reach the first (it is
+ahead, as rank 0 of an SPMD job often is), then every waiter decides the same K keys in order, with
+fan-in; "one by one" is the same run with batches off (``core.consensus_batch.AHEAD_S = 0``).
 """
 
 import collections
@@ -28,7 +31,7 @@ import torch.distributed as dist
 
 from autotune_guard.adapters.distributed.node import FannedStore
 from autotune_guard.adapters.distributed.tree import Tree, depth
-from autotune_guard.core import consensus
+from autotune_guard.core import consensus, consensus_batch
 
 NODE = 8
 
@@ -202,6 +205,65 @@ def one_fanin(port, waiters, fanned, tune_s, timeout, connect):
     return {"waiters": waiters, "fanned": fanned, "job_requests": sum(counts[f"r{r}"] for r in range(1, waiters + 1)),
             "nodes": len(per_node), "per_node_max": max(per_node.values()),
             "per_node_p50": statistics.median(per_node.values()), "claimer": counts["r0"]}
+
+
+def one_batch(port, waiters, keys, batched, timeout, connect):
+    """``keys`` keys the claimer decided already, then decided by ``waiters`` waiters in nodes of
+    NODE with fan-in, in order: the job's Store requests per node and key."""
+    tag = f"batch-{batched}-{waiters}-{time.time_ns()}"
+    names = [f"{tag}-{k}" for k in range(keys)]
+    sigs, counts, errors = ["BLOCK=32", "BLOCK=64", "BLOCK=128"], collections.Counter(), []
+    folder = tempfile.mkdtemp(prefix="bench-batch-")
+    claimer = CountingStore(connect(port, timeout), counts)
+    for name in names:
+        consensus.decide(claimer, "bench", name, 0, sigs, lambda: sigs[1], timeout)
+    stores = {rank: FannedStore(CountingStore(connect(port, timeout), counts),
+                                dist.FileStore(os.path.join(folder, f"node{rank // NODE}"), -1), folder)
+              for rank in range(1, waiters + 1)}
+    saved = consensus_batch.AHEAD_S
+    if not batched:
+        consensus_batch.AHEAD_S = 0  # never ahead: every key asked for one by one, as before batches
+
+    def rank_main(rank):
+        try:
+            for name in names:
+                consensus.decide(stores[rank], "bench", name, rank, sigs, _never, timeout)
+        except Exception as exc:
+            errors.append(repr(exc))
+
+    threads = [threading.Thread(target=rank_main, args=(r,), name=f"r{r}", daemon=True) for r in stores]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout)
+    finally:
+        consensus_batch.AHEAD_S = saved
+    if errors or any(t.is_alive() for t in threads):
+        raise RuntimeError(f"batch {waiters}: {errors[:2]}")
+    per_node = collections.Counter()
+    for rank in stores:
+        per_node[rank // NODE] += counts[f"r{rank}"]
+    per_key = [n / keys for n in per_node.values()]
+    return {"waiters": waiters, "keys": keys, "batched": batched, "per_node_key_p50": statistics.median(per_key),
+            "per_node_key_max": max(per_key), "nodes": len(per_node)}
+
+
+def bench_batch(args, server, stop_at, connect, left):
+    rows = []
+    print(f"\nconsensus batches: {args.batch_keys} keys the claimer decided already, then N waiters in nodes of "
+          f"{NODE} (fan-in) decide them in order; job's Store requests per node and key")
+    print(f"  {'N':>5} {'scheme':<12} {'per node and key p50':>21} {'max':>6} {'nodes':>6}")
+    for n in args.fanin_waiters:
+        for batched in (False, True):
+            if left(stop_at) < 30:
+                print(f"  {n:>5} skipped: past the time bound (--time-limit)", flush=True)
+                continue
+            r = one_batch(server.port, n, args.batch_keys, batched, min(120, left(stop_at)), connect)
+            rows.append(r)
+            print(f"  {n:>5} {'batches' if batched else 'one by one':<12} {r['per_node_key_p50']:>21.2f} "
+                  f"{r['per_node_key_max']:>6.2f} {r['nodes']:>6}", flush=True)
+    return rows, True
 
 
 def _never():

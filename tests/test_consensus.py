@@ -178,9 +178,9 @@ def test_decide_one_tunes_the_others_follow_with_4_requests_and_every_failure_is
     for status, (index, tuned_here, result), _ in out["agree"]:
         assert status == "ok" and tuned_here == (result is not None)
     assert [r[1][0] for r in out["agree"]] == [1, 1] * 4  # BLOCK=64 in either order
-    # event-driven: every waiter but the one watching the claimer's heartbeat made 4 requests, and
-    # so did the claimer (claim, first beat, candidates, result), however long the tuning took
-    assert out["requests"][:7] == [4] * 7 and out["requests"][7] > 4, out["requests"]
+    # event-driven: every waiter but the one watching the claimer's heartbeat made 4 requests,
+    # the claimer 5 (claim, first beat, candidates, result, announce), however long the tuning took
+    assert out["requests"][:7] == [4] * 6 + [5] and out["requests"][7] > 5, out["requests"]
     # the claimer's tuning raised: it sees its own error, the waiters its name and reason at once
     assert sum(r[0] == "RuntimeError" and "out of memory" in r[1] for r in out["failed"]) == 1
     for status, message, seconds in out["failed"]:
@@ -200,6 +200,74 @@ def test_decide_one_tunes_the_others_follow_with_4_requests_and_every_failure_is
     # the Store's host goes away while they wait: every waiter says so within seconds
     lost = [r for r in out["dead"] if r[0] == "ConsensusError" and "the job's Store failed" in r[1]]
     assert len(lost) >= 2 and all(seconds < 5 for _, _, seconds in lost), out["dead"]
+
+
+BATCH_RUN = """
+import collections, json, os, threading
+from datetime import timedelta
+import torch.distributed as dist
+from autotune_guard.core import consensus as c
+server = dist.TCPStore("127.0.0.1", 0, 1, True, timedelta(seconds=30), wait_for_workers=False)
+calls = collections.Counter()
+
+class Counting:  # one client of the job's Store, counting its requests under the current label
+    label = ""
+    def __init__(self):
+        self.store = dist.TCPStore("127.0.0.1", server.port, 1, False, timedelta(seconds=30))
+    def __getattr__(self, name):
+        method = getattr(self.store, name)
+        def call(*args):
+            calls[Counting.label] += 1
+            return method(*args)
+        return call
+
+SIGS = ["BLOCK=32", "BLOCK=64", "BLOCK=128"]
+names = [c.decision_name("a", "k", str(n)) for n in range(10)]
+claimer, follower = Counting(), Counting()
+for name in names[:8]:  # rank 0 is ahead: it tunes 8 keys before rank 1 reaches the first
+    c.decide(claimer, "k", name, 0, SIGS, lambda: "BLOCK=64", 30)
+def broken():
+    raise RuntimeError("out of memory")
+try:
+    c.decide(claimer, "k", names[8], 0, SIGS, broken, 30)
+except RuntimeError:
+    pass
+out = {"follow": [], "requests": []}
+for n, name in enumerate(names[:8]):
+    Counting.label = f"follow-{n}"
+    out["follow"].append(list(c.decide(follower, "k", name, 1, SIGS, lambda: "BLOCK=32", 30)))
+    out["requests"].append(calls[Counting.label])
+Counting.label = "failed"
+try:
+    c.decide(follower, "k", names[8], 1, SIGS, lambda: "BLOCK=32", 30)
+except Exception as exc:
+    out["failed"] = [type(exc).__name__, str(exc), calls["failed"]]
+Counting.label = "differ"
+try:
+    c.decide(follower, "k", names[5], 1, SIGS[:2] + ["BLOCK=256"], lambda: "BLOCK=32", 30)
+except Exception as exc:
+    out["differ"] = [type(exc).__name__, str(exc), calls["differ"]]
+os.environ["TORCHELASTIC_RESTART_COUNT"] = "1"  # the next attempt learns nothing of this one's
+out["restart"] = list(c.decide(follower, "k", names[0], 1, SIGS, lambda: "BLOCK=32", 30))
+print(json.dumps(out))
+"""
+
+
+def test_a_rank_behind_the_claimer_learns_its_winners_in_one_batch():
+    out = last_json(run_python(BATCH_RUN, env=env_for()).stdout)
+    assert [f[:2] for f in out["follow"]] == [[1, False]] * 8  # BLOCK=64 everywhere, tuned nowhere
+    # the first key: its 4 requests, then one read of the announced list (3) brings the other 7,
+    # which then cost no request (without batches: 4 each, 32 in all)
+    assert out["requests"][0] == 7 and sum(out["requests"]) <= 14, out["requests"]
+    assert sum(n == 0 for n in out["requests"]) >= 5, out["requests"]
+    # a failure is never learned: it is read where it was published, and named
+    status, message, requests = out["failed"]
+    assert status == "ConsensusError" and "failed while timing" in message and "out of memory" in message and requests >= 4
+    # a learned winner whose candidate list differs from this rank's asks the Store, to name the difference
+    status, message, requests = out["differ"]
+    assert status == "ConsensusError" and "BLOCK=256" in message and requests >= 4
+    # a restart attempt has its own names: rank 1 claims and tunes there itself
+    assert out["restart"] == [0, True, "BLOCK=32"]
 
 
 # --- a real job: agreement, one timing pass per key, uneven coverage, records ------------------

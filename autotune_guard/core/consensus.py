@@ -27,6 +27,7 @@ import time
 import uuid
 from typing import Callable, Sequence
 
+from . import consensus_batch as batch
 from .consensus_text import _few, claimer_rank, describe_claimer, store_lost_message, timeout_message
 from .errors import ConsensusError, StoreError
 
@@ -160,7 +161,9 @@ def follow(payload: dict, signatures: Sequence[str], what: str, theirs: Sequence
 #   waiters     add(1) by each waiter; the first one watches the beat, the others block in wait()
 #   candidates  the claimer's candidate list (read only on a hash mismatch)
 #   result      the winner (or the claimer's error, or the watcher's death notice), set once
-# A waiter makes 4 requests per decision whatever the tuning time (claim, waiters, wait, get);
+# and, per attempt, ``announced``: the names of decided keys, appended by claimers (consensus_batch).
+# A waiter makes 4 requests per decision whatever the tuning time (claim, waiters, wait, get), none
+# for a key it learned in a batch, and now and then 3 for reading ``announced``;
 # only the watching waiter polls, once per BEAT_S.  Where the job's Store comes with a node's
 # (``store.node_store``: torchrun's local ranks, ``adapters.distributed.node``), the same protocol
 # runs twice: on the node's Store among its ranks, and on the job's by the node's first rank only.
@@ -177,7 +180,8 @@ def claimer_identity(rank: int) -> str:
     return f"{rank}|{os.getpid()}|{socket.gethostname()}|{uuid.uuid4().hex[:8]}"
 
 
-def decide(store, what: str, name: str, rank: int, signatures: Sequence[str], tune: Callable, timeout: float):
+def decide(store, what: str, name: str, rank: int, signatures: Sequence[str], tune: Callable, timeout: float,
+           *, learn: bool = True):
     """One consensus decision: ``(index, tuned_here, tune_result)``.
 
     ``store``: the job's c10d Store.  ``what``: how errors name the decision (kernel, key, arch).
@@ -194,24 +198,35 @@ def decide(store, what: str, name: str, rank: int, signatures: Sequence[str], tu
     tuning failed, when the claimer died or lost the Store (within ``DEAD_AFTER_S`` seconds, named),
     when a live claimer publishes nothing within ``timeout``, when the candidate lists differ, or
     when the Store fails.  Nothing here is a collective: ranks may decide in any order, or never.
+    ``learn``: winners published ahead of this rank are learned in batches (``core.consensus_batch``).
     """
     node = getattr(store, "node_store", None)
     if node is not None:
         return _for_the_node(store, node, what, name, rank, signatures, tune, timeout)
-    key = f"{STORE_PREFIX}{attempt_scope()}/{name}"
+    prefix = f"{STORE_PREFIX}{attempt_scope()}"
+    key = f"{prefix}/{name}"
+    known = batch.learned.winner(store, prefix, name) if learn else None
+    if known is not None:  # learned in a batch: no request (a differing candidate list asks, to name it)
+        payload = decode(known, what, key + "/result")
+        if payload.get("candidates_hash") == candidates_hash(signatures):
+            return follow(payload, signatures, what), False, None
     me = claimer_identity(rank)
     try:
         holder = _text(store.compare_set(key + "/claim", "", me))
     except Exception as exc:
         raise ConsensusError(store_lost_message(what, exc)) from exc
     if holder == me:
-        return _tune_for_the_job(store, what, key, rank, signatures, tune)
+        return _tune_for_the_job(store, what, key, rank, signatures, tune, (prefix, name) if learn else None)
     try:
+        asked = time.monotonic()
         published = _wait_for_result(store, what, key, holder, timeout)
+        ahead = time.monotonic() - asked < batch.AHEAD_S  # published before this rank asked
         payload = decode(published, what, key + "/result")
         theirs = None
         if "winner" in payload and payload.get("candidates_hash") != candidates_hash(signatures):
             theirs = decode_candidates(_text(store.get(key + "/candidates")), what, key + "/candidates")
+        elif learn and "winner" in payload:
+            batch.learned.learn_after(store, prefix, name, published, ahead)
     except StoreError as exc:
         raise ConsensusError(store_lost_message(what, exc)) from exc
     except Exception as exc:
@@ -232,11 +247,11 @@ def _for_the_node(store, node, what, name, rank, signatures, tune, timeout):
         winner = signatures[index] if index is not None else (returned if isinstance(returned, str) else returned[0])
         return winner, (index, tuned_here, returned)
 
-    index, here, returned = decide(node, what, name, rank, signatures, for_the_node, timeout)
+    index, here, returned = decide(node, what, name, rank, signatures, for_the_node, timeout, learn=False)
     return returned[1] if here else (index, False, None)
 
 
-def _tune_for_the_job(store, what, key, rank, signatures, tune):
+def _tune_for_the_job(store, what, key, rank, signatures, tune, announced):
     try:
         _beats.start(store, key + "/beat")
     except Exception as exc:
@@ -255,6 +270,8 @@ def _tune_for_the_job(store, what, key, rank, signatures, tune):
         try:
             store.set(key + "/candidates", json.dumps(sorted(set(signatures))))
             store.set(key + "/result", encode_winner(rank, signature, signatures))
+            if announced:
+                batch.announce(store, *announced)
         except Exception as exc:
             raise ConsensusError(f"autotune_guard consensus: {what}: tuned here but could not publish the winner: "
                                  f"{exc}") from exc

@@ -1,0 +1,107 @@
+"""Consensus winners learned in batches: a rank that is behind the claimer learns every winner
+published so far in three Store requests, and then decides those keys with none.
+
+A claimer appends each decision's name to one list per attempt (``announced``) after it set the
+winner. A waiter reads that list now and then (:meth:`Learned.learn_after`): the names it has not
+seen yet, and their results in one ``multi_get``; only when the result it asked for was there
+already (the claimer is ahead of it). In an SPMD job the ranks launch the same kernels
+in the same order, so the ranks behind the first learn the keys ahead of them in one read. Reads
+back off (every 1, 2, 4, ... such keys) while they find nothing new, so a job whose ranks keep
+pace pays at most a few reads in all. Only winners are learned: a failure or a death notice is
+read where it is published, with the heartbeat rules of ``core.consensus``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+
+logger = logging.getLogger("autotune_guard")
+
+ANNOUNCED = "announced"  # under the attempt's prefix: the names of published decisions, one a line
+MOST_PER_READ = 1024  # results fetched in one multi_get
+AHEAD_S = 0.02  # a result that came faster than this was there already: the claimer is ahead
+
+
+def announce(store, prefix: str, name: str) -> None:
+    """After the winner of ``name`` was set: add its name to the attempt's list (one request)."""
+    try:
+        store.append(f"{prefix}/{ANNOUNCED}", name + "\n")
+    except Exception as exc:  # the winner is published: only the others' shortcut is lost
+        logger.debug("consensus: could not announce %s: %s", name, exc)
+
+
+class Learned:
+    """The winners this process learned, per Store and attempt prefix, and when to read again."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._scopes: dict = {}  # (id(store), prefix) -> _Scope
+
+    def winner(self, store, prefix: str, name: str) -> str | None:
+        """The published winner of ``name`` this process learned already, as published text."""
+        scope = self._scopes.get((id(store), prefix))
+        return None if scope is None else scope.results.get(name)
+
+    def learn_after(self, store, prefix: str, name: str, published: str, ahead: bool) -> None:
+        """A waiter got ``published`` for ``name`` from the Store: note it and, when the claimer was
+        ``ahead`` of this rank and a read is due, learn the winners published since the last read.
+        Never raises: a failed read learns nothing."""
+        with self._lock:
+            scope = self._scopes.setdefault((id(store), prefix), _Scope(store))
+            scope.results[name] = published
+            if not ahead:  # this rank waited for the tuning: nothing is published ahead of it
+                return
+            scope.waited += 1
+            if scope.waited < scope.next_read:
+                return
+            scope.waited = 0
+        try:
+            found = _read(store, prefix, scope)
+        except Exception as exc:
+            logger.debug("consensus: could not read the announced winners under %s: %s", prefix, exc)
+            found = 0
+        with self._lock:
+            scope.next_read = 1 if found else min(2 * scope.next_read, 1 << 20)
+
+    def after_fork_in_child(self) -> None:
+        self._lock = threading.Lock()  # another thread may have held it at fork
+
+
+class _Scope:
+    def __init__(self, store):
+        self.store = store  # kept alive, so that its id names no other Store
+        self.results: dict = {}  # decision name -> published text (winners only)
+        self.waited = 0
+        self.next_read = 1
+
+
+def _read(store, prefix: str, scope: _Scope) -> int:
+    """How many new winners one read of the announced list brought (2 or 3 requests)."""
+    listed = f"{prefix}/{ANNOUNCED}"
+    if not store.check([listed]):
+        return 0
+    text = store.get(listed)
+    text = text.decode(errors="replace") if isinstance(text, (bytes, bytearray)) else str(text)
+    new = [n for n in dict.fromkeys(text.split("\n")) if n and n not in scope.results][:MOST_PER_READ]
+    if not new:
+        return 0
+    values = store.multi_get([f"{prefix}/{n}/result" for n in new])
+    found = 0
+    for name, value in zip(new, values):
+        value = value.decode(errors="replace") if isinstance(value, (bytes, bytearray)) else str(value)
+        try:
+            payload = json.loads(value)
+        except ValueError:
+            continue  # read where it is published, and named there
+        if isinstance(payload, dict) and "winner" in payload:  # checked in full by the reader that uses it
+            scope.results[name] = value
+            found += 1
+    return found
+
+
+learned = Learned()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=learned.after_fork_in_child)
