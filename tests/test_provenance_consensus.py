@@ -271,3 +271,36 @@ def test_a_libtuners_grown_table_is_named_and_refused_once_the_kernel_changes(tm
     assert all(LIB_KERNEL in r["refused"] and "its candidate list changed (4 candidates then, 5 now)" in r["refused"]
                and "refused with AUTOTUNE_ON_MISS=error" in r["refused"] for r in refused)
     assert _table(tmp_path)[tables.PROVENANCE][LIB_KERNEL] == grown
+
+
+def test_provenance_waits_out_a_swapped_launch_of_another_key(guard):
+    # A pinned or consensus launch of one key runs with ``configs`` swapped to [the chosen] under the
+    # autotuner's lock; another thread's winner handed to the table meanwhile must still hash all 8.
+    import threading
+
+    import kernels.demo as demo
+    from autotune_guard.adapters.triton import provenance
+    from autotune_guard.adapters.triton.tuner import REGISTRY
+
+    guard({"AUTOTUNE_MODE": "consensus"})
+    autotuner, swapped, done, found = demo.add_kernel, threading.Event(), threading.Event(), []
+    autotuner.__dict__.pop(provenance.PROVENANCE_ATTR, None)
+
+    def swap():
+        with REGISTRY.lock_of(autotuner):
+            declared, autotuner.configs = autotuner.configs, autotuner.configs[:1]
+            swapped.set()
+            done.wait(10)
+            autotuner.configs = declared
+
+    holder = threading.Thread(target=swap)
+    holder.start()
+    swapped.wait(10)
+    asker = threading.Thread(target=lambda: found.append(provenance.of(autotuner)))
+    asker.start()
+    asker.join(0.3)
+    assert asker.is_alive()  # it waits for the swapped launch to end
+    done.set()
+    holder.join(10)
+    asker.join(10)
+    assert found[0]["count"] == len(autotuner.configs) == 8
