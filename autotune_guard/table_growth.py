@@ -9,6 +9,11 @@ with no Store scan, including keys rank 0 never ran. Several jobs may share the 
 write takes an exclusive lock on ``<dir>/.<arch>.lock`` (a POSIX record lock: a forked child
 never inherits it), re-reads the table, adds what it lacks (an entry present already is kept:
 the first writer wins, a differing one is said once) and renames a complete file over it.
+
+Each kernel new to the table gets this job's provenance of it (``provenance``, as ``report merge``
+writes it), so pinned mode and consensus name its entries once the kernel changes. A kernel the
+table holds against another version of it (source, candidates or tuning options) gets none of
+this job's winners, and that is said once: one version per kernel.
 """
 
 from __future__ import annotations
@@ -112,8 +117,9 @@ def _grow(directory: str, arch: str, additions: dict) -> None:
         document = read_document(path, formats=(TABLE_FORMAT,)) if os.path.lexists(path) else None
         if document is not None and document["arch"] != arch:
             raise FileFormatError(f"{path}: is a table for arch {document['arch']}, not {arch}")
-        grown, differing, count = tables.grow_table(document, arch, additions, _provenance(),
-                                                    current().facts.get("config_defaults") or {})
+        grown, differing, count, stale = tables.grow_table(document, arch, additions, _provenance(),
+                                                           current().facts.get("config_defaults") or {},
+                                                           _kernel_provenance(additions))
         if count:
             if document is None:
                 grown.update({name: value for name, value in current().facts.versions().items() if value})
@@ -129,6 +135,24 @@ def _grow(directory: str, arch: str, additions: dict) -> None:
             f"table {path} holds {signature({'kwargs': {}, **kept})} for kernel {kernel} key ({key}) arch {arch} "
             f"({tables.added_by(grown, kernel, key) or 'from an earlier table'}); this job tuned {tuned}: the "
             "table's entry is kept (the first writer wins)"), scope="process")
+    for kernel, differs, left_out in stale:
+        current().warn_once(f"table growth stale: {path}|{kernel}", (
+            f"table {path} holds entries for kernel {kernel} recorded against another version of it "
+            f"({', '.join(differs)}): this job's {left_out} new winner{'' if left_out == 1 else 's'} for it "
+            f"{'is' if left_out == 1 else 'are'} not added (a table keeps one version of a kernel); delete the "
+            "kernel's entries there (or start a new table directory) and the next consensus run tunes and adds "
+            "them"), scope="process")
+
+
+def _kernel_provenance(additions: dict) -> dict:
+    """kernel -> what it is (``model.tuned_winner``'s provenance), for the kernels that say."""
+    found = {}
+    for kernel, entries in additions.items():
+        said = [getattr(desc, "provenance", None) for desc in entries.values()]
+        said = [p for p in said if isinstance(p, dict)]
+        if said:
+            found[kernel] = said[0]
+    return found
 
 
 def _provenance() -> dict:

@@ -18,6 +18,7 @@ import pytest
 from support import TESTS, clean_env, run_python, torchrun
 
 from autotune_guard.core import schema, tables
+from autotune_guard.core.model import provenance_text
 
 PROGS = os.path.join(TESTS, "progs")
 WORKER = os.path.join(PROGS, "consensus_table_worker.py")
@@ -115,12 +116,18 @@ def test_each_entry_names_the_job_that_added_it_and_report_show_says_so(two_runs
             who = table[tables.ADDED][kernel][key]
             assert who["triton"] and who["host"] and who["time"] and who["rank"] in (0, 1)
     assert table[tables.ADDED][ADD][key_of("add", 7001)]["rank"] == 1  # rank 1 tuned its own key, and wrote it
+    # Each kernel's provenance, once, whichever rank wrote its first entry (the shape merge writes).
+    prov = table[tables.PROVENANCE]
+    assert sorted(prov) == [ADD, SCALE] and (prov[ADD]["count"], prov[SCALE]["count"]) == (8, 3)
+    assert prov[ADD]["source"] != prov[SCALE]["source"] and {p["device"] for p in prov.values()} == {"interpret"}
     path = str(two_runs["dir"] / "interpret.json")
     proc = subprocess.run([sys.executable, "-m", "autotune_guard.report", "show", path], capture_output=True,
                           text=True, env=clean_env())
     assert proc.returncode == 0, proc.stderr
     entry_lines = [line for line in proc.stdout.splitlines() if "[table]" in line]
     assert len(entry_lines) == 5 and all(f"added by run {next(iter(runs))} (rank " in line for line in entry_lines)
+    assert [line.strip() for line in proc.stdout.splitlines() if "provenance:" in line] == \
+        [f"provenance: {provenance_text(prov[kernel])}" for kernel in (ADD, SCALE)]  # once under each kernel
     proc = subprocess.run([sys.executable, "-m", "autotune_guard.report", "show", "--json", path],
                           capture_output=True, text=True, env=clean_env())
     rows = json.loads(proc.stdout)["keys"]

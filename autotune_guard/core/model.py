@@ -113,6 +113,19 @@ def provenance_differences(recorded: Mapping, live: Mapping) -> list[str]:
     return differs
 
 
+class TunedWinner(dict):
+    """A winner's descriptor handed to a consensus table writer, with its kernel's provenance
+    (``provenance``; None where the kernel has none, as a compiled kernel's)."""
+
+    provenance = None
+
+
+def tuned_winner(desc: Mapping, provenance: Mapping | None = None) -> TunedWinner:
+    winner = TunedWinner(desc)
+    winner.provenance = dict(provenance) if provenance is not None else None
+    return winner
+
+
 def provenance_text(recorded: Mapping) -> str:
     """One line for ``report show``."""
     parts = [f"{name} {recorded[name]}" for name in PROVENANCE_FIELDS if recorded.get(name)]

@@ -233,7 +233,7 @@ def ineffective_settings(policy: AutotunePolicy, startup: StartupSettings) -> li
                          f"the environment gave at start-up ({startup.verify_every}), so that every rank counts the "
                          "same barriers")
     pinned_only = [(f"AUTOTUNE_{name.upper()}", getattr(policy, name)) for name in ("on_miss", "block_sizes", "table_path")
-                   if not (name == "table_path" and policy.mode == "consensus") and getattr(policy, name) != getattr(default, name)]
+                   if not _consensus_uses(policy, name) and getattr(policy, name) != getattr(default, name)]
     if policy.mode != "pinned":
         for var, value in pinned_only:
             found.append(f"{var}={_show(value)} has an effect in pinned mode only, and the mode is {policy.mode} "
@@ -245,6 +245,13 @@ def ineffective_settings(policy: AutotunePolicy, startup: StartupSettings) -> li
         found.append(f"AUTOTUNE_DETERMINISTIC=1 with AUTOTUNE_MODE={policy.mode}: the explicit mode wins and choices "
                      "are not pinned")
     return found
+
+
+def _consensus_uses(policy: AutotunePolicy, name: str) -> bool:
+    """Consensus reads a table path, and with one refuses a stale entry under AUTOTUNE_ON_MISS=error."""
+    if policy.mode != "consensus":
+        return False
+    return name == "table_path" or (name == "on_miss" and policy.on_miss == "error" and bool(policy.table_path))
 
 
 def _show(value) -> str:

@@ -1,6 +1,7 @@
 """Tables: where they are searched, how several merge, when they are stale, which entry a kernel
 and key get, and how a table grows by what a consensus job tuned (``grow_table``, with who added
-each entry). Reading goes through ``schema``; warnings are returned, so the caller says each once."""
+each entry and what each kernel was). Reading goes through ``schema``; warnings are returned, so
+the caller says each once."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import os
 from typing import Mapping
 
 from .errors import FileFormatError
-from .model import compact, provenance_text
+from .model import compact, provenance_differences, provenance_text
 from .pinned import entry_matches
 from .schema import TABLE_FORMAT, read_document
 
@@ -167,19 +168,31 @@ def table_index(entry: Mapping | None, descriptors, defaults: Mapping) -> int | 
 
 
 def grow_table(document: Mapping | None, arch: str, additions: Mapping, provenance: Mapping,
-               defaults: Mapping) -> tuple[dict, list[tuple[str, str, dict]], int]:
+               defaults: Mapping, kernel_provenance: Mapping | None = None) -> tuple[dict, list, int, list]:
     """``document`` (the table as it is on disk now, None when there is none yet) with
     ``additions`` (kernel -> key -> full descriptor) added, each with ``provenance`` (who added
-    it). An entry the table holds already is kept: the first writer wins. Returns (the new
-    document, the kept entries that differ from what was to be added as (kernel, key, kept
-    entry), how many entries were added)."""
+    it), and each kernel new to the table with its ``kernel_provenance`` (kernel -> what it is,
+    ``model.provenance``) in the table's ``provenance`` map, the shape ``report merge`` writes.
+    An entry the table holds already is kept: the first writer wins. A kernel whose entries were
+    recorded against another version of it gets none of this job's (one version per kernel).
+    Returns (the new document, the kept entries that differ from what was to be added as
+    (kernel, key, kept entry), how many entries were added, the kernels left out as (kernel,
+    what differs, how many new keys it had))."""
     grown = dict(document) if document is not None else {
         "format": TABLE_FORMAT, "arch": arch, "source": {"by": GROWN_BY}, "kernels": {}}
     kernels = {kernel: dict(entries) for kernel, entries in grown["kernels"].items()}
     who = grown.get(ADDED) if isinstance(grown.get(ADDED), dict) else {}
     who = {kernel: dict(keys) for kernel, keys in who.items() if isinstance(keys, dict)}
-    differing, count = [], 0
+    recorded = dict(grown[PROVENANCE]) if isinstance(grown.get(PROVENANCE), dict) else {}
+    differing, stale, count = [], [], 0
     for kernel, entries in sorted(additions.items()):
+        live = (kernel_provenance or {}).get(kernel)
+        differs = _version_differs(recorded.get(kernel), live) if kernels.get(kernel) else []
+        if differs:
+            stale.append((kernel, differs, sum(key not in kernels[kernel] for key in entries)))
+            continue
+        if live and not kernels.get(kernel):  # new to the table (or its entries were deleted)
+            recorded[kernel] = dict(live)
         for key, desc in sorted(entries.items()):
             kept = kernels.get(kernel, {}).get(key)
             if kept is not None:
@@ -190,7 +203,16 @@ def grow_table(document: Mapping | None, arch: str, additions: Mapping, provenan
             who.setdefault(kernel, {})[key] = dict(provenance)
             count += 1
     grown["kernels"], grown[ADDED] = kernels, who
-    return grown, differing, count
+    if recorded:
+        grown[PROVENANCE] = recorded
+    return grown, differing, count, stale
+
+
+def _version_differs(recorded, live) -> list[str]:
+    """What differs between the table's provenance of a kernel and this job's (nothing when either is unknown)."""
+    if not isinstance(recorded, dict) or not isinstance(live, Mapping):
+        return []
+    return provenance_differences(recorded, live)
 
 
 def added_by(document: Mapping, kernel: str, key: str) -> str | None:

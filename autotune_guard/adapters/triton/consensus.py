@@ -5,14 +5,19 @@ nothing here is a collective, so ranks may meet kernels in any order, or never.
 
 With AUTOTUNE_TABLE_PATH, the claimer pins the key from the table when it holds it (the waiters
 follow it through the Store as always, so a table another job grows meanwhile cannot split the
-job), and a winner timed here is handed to the table writer (``Guard.tuned_for_job``)."""
+job), and a winner timed here is handed to the table writer (``Guard.tuned_for_job``). A table
+entry recorded against another version of the kernel is named, or refused, on every rank as in
+pinned mode.
+
+FlagGems' LibTuner (``flaggems``) decides through the same three public steps: ``table_index``,
+``tuned_for_job`` and ``settle``."""
 
 from __future__ import annotations
 
 import logging
 
 from ...core import consensus, tables
-from ...core.model import Choice, ChoiceKey, descriptor, key_text, record_entry, signature
+from ...core.model import Choice, ChoiceKey, descriptor, key_text, record_entry, signature, tuned_winner
 from ...runtime import current
 from . import observe, provenance
 from .calls import candidates, swap_run
@@ -58,11 +63,11 @@ def _decide(autotuner, state, key, args, kwargs):
     with state.lock:  # pruning sets autotuner.nargs for the call, like Triton's own run does
         live = candidates(autotuner, args, kwargs)
     signatures = [signature(descriptor(c)) for c in live]
+    from_table = table_index(autotuner, state, choice_key, live)  # on every rank: a stale entry is refused on each
 
-    def tune():  # on the claimer only: the table it reads decides for the job too, untimed and unlaunched
-        index = _table_index(state, choice_key, live)
-        if index is not None:
-            return signatures[index], None
+    def tune():  # on the claimer only: the table it read decides for the job too, untimed and unlaunched
+        if from_table is not None:
+            return signatures[from_table], None
         return _tune(autotuner, state, key, args, kwargs, live)
 
     name = consensus.decision_name(choice_key.arch, choice_key.kernel, choice_key.key)
@@ -74,21 +79,25 @@ def _decide(autotuner, state, key, args, kwargs):
         if index is not None:  # the live object, so that its hooks survive (not a disk-cache copy)
             winner = live[index]
         if len(live) > 1:
-            _tuned_for_job(state, choice_key, winner)
-        _settle(autotuner, state, key, choice_key, winner, winner_signature, timings, "consensus")
+            tuned_for_job(autotuner, state, choice_key, winner)
+        settle(autotuner, state, key, choice_key, winner, winner_signature, timings, "consensus")
         return _Launched(result)
-    _settle(autotuner, state, key, choice_key, live[index], signatures[index], None, "consensus")
+    settle(autotuner, state, key, choice_key, live[index], signatures[index], None, "consensus")
     return live[index]
 
 
-def _table_index(state, choice_key, live) -> int | None:
+def table_index(autotuner, state, choice_key, live) -> int | None:
     """The live candidate AUTOTUNE_TABLE_PATH's tables hold for this key, matched as pinned mode
-    matches it; None without one (an entry that matches no candidate is said once, then tuned)."""
+    matches it; None without one (an entry that matches no candidate is said once, then tuned).
+    An entry recorded against another version of the kernel is named once per kernel, as in
+    pinned mode, and refused with AUTOTUNE_ON_MISS=error (``provenance.check_pinned``)."""
     epoch = state.epoch
     if not epoch.policy.table_path:
         return None
     guard = current()
     entry = guard.table_entry(epoch, choice_key.arch, choice_key.kernel, choice_key.key)
+    if entry is not None:
+        provenance.check_pinned(autotuner, state, choice_key)
     index = tables.table_index(entry, [descriptor(c) for c in live], guard.facts.get("config_defaults") or {})
     if entry is not None and index is None:
         guard.warn_once(f"consensus table miss {choice_key.text()}", f"the table entry for {choice_key.what()} "
@@ -96,10 +105,11 @@ def _table_index(state, choice_key, live) -> int | None:
     return index
 
 
-def _tuned_for_job(state, choice_key, winner) -> None:
-    """A winner timed here for the job: the table directory in AUTOTUNE_TABLE_PATH grows by it."""
+def tuned_for_job(autotuner, state, choice_key, winner) -> None:
+    """A winner timed here for the job: the table directory in AUTOTUNE_TABLE_PATH grows by it
+    (with the kernel's provenance)."""
     if state.epoch.policy.table_path:
-        current().tuned_for_job(state.epoch, choice_key, descriptor(winner))
+        current().tuned_for_job(state.epoch, choice_key, tuned_winner(descriptor(winner), provenance.of(autotuner)))
 
 
 def _tune(autotuner, state, key, args, kwargs, live):
@@ -119,9 +129,9 @@ def _alone(autotuner, state, key, choice_key, args, kwargs):
     if state.epoch.policy.table_path:
         with state.lock:
             live = candidates(autotuner, args, kwargs)
-        index = _table_index(state, choice_key, live)
+        index = table_index(autotuner, state, choice_key, live)
         if index is not None:
-            _settle(autotuner, state, key, choice_key, live[index], signature(descriptor(live[index])), None, "pinned")
+            settle(autotuner, state, key, choice_key, live[index], signature(descriptor(live[index])), None, "pinned")
             return live[index]
     world = current().facts.ask("rank_now", (0, 1))[1]
     if world > 1:  # a distributed job that has not initialized its group yet: choices may differ
@@ -134,8 +144,8 @@ def _alone(autotuner, state, key, choice_key, args, kwargs):
                             "process group: choices are timed by this process alone, as in auto mode", logging.INFO)
     result, winner, timings = _triton_tunes(autotuner, state, key, args, kwargs)
     if world == 1 and len(autotuner.configs) > 1:
-        _tuned_for_job(state, choice_key, winner)
-    _settle(autotuner, state, key, choice_key, winner, signature(descriptor(winner)), timings, "timed")
+        tuned_for_job(autotuner, state, choice_key, winner)
+    settle(autotuner, state, key, choice_key, winner, signature(descriptor(winner)), timings, "timed")
     return _Launched(result)
 
 
@@ -150,7 +160,7 @@ def _triton_tunes(autotuner, state, key, args, kwargs):
     return result, winner, observe.measured(autotuner, timings, timings_before)
 
 
-def _settle(autotuner, state, key, choice_key, config, winner_signature, timings, how) -> None:
+def settle(autotuner, state, key, choice_key, config, winner_signature, timings, how) -> None:
     """The decision on this rank: pinned for later launches, in the choice log, and in the record
     file when AUTOTUNE_RECORD_PATH is set."""
     state.selected[key] = config

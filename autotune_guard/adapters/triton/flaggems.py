@@ -184,16 +184,16 @@ def _consensus(autotuner, state, key, original, args, kwargs):
         with state.lock:
             live = candidates(autotuner, args, kwargs)
         signatures = [signature(descriptor(c)) for c in live]
-        index = consensus._table_index(state, choice_key, live)
+        index = consensus.table_index(autotuner, state, choice_key, live)
         store = guard.job_store(choice_key)
         if store is None:
             if index is not None:
-                consensus._settle(autotuner, state, key, choice_key, live[index], signatures[index], None, "pinned")
+                consensus.settle(autotuner, state, key, choice_key, live[index], signatures[index], None, "pinned")
                 return original(autotuner, *args, **kwargs)
             with state.lock:
                 result, winner, timings = _library_tunes(autotuner, state, key, original, args, kwargs)
-            consensus._tuned_for_job(state, choice_key, winner)
-            consensus._settle(autotuner, state, key, choice_key, winner, signature(descriptor(winner)), timings, "timed")
+            consensus.tuned_for_job(autotuner, state, choice_key, winner)
+            consensus.settle(autotuner, state, key, choice_key, winner, signature(descriptor(winner)), timings, "timed")
             return result
 
         def tune():
@@ -208,8 +208,8 @@ def _consensus(autotuner, state, key, original, args, kwargs):
                                                    signatures, tune, state.epoch.policy.consensus_timeout)
         if tuned_here and tuned[1] is not None:
             result, winner, timings = tuned[1]
-            consensus._tuned_for_job(state, choice_key, winner)
-            consensus._settle(autotuner, state, key, choice_key, winner, tuned[0], timings, "consensus")
+            consensus.tuned_for_job(autotuner, state, choice_key, winner)
+            consensus.settle(autotuner, state, key, choice_key, winner, tuned[0], timings, "consensus")
             return result
-        consensus._settle(autotuner, state, key, choice_key, live[index], signatures[index], None, "consensus")
+        consensus.settle(autotuner, state, key, choice_key, live[index], signatures[index], None, "consensus")
     return original(autotuner, *args, **kwargs)

@@ -1,6 +1,7 @@
-"""What a kernel is, for records and tables (``core.model.provenance``), and the pinned check that
-names a table entry recorded against another version of the kernel (other source, candidates or
-tuning options): one line per kernel, or refused with AUTOTUNE_ON_MISS=error."""
+"""What a kernel is, for records and tables (``core.model.provenance``), and the check, in pinned
+mode and in consensus's table, that names a table entry recorded against another version of the
+kernel (other source, candidates or tuning options): one line per kernel, or refused with
+AUTOTUNE_ON_MISS=error."""
 
 from __future__ import annotations
 
@@ -10,13 +11,21 @@ from ...core.errors import SelectionError
 from ...core.model import descriptor, provenance, provenance_differences
 from ...core.tables import table_provenance
 from ...runtime import current
-from .tuner import _source_of
+from .tuner import REGISTRY, _source_of
 
 PROVENANCE_ATTR = "_autotune_guard_provenance"
 
 
 def of(autotuner) -> dict:
     """The autotuner's provenance over its declared candidates (kept while ``configs`` is the same list)."""
+    kept = autotuner.__dict__.get(PROVENANCE_ATTR)
+    if kept is not None and kept[0] is autotuner.configs:
+        return kept[1]
+    with REGISTRY.lock_of(autotuner):  # a swapped launch of another key (``calls.swap_run``) is over
+        return _of(autotuner)
+
+
+def _of(autotuner) -> dict:
     configs = autotuner.configs
     kept = autotuner.__dict__.get(PROVENANCE_ATTR)
     if kept is not None and kept[0] is configs:
@@ -58,8 +67,9 @@ def _name(fn):
 
 
 def check_pinned(autotuner, state, choice_key) -> None:
-    """Before a pinned pick: a table entry for this key recorded against another version of the
-    kernel is named once per kernel, and refused with AUTOTUNE_ON_MISS=error."""
+    """Before a key is pinned from a table (pinned mode's pick; consensus's ``table_index``, on
+    every rank): a table entry for this key recorded against another version of the kernel is
+    named once per kernel, and refused with AUTOTUNE_ON_MISS=error."""
     guard = current()
     if guard.table_entry(state.epoch, choice_key.arch, choice_key.kernel, choice_key.key) is None:
         return
@@ -68,7 +78,8 @@ def check_pinned(autotuner, state, choice_key) -> None:
     if not differs:
         return
     message = (f"kernel {choice_key.kernel}: its table entries were recorded against another version of it "
-               f"({', '.join(differs)}); record and merge it again")
+               f"({', '.join(differs)}); record and merge it again (a table consensus grows: delete its entries "
+               "there, and the next consensus run tunes and adds them)")
     if state.epoch.policy.on_miss == "error":
         raise SelectionError(f"autotune_guard: {choice_key.what()}: {message}; refused with AUTOTUNE_ON_MISS=error")
     guard.warn_once(f"stale provenance {choice_key.kernel}", message + "; its entries are used where a config still matches")
