@@ -15,7 +15,7 @@ import logging
 from ...core.errors import SelectionError
 from ...runtime import current
 from .. import _patching
-from . import names, step
+from . import names, step, templates
 
 logger = logging.getLogger("autotune_guard")
 
@@ -50,7 +50,25 @@ def patch(heuristics) -> list:
         if callable(getattr(cache_cls, "save", None)):
             patches.append(_patching.patch(cache_cls, "save", _save_of(cache_cls)))
     current().on_fork(names.CACHES.renew)
+    _watch_templates()
     return patches
+
+
+_templates_watched = False
+
+
+def _watch_templates() -> None:
+    """max-autotune's template selection and the FX graph cache key (``templates``), patched when
+    Inductor imports them (at once if it has)."""
+    global _templates_watched
+    if _templates_watched:
+        return
+    import wrapt
+
+    for module in templates.AFTER_SELECTOR:
+        wrapt.register_post_import_hook(templates.on_import, module)
+    wrapt.register_post_import_hook(templates.patch_codecache, "torch._inductor.codecache")
+    _templates_watched = True
 
 
 def seam_missing(what: str) -> None:
