@@ -124,7 +124,7 @@ def _retuner_of(cls, method: str, flag: str, what: str):
         name, unmatched = names.kernel_name(self)
         if unmatched:
             step.say_unmatched(unmatched, name)
-        if not policy.in_scope(name):
+        if not policy.in_scope(name) or templates.timing_now():  # (a template candidate timed for a selection)
             return own(self, launcher, *args, **kwargs)
         if policy.mode == "pinned":
             setattr(launcher.config, flag, True)

@@ -123,6 +123,12 @@ def governed() -> bool:
     return SEAM.governed
 
 
+def timing_now() -> bool:
+    """Whether this thread is inside a selection the guard governs while Inductor times its choices
+    (a candidate's own tuning then is part of that timing, not a choice of its own)."""
+    return getattr(_local, "active", None) is not None
+
+
 def _call_of(cls):
     def __call__(self, name, choices, input_nodes, layout, *args, **kwargs):
         own = _patching.original(cls, "__call__")
