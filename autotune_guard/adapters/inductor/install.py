@@ -15,7 +15,7 @@ import logging
 from ...core.errors import SelectionError
 from ...runtime import current
 from .. import _patching
-from . import names, step, templates
+from . import names, step, template_cache, templates
 
 logger = logging.getLogger("autotune_guard")
 
@@ -67,7 +67,7 @@ def _watch_templates() -> None:
 
     for module in templates.AFTER_SELECTOR:
         wrapt.register_post_import_hook(templates.on_import, module)
-    wrapt.register_post_import_hook(templates.patch_codecache, "torch._inductor.codecache")
+    wrapt.register_post_import_hook(template_cache.patch_codecache, "torch._inductor.codecache")
     _templates_watched = True
 
 
