@@ -15,7 +15,7 @@ import logging
 from ...core.errors import SelectionError
 from ...runtime import current
 from .. import _patching
-from . import names, step
+from . import names, step, template_cache, templates
 
 logger = logging.getLogger("autotune_guard")
 
@@ -50,7 +50,25 @@ def patch(heuristics) -> list:
         if callable(getattr(cache_cls, "save", None)):
             patches.append(_patching.patch(cache_cls, "save", _save_of(cache_cls)))
     current().on_fork(names.CACHES.renew)
+    _watch_templates()
     return patches
+
+
+_templates_watched = False
+
+
+def _watch_templates() -> None:
+    """max-autotune's template selection and the FX graph cache key (``templates``), patched when
+    Inductor imports them (at once if it has)."""
+    global _templates_watched
+    if _templates_watched:
+        return
+    import wrapt
+
+    for module in templates.AFTER_SELECTOR:
+        wrapt.register_post_import_hook(templates.on_import, module)
+    wrapt.register_post_import_hook(template_cache.patch_codecache, "torch._inductor.codecache")
+    _templates_watched = True
 
 
 def seam_missing(what: str) -> None:
@@ -106,7 +124,7 @@ def _retuner_of(cls, method: str, flag: str, what: str):
         name, unmatched = names.kernel_name(self)
         if unmatched:
             step.say_unmatched(unmatched, name)
-        if not policy.in_scope(name):
+        if not policy.in_scope(name) or templates.timing_now():  # (a template candidate timed for a selection)
             return own(self, launcher, *args, **kwargs)
         if policy.mode == "pinned":
             setattr(launcher.config, flag, True)

@@ -15,7 +15,7 @@ import logging
 from ...core import consensus, tables
 from ...core.model import Choice, record_entry, signature
 from ...runtime import current
-from . import keyed, names
+from . import keyed, names, templates
 
 logger = logging.getLogger("autotune_guard")
 
@@ -65,7 +65,8 @@ def say_unmatched(function: str, qualified: str) -> None:
 
 def _announce(self, kernel, policy, mode: str) -> None:
     guard = current()
-    if self.inductor_meta.get("max_autotune") or self.inductor_meta.get("max_autotune_pointwise"):
+    if not templates.governed() and (self.inductor_meta.get("max_autotune")
+                                     or self.inductor_meta.get("max_autotune_pointwise")):
         guard.warn_once("max-autotune", "torch.compile max-autotune: Inductor's template selection "
                         "(select_algorithm) benchmarks its GEMM/conv templates while compiling; autotune_guard "
                         "governs the kernels' configs, not that choice", scope="process")

@@ -1,0 +1,113 @@
+"""What one max-autotune template selection is called, keyed by and chooses among, as plain data,
+and the pinned rule for it.
+
+A selection is Inductor's ``AlgorithmSelectorCache(name, choices, input_nodes, layout)``: the
+kernel is ``torch.compile template selection:<name>`` (``mm``, ``addmm``, ``convolution``,
+``packed_linear``), the key is Inductor's own inputs key (``create_inputs_key``: device, dtype,
+sizes, strides and offset of each input), the arch is the Triton arch for a CUDA/ROCm device and
+the device type otherwise (``cpu``). Each choice is a descriptor ``{"kwargs": {"choice": text}}``
+whose text is the choice's name without Inductor's process-wide counter (``triton_mm_17`` is
+``triton_mm``) and its description (the template's config), so that it is the same in every
+process that compiles the same graph on the same torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+
+from ...core.errors import SelectionError
+from ...core.model import ChoiceKey, signature
+from ...core.pinned import chaos_shift
+from ...core.tables import PACKAGED_TABLES, table_index
+
+KERNEL_PREFIX = "torch.compile template selection:"
+_COUNTER = re.compile(r"_\d+$")
+
+
+def kernel_name(op: str) -> str:
+    return f"{KERNEL_PREFIX}{op}"
+
+
+def arch_of(device_type: str, triton_arch) -> str:
+    """A CUDA (or ROCm) device's Triton arch (``sm90``); other devices by their type (``cpu``)."""
+    if device_type == "cuda" and triton_arch:
+        return str(triton_arch)
+    return device_type or "?"
+
+
+def choice_text(name: str, description: str, extern: bool) -> str:
+    """The stable text of one choice: an extern (aten) choice by its name, a template's name
+    without its counter, with its description in parentheses when it has one."""
+    base = name if extern else _COUNTER.sub("", name)
+    description = (description or "").strip()
+    return f"{base}({description})" if description else base
+
+
+def descriptors(texts) -> list[dict]:
+    """The choices' descriptors, in Inductor's order; texts that repeat get ``#1``, ``#2``... in order."""
+    texts = list(texts)
+    seen: dict[str, int] = {}
+    out = []
+    for text in texts:
+        if texts.count(text) > 1:
+            seen[text] = seen.get(text, 0) + 1
+            text = f"{text}#{seen[text]}"
+        out.append({"kwargs": {"choice": text}})
+    return out
+
+
+def deterministic_index(extern_flags) -> int:
+    """Inductor's own deterministic choice (``pick_deterministic_choice``): the first extern (aten)
+    choice, else the first one."""
+    flags = list(extern_flags)
+    return flags.index(True) if True in flags else 0
+
+
+def pinned_index(key: ChoiceKey, descs: list, extern_flags, entry, policy, rank: int = 0) -> tuple[int, str]:
+    """The pinned choice and why: the table's entry; else, with ``AUTOTUNE_ON_MISS=error``, a
+    refusal naming the key; else Inductor's deterministic choice (aten where offered): a template
+    selection has no static cost to rank by. ``AUTOTUNE_CHAOS`` shifts it by the rank."""
+    index = table_index(entry, descs, {})
+    why = "table"
+    if index is None:
+        reason = "its table entry matches no choice offered" if entry is not None else "no table entry"
+        if policy.on_miss == "error":
+            raise SelectionError(f"autotune_guard: {key.what()}: {reason} and AUTOTUNE_ON_MISS=error "
+                                 f"({len(descs)} choices: {', '.join(signature(d) for d in descs[:4])}"
+                                 f"{', ...' if len(descs) > 4 else ''})")
+        index, why = deterministic_index(extern_flags), f"{reason}: Inductor's deterministic choice"
+    if policy.chaos:
+        return chaos_shift(index, len(descs), rank), "chaos"
+    return index, why
+
+
+_HASHED: dict = {}  # (path, size, mtime_ns) -> content hash
+
+
+def tables_fingerprint(table_path) -> str:
+    """A hash of every table a pinned selection may read (``AUTOTUNE_TABLE_PATH`` and the packaged
+    ones), by content: two processes with equal fingerprints pin every selection alike."""
+    files = []
+    for entry in (*table_path, PACKAGED_TABLES):
+        if os.path.isdir(entry):
+            files += sorted(os.path.join(entry, name) for name in os.listdir(entry) if name.endswith(".json"))
+        elif os.path.isfile(entry):
+            files.append(entry)
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(f"{os.path.basename(path)}\0{_content_hash(path)}\0".encode())
+    return digest.hexdigest()[:16]
+
+
+def _content_hash(path: str) -> str:
+    try:
+        stat = os.stat(path)
+        tag = (path, stat.st_size, stat.st_mtime_ns)
+        if tag not in _HASHED:
+            with open(path, "rb") as handle:
+                _HASHED[tag] = hashlib.sha256(handle.read()).hexdigest()
+        return _HASHED[tag]
+    except OSError as exc:
+        return f"unreadable {exc.errno}"
