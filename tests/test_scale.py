@@ -82,8 +82,9 @@ def test_consensus_on_two_nodes_decides_once_with_one_rank_per_node_on_the_job_s
     timed = sum(r["timer_calls"] for r in ranks)
     assert timed == 3 * 8, timed  # each key timed once in the job: 8 candidates
     for decision in ranks[0]["decisions"]:
-        # the job's Store saw one rank per node: the claimer's node and the other's one waiter
-        assert all(r["decisions"][decision]["job_waiters"] == 1 for r in ranks), ranks
+        # the job's Store saw at most one waiter, the other node's first rank: it may also have
+        # learned a winner the claimer announced ahead of it in a batch, without waiting
+        assert all(r["decisions"][decision]["job_waiters"] <= 1 for r in ranks), ranks
         # on each node, one rank follows the node's first through the node's Store
         assert all(r["decisions"][decision]["node_waiters"] == 1 for r in ranks), ranks
     # the followers of each node never asked the job's Store (the first rank of a node at most 6
