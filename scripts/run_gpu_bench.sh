@@ -15,7 +15,7 @@ OUT="${OUT:-$(mktemp -d)}"
 mkdir -p "$OUT"
 BASE="${PYTHON:-python3}"
 VENV="${VENV:-/tmp/ag-gpu-venv}"
-STEPS="${STEPS-tests compile bench launch startup}"  # any of: tests compile bench launch startup diagnose; empty: set-up only
+STEPS="${STEPS-tests templates compile bench launch startup}"  # any of: tests templates compile bench launch startup diagnose; empty: set-up only
 
 main() {
 echo "=== setup ($(date -u '+%Y-%m-%d %H:%M:%S UTC'))"
@@ -47,6 +47,12 @@ if [[ " $STEPS " == *" tests "* ]]; then
   echo; echo "=== GPU test tier"
   (cd tests && timeout 540 "$PY" -m pytest -p no:cacheprovider -q -rs test_gpu.py test_gpu_compile.py) 2>&1 \
     | tee "$OUT/pytest.txt"
+fi
+if [[ " $STEPS " == *" templates "* ]]; then
+  echo; echo "=== max-autotune template selection: tests, then the proof (plain vs pinned, cold processes)"
+  (cd tests && timeout 540 "$PY" -m pytest -p no:cacheprovider -q -rs test_gpu_templates.py) 2>&1 \
+    | tee "$OUT/pytest-templates.txt"
+  timeout 540 "$PY" scripts/gpu/templates_proof.py --out "$OUT/templates" 2>&1 | tee "$OUT/templates.txt"
 fi
 if [[ " $STEPS " == *" compile "* ]]; then
   echo; echo "=== torch.compile benchmark"
