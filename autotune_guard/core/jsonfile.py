@@ -265,10 +265,10 @@ def plainly_bounded(data: bytes) -> bool:
         start = digits.find(_LONG_RUN, end)
     if b"\\" in data:  # an escaped quote would break the pairing of quotes below
         return False
+    # Strings without brackets go as "" pairs; a string that held one leaves a quote that never
+    # goes, so such text is never plain.  Each pass then takes off one or two levels.
     shape = data.translate(None, _NOT_SHAPE).replace(b'""', b"")
-    if b'"' in shape:  # a string held a bracket: the brackets left are not all structure
-        return False
-    for _ in range(MAX_DEPTH // 2):  # each pass takes off at most two levels
+    for _ in range(MAX_DEPTH // 2):
         if not shape:
             return True
         shape = shape.replace(b"[]", b"").replace(b"{}", b"")
