@@ -279,3 +279,37 @@ def test_deep_or_huge_files_are_still_refused_by_name(tmp_path):
         path.write_text(text)
         with pytest.raises(schema.FileFormatError, match=name):
             schema.read_document(str(path))
+
+
+GOOD_CONFIG = {"kwargs": {"BLOCK": 16, "SCALE": 0.5, "MODE": "x", "EVEN": True, "OPT": None}, "num_warps": 4,
+               "num_stages": None, "num_ctas": 1}
+
+
+@pytest.mark.parametrize("where, bad, said", [
+    ("config", {**GOOD_CONFIG, "num_warps": True}, "'num_warps' must be an integer"),
+    ("config", {**GOOD_CONFIG, "num_stages": "3"}, "'num_stages' must be an integer"),
+    ("config", {**GOOD_CONFIG, "num_ctas": 1.0}, "'num_ctas' must be an integer"),
+    ("config", {**GOOD_CONFIG, "kwargs": {"BLOCK": [16]}}, "meta-parameter 'BLOCK' must be a number"),
+    ("config", {**GOOD_CONFIG, "colour": 1}, "unknown config fields"),
+    ("candidate", {**GOOD_CONFIG, "maxnreg": False}, "'maxnreg' must be an integer"),
+    ("timings", {"a": [0.1, True]}, "a timing must be a number"),
+    ("timings", {"a": []}, "a timing must be a number"),
+    ("timings", {"a": "fast"}, "a timing must be a number"),
+    ("timings", [0.1], "'timings' must be an object"),
+    ("how", 3, "'how' must be a string"),
+])
+def test_the_fast_valid_path_still_refuses_each_bad_field_by_name(tmp_path, where, bad, said):
+    """The fast path passes only what is valid; anything else goes to the checks that name it."""
+    good = {"config": GOOD_CONFIG, "how": "timed", "timings": {"a": [0.1, None], "b": 0.2, "c": None},
+            "candidates": [GOOD_CONFIG]}
+    path = tmp_path / "rec.rank0.json"
+    write(path, {**record(0, 1, keys=0), "kernels": {"k": {"1": good}}})
+    schema.read_document(str(path))
+    entry = {**good, "candidates": [GOOD_CONFIG, bad]} if where == "candidate" else {**good, where: bad}
+    write(path, {**record(0, 1, keys=0), "kernels": {"k": {"1": entry}}})
+    with pytest.raises(schema.FileFormatError, match=f"{path}: kernel 'k' key '1'.*{said}"):
+        schema.read_document(str(path))
+    if where in ("config", "candidate"):  # a table's entries take the same path
+        write(path, {"format": schema.TABLE_FORMAT, "arch": "sm90", "kernels": {"k": {"1": bad}}})
+        with pytest.raises(schema.FileFormatError, match=said):
+            schema.read_document(str(path))

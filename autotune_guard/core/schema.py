@@ -78,6 +78,7 @@ def _common_fields(path, document):
 
 _DESCRIPTOR_FIELDS = frozenset({"kwargs", *OPTION_FIELDS, *EXTRA_FIELDS})
 _KWARG_TYPES = frozenset({int, float, str, bool, type(None)})
+_OPTION_TYPES = frozenset({int, type(None)})  # an option absent or null is Triton's default
 
 
 def check_descriptor(path: str, where: str, desc) -> None:
@@ -90,8 +91,8 @@ def _plain_descriptor(desc) -> bool:
     """``check_descriptor``'s common, valid case, decided without building a message."""
     if type(desc) is dict and _DESCRIPTOR_FIELDS.issuperset(desc):
         kwargs = desc.get("kwargs", {})
-        return type(kwargs) is dict and _KWARG_TYPES.issuperset(map(type, kwargs.values())) and all(
-            desc.get(name) is None or type(desc[name]) is int for name in OPTION_FIELDS)
+        return type(kwargs) is dict and _KWARG_TYPES.issuperset(map(type, kwargs.values())) and \
+            _OPTION_TYPES.issuperset(map(type, map(desc.get, OPTION_FIELDS)))
     return False
 
 
