@@ -1,5 +1,6 @@
 """What the report commands read: record, choices and table files (checked by ``core.schema``),
-grouped by rank and run; what Triton measured; and the plumbing of their output.  Plain data."""
+found by prefix or pattern, of the latest run, labelled; each file's entries handed to a fold as
+it is read (``rows.py``, ``tally.py``), or kept whole and grouped by rank (the HTML page).  Plain data."""
 
 from __future__ import annotations
 
@@ -265,11 +266,11 @@ def choices_of(source: Source) -> list[Chosen]:
         found = []
         for kernel, entries in doc["kernels"].items():
             for key, entry in entries.items():
-                config = _full(entry["config"])
+                config = full_descriptor(entry["config"])
                 # The signature is recomputed, not read: it is what merge and diff compare.
                 found.append(Chosen(source, ChoiceKey(doc["arch"], kernel, key),
                                     Choice(signature(config), str(entry.get("how", "timed"))), config,
-                                    entry.get("timings"), [_full(c) for c in entry.get("candidates", [])]))
+                                    entry.get("timings"), [full_descriptor(c) for c in entry.get("candidates", [])]))
         return found
     return [Chosen(source, ChoiceKey.parse(entry), Choice.parse(value)) for entry, value in doc["log"].items()]
 
@@ -278,11 +279,11 @@ def table_choices(source: Source) -> list[Chosen]:
     """A table's entries as choices (``how`` is ``table``), so ``show`` lays them beside what ranks
     chose.  A field the table leaves out is left out of the signature too (Triton's default)."""
     doc = source.document
-    return [Chosen(source, ChoiceKey(doc["arch"], kernel, key), Choice(signature(_full(desc)), "table"))
+    return [Chosen(source, ChoiceKey(doc["arch"], kernel, key), Choice(signature(full_descriptor(desc)), "table"))
             for kernel, entries in doc["kernels"].items() for key, desc in entries.items()]
 
 
-def _full(desc: dict) -> dict:
+def full_descriptor(desc: dict) -> dict:
     """A stored config with its ``kwargs`` present (a file may leave an empty one out)."""
     return {**desc, "kwargs": dict(desc.get("kwargs", {}))}
 

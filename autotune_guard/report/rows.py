@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 from ..core.model import Choice, ChoiceKey, signature
 from ..core.tables import PROVENANCE
-from .reading import Source, natural_key
+from .reading import Source, full_descriptor, natural_key
 from .timings import cost_order, min_cost_in, slowdown, summary
 
 # a row's flags: which of its numbers are known, and whether its entry held timings
@@ -83,18 +83,18 @@ class Rows:
             for key, entry in entries.items():
                 rows = self._rows(ChoiceKey(doc["arch"], kernel, key))
                 if source.kind == "table":
-                    sig = signature(_full(entry))
+                    sig = signature(full_descriptor(entry))
                     self._add(rows, source.index, sig, "table", summary(sig, None, None), False)
                 else:
                     self._record_entry(rows, source.index, kernel, entry)
 
     def _record_entry(self, rows: KeyRows, index: int, kernel: str, entry: dict) -> None:
-        config = _full(entry["config"])
+        config = full_descriptor(entry["config"])
         sig = signature(config)  # recomputed, not read: it is what show and diff compare
         candidates = entry.get("candidates", [])
         if candidates != rows.raw:
             rows.raw = candidates
-            rows.descs = {signature(c): c for c in map(_full, candidates)}
+            rows.descs = {signature(c): c for c in map(full_descriptor, candidates)}
             rows.order = cost_order(rows.descs)
         order = rows.order if sig in rows.descs else cost_order({**rows.descs, sig: config})
         timings = entry.get("timings")
@@ -186,8 +186,3 @@ class Rows:
                        for kernel, said in self.provenance.get(s.index, {}).items()}
             found.append({PROVENANCE: s.document.get(PROVENANCE), "kernels": kernels})
         return found
-
-
-def _full(desc: dict) -> dict:
-    """A stored config with its ``kwargs`` present (a file may leave an empty one out)."""
-    return {**desc, "kwargs": dict(desc.get("kwargs", {}))}
