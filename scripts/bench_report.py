@@ -5,7 +5,10 @@ The files are records as a record run writes them: ``--files`` ranks, ``--entrie
 (``--kernels`` kernels), each entry with 8 candidates and Triton's timings of all 8; one rank in
 50 chose differently for one key in 10 (so show reports disagreements and merge votes).
 
-Usage:  python scripts/bench_report.py [--files 1024] [--entries 2000] [--keep DIR]
+``--old COMMIT`` measures the package as it was at COMMIT too, side by side in one run (the
+machine's load then weighs on both alike).
+
+Usage:  python scripts/bench_report.py [--files 1024] [--entries 2000] [--keep DIR] [--old COMMIT]
 """
 
 from __future__ import annotations
@@ -57,12 +60,16 @@ def generate(directory: str, files: int, entries: int, kernels: int) -> int:
     return total
 
 
-def measure(args: list[str]) -> tuple[float, float, int]:
-    """Seconds, peak RSS in MiB and the exit status of ``python -m autotune_guard.report ARGS``."""
+def measure(args: list[str], package_dir: str | None = None) -> tuple[float, float, int]:
+    """Seconds, peak RSS in MiB and the exit status of ``python -m autotune_guard.report ARGS``
+    (the package found in ``package_dir`` when given)."""
+    env = dict(os.environ)
+    if package_dir:
+        env["PYTHONPATH"] = package_dir + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     began = time.perf_counter()
     with tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen([sys.executable, "-m", "autotune_guard.report", *args], stdout=subprocess.DEVNULL,
-                                stderr=err)
+                                stderr=err, env=env, cwd=package_dir or None)
         _, status, usage = os.wait4(proc.pid, 0)  # this child's own peak, not the largest child's so far
         took = time.perf_counter() - began
         proc.returncode = os.waitstatus_to_exitcode(status)
@@ -72,14 +79,27 @@ def measure(args: list[str]) -> tuple[float, float, int]:
     return took, usage.ru_maxrss / 1024, proc.returncode
 
 
+def _checkout(commit: str) -> str:
+    """The package's files at ``commit``, in a temporary directory (run from there: its
+    ``autotune_guard`` comes first on the path, before the installed one)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    target = tempfile.mkdtemp(prefix="bench_report-old-")
+    archive = subprocess.run(["git", "-C", root, "archive", commit, "autotune_guard"], check=True,
+                             capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", target], input=archive, check=True)
+    return target
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--files", type=int, default=1024)
     ap.add_argument("--entries", type=int, default=2000)
     ap.add_argument("--kernels", type=int, default=40)
     ap.add_argument("--keep", metavar="DIR", help="generate into DIR and keep it (reused when it holds the files)")
+    ap.add_argument("--old", metavar="COMMIT", help="also measure the package as it was at COMMIT (git archive)")
     opts = ap.parse_args()
-    directory = opts.keep or tempfile.mkdtemp(prefix="bench_report-")
+    old_dir = _checkout(opts.old) if opts.old else None
+    directory = os.path.abspath(opts.keep) if opts.keep else tempfile.mkdtemp(prefix="bench_report-")
     os.makedirs(directory, exist_ok=True)
     try:
         existing = [f for f in os.listdir(directory) if f.startswith("rec.rank")]
@@ -92,16 +112,20 @@ def main() -> int:
             size = sum(os.path.getsize(os.path.join(directory, f)) for f in existing)
         print(f"report at scale ({time.strftime('%Y-%m-%d')}, Python {platform.python_version()}, "
               f"{os.cpu_count()} cores): {opts.files} record files x {opts.entries} entries, {size / 2**20:.0f} MiB")
-        print(f"command: python scripts/bench_report.py --files {opts.files} --entries {opts.entries}")
+        print(f"command: python scripts/bench_report.py --files {opts.files} --entries {opts.entries}"
+              + (f" --old {opts.old}" if opts.old else ""))
         prefix = os.path.join(directory, "rec")
         for label, args in (("merge", ["merge", prefix, "-o", os.path.join(directory, "out", "sm90.json")]),
                             ("show --check", ["show", "--check", prefix])):
             os.makedirs(os.path.join(directory, "out"), exist_ok=True)
-            took, peak, status = measure(args)
-            print(f"{label:14} {took:7.1f} s   peak RSS {peak:7.0f} MiB   exit {status}", flush=True)
+            for name, package_dir in ((f"at {opts.old}", old_dir), ("now", None)) if old_dir else (("", None),):
+                took, peak, status = measure(args, package_dir)
+                print(f"{label:14} {name:>16} {took:7.1f} s   peak RSS {peak:7.0f} MiB   exit {status}", flush=True)
     finally:
         if not opts.keep:
             shutil.rmtree(directory, ignore_errors=True)
+        if old_dir:
+            shutil.rmtree(old_dir, ignore_errors=True)
     return 0
 
 

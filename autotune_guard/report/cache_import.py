@@ -27,7 +27,8 @@ from ..core import schema
 from ..core.errors import FileFormatError
 from ..core.jsonfile import atomic_write_json, read_json
 from ..core.model import EXTRA_FIELDS, OPTION_FIELDS, key_text, signature
-from .reading import MADE_BY, InputError, dump
+from .output import dump
+from .reading import MADE_BY, InputError
 
 SUFFIX = ".autotune.json"
 

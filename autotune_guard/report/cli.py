@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import io
 import os
 import sys
-import tempfile
 
 from ..core.errors import GuardError
 from . import cache_import, diff, merge, show
-from .reading import InputError
+from .output import write_atomically
 
 COMMANDS = ("show", "merge", "diff", "import")
 
@@ -45,7 +43,7 @@ def main(argv=None) -> int:
         return 2
     try:
         if getattr(args, "write_to", None):
-            return _to_file(args)
+            return write_atomically(args.write_to, lambda out: args.run(args, out))
         status = args.run(args, sys.stdout)
         sys.stdout.flush()  # here, not at exit, so that a reader who left is seen below
         return status
@@ -60,32 +58,6 @@ def main(argv=None) -> int:
         # so `set -o pipefail` still sees ranks that disagree.
         _silence_stdout()
         return getattr(args, "check_status", 0)
-
-
-def _to_file(args) -> int:
-    """Run the command into memory, then write the file in one rename: never a half page."""
-    path = args.write_to
-    if path.endswith(("/", os.sep)) or os.path.isdir(path):
-        raise InputError(f"{path}: -o names a directory; give the file to write, like {os.path.join(path, 'report.html')}")
-    buffer = io.StringIO()
-    status = args.run(args, buffer)
-    directory = os.path.dirname(os.path.abspath(path))
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-" + os.path.basename(path) + ".", dir=directory)
-    except OSError as exc:
-        raise InputError(f"{path}: cannot be written ({exc.strerror or exc})") from None
-    try:
-        os.fchmod(fd, 0o644)
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(buffer.getvalue())
-        os.replace(tmp, path)
-    except OSError as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise InputError(f"{path}: cannot be written ({exc.strerror or exc})") from None
-    return status
 
 
 def _silence_stdout() -> None:

@@ -5,15 +5,27 @@ from __future__ import annotations
 
 from collections import Counter
 
+from ..core import schema
+from ..core.errors import FileFormatError
 from ..core.model import digest_of
 from . import html
-from .reading import dump, grouped, md, natural_key, read_sources
+from .output import dump
+from .reading import InputError, grouped, md, natural_key, read_sources
+from .rows import Rows
 
 
 def run(args, out) -> int:
-    """The ``diff`` command: read both runs, compare them key by key and digest by digest, say so."""
-    sides = [read_sources([side], ("record", "choices"), "diff", args.all_runs) for side in (args.a, args.b)]
-    rows = compare(*(grouped(side) for side in sides))
+    """The ``diff`` command: read both runs, compare them key by key and digest by digest, say so.
+    Each file is reduced to compact rows as it is read (``rows.py``), except for the HTML page."""
+    if args.format == "html":
+        sides = [read_sources([side], ("record", "choices"), "diff", args.all_runs) for side in (args.a, args.b)]
+        rows = compare(*({key: {c.signature for c in chosen} for key, chosen in grouped(side).items()}
+                         for side in sides))
+    else:
+        folds = [Rows(), Rows()]
+        sides = [read_sources([side], ("record", "choices"), "diff", args.all_runs, fold=fold.fold)
+                 for side, fold in zip((args.a, args.b), folds)]
+        rows = compare(*(fold.configs(side) for fold, side in zip(folds, sides)))
     counts = Counter(r["status"] for r in rows)
     failing = sum(1 for r in rows if r["status"] == "changed" or r["a_ranks_disagree"] or r["b_ranks_disagree"])
     args.check_status = 1 if args.check and failing else 0  # kept by the CLI whatever happens to stdout
@@ -36,10 +48,11 @@ def run(args, out) -> int:
 
 
 def compare(a: dict, b: dict) -> list[dict]:
-    """One row per (arch, kernel, key) of either run: its status and each run's configs."""
+    """One row per (arch, kernel, key) of either run (``a``, ``b``: key -> the configs its files
+    chose): its status and each run's configs."""
     rows = []
     for ident in sorted(set(a) | set(b), key=natural_key):
-        configs = [sorted({c.signature for c in side.get(ident, [])}) for side in (a, b)]
+        configs = [sorted(side.get(ident, ())) for side in (a, b)]
         if not configs[1]:
             status = "only in A"
         elif not configs[0]:
@@ -81,17 +94,28 @@ def print_diff(sides, rows, counts, compared, out) -> None:
 
 
 def _rank_digests(sources) -> dict:
-    logs: dict = {}
+    """Per rank, its choices file's digest; a rank whose processes left several files: the digest
+    of their combined log, read again here (one rank's files at a time, as rare as such ranks)."""
+    files: dict = {}
     for s in sources:
         if s.kind == "choices":
-            logs.setdefault(s.rank, []).append(s.document)
+            files.setdefault(s.rank, []).append(s)
     digests = {}
-    for rank, docs in logs.items():
-        if len(docs) == 1:
-            digests[rank] = docs[0]["digest"]
+    for rank, group in files.items():
+        if len(group) == 1:
+            digests[rank] = group[0].document["digest"]
         else:
-            digests[rank] = digest_of({k: v for doc in docs for k, v in doc["log"].items()})
+            digests[rank] = digest_of({k: v for s in group for k, v in _log(s).items()})
     return digests
+
+
+def _log(source) -> dict:
+    if "log" in source.document:
+        return source.document["log"]
+    try:
+        return schema.read_evidence(source.path)[0]["log"]
+    except FileFormatError as exc:  # changed on disk since it was read
+        raise InputError(str(exc)) from None
 
 
 def print_diff_markdown(sides, rows, counts, failing, out) -> None:

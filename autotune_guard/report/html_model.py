@@ -11,7 +11,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from .reading import grouped, median_of, timing_summary
+from .reading import grouped
+from .timings import median_of, timing_summary
 
 MAX_COLUMNS = 48  # keys shown in full; the rest are counted
 MAX_ROW_GROUPS = 160  # collapsed rows shown; the rest are counted

@@ -12,7 +12,8 @@ from collections import Counter
 from ..core import schema, tables
 from ..core.jsonfile import atomic_write_json
 from ..core.model import static_cost
-from .reading import MADE_BY, InputError, Source, dump, read_sources
+from .output import dump
+from .reading import MADE_BY, InputError, Source, read_sources
 from .tally import Tally
 
 

@@ -1,11 +1,10 @@
 """What the report commands read: record, choices and table files (checked by ``core.schema``),
-grouped by rank and run; what Triton measured; and the plumbing of their output.  Plain data."""
+found by prefix or pattern, of the latest run, labelled; each file's entries handed to a fold as
+it is read (``rows.py``, ``tally.py``), or kept whole and grouped by rank (the HTML page).  Plain data."""
 
 from __future__ import annotations
 
 import glob
-import json
-import math
 import os
 import re
 import stat
@@ -18,7 +17,7 @@ from .. import __version__
 from ..core import schema
 from ..core.errors import FileFormatError, GuardError
 from ..core.jsonfile import JOURNAL_SUFFIX
-from ..core.model import Choice, ChoiceKey, signature, static_cost
+from ..core.model import Choice, ChoiceKey, signature
 from .progress import Progress
 
 _KIND_OF = {schema.RECORD_FORMAT: "record", schema.CHOICES_FORMAT: "choices", schema.TABLE_FORMAT: "table"}
@@ -42,8 +41,9 @@ class Source:
     kind: str  # record | choices | table
     document: dict
     label: str = ""
-    journal: str | None = None
-    entries: int | None = None  # set when the entries went to a fold (``read_sources``)  # the journal read with it (a process that did not finish its file)
+    journal: str | None = None  # the journal read with it (a process that did not finish its file)
+    entries: int | None = None  # set when the entries went to a fold (``read_sources``)
+    index: int = -1  # its place among the files a fold was given (``rows.Rows``)
 
     @property
     def rank(self):
@@ -266,11 +266,11 @@ def choices_of(source: Source) -> list[Chosen]:
         found = []
         for kernel, entries in doc["kernels"].items():
             for key, entry in entries.items():
-                config = _full(entry["config"])
+                config = full_descriptor(entry["config"])
                 # The signature is recomputed, not read: it is what merge and diff compare.
                 found.append(Chosen(source, ChoiceKey(doc["arch"], kernel, key),
                                     Choice(signature(config), str(entry.get("how", "timed"))), config,
-                                    entry.get("timings"), [_full(c) for c in entry.get("candidates", [])]))
+                                    entry.get("timings"), [full_descriptor(c) for c in entry.get("candidates", [])]))
         return found
     return [Chosen(source, ChoiceKey.parse(entry), Choice.parse(value)) for entry, value in doc["log"].items()]
 
@@ -279,11 +279,11 @@ def table_choices(source: Source) -> list[Chosen]:
     """A table's entries as choices (``how`` is ``table``), so ``show`` lays them beside what ranks
     chose.  A field the table leaves out is left out of the signature too (Triton's default)."""
     doc = source.document
-    return [Chosen(source, ChoiceKey(doc["arch"], kernel, key), Choice(signature(_full(desc)), "table"))
+    return [Chosen(source, ChoiceKey(doc["arch"], kernel, key), Choice(signature(full_descriptor(desc)), "table"))
             for kernel, entries in doc["kernels"].items() for key, desc in entries.items()]
 
 
-def _full(desc: dict) -> dict:
+def full_descriptor(desc: dict) -> dict:
     """A stored config with its ``kwargs`` present (a file may leave an empty one out)."""
     return {**desc, "kwargs": dict(desc.get("kwargs", {}))}
 
@@ -311,73 +311,6 @@ def natural_key(key: ChoiceKey) -> tuple:
 def natural(text: str):
     """Sort ``2,float`` before ``10,float``."""
     return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", text) if part]
-
-
-# --- timings ------------------------------------------------------------------------------------
-
-def median_of(measured):
-    """Triton's timer returns ``[p50, p20, p80]`` (or one number): the median comes first."""
-    value = measured[0] if isinstance(measured, list) else measured
-    return math.inf if value is None else float(value)  # null: a candidate that failed while timed
-
-
-def descriptors_of(choice: Chosen) -> dict[str, dict]:
-    found = {signature(c): c for c in choice.candidates}
-    if choice.config is not None:
-        found.setdefault(choice.signature, choice.config)
-    return found
-
-
-def min_cost_signature(choice: Chosen):
-    """The candidate pinned mode's ``min_cost`` would run: among those Triton timed (the ones left
-    after the kernel's own pruning) when timings are known, else among the declared ones."""
-    descriptors = descriptors_of(choice)
-    if choice.timings:
-        descriptors = {sig: d for sig, d in descriptors.items() if sig in choice.timings}
-    if not descriptors:
-        return None
-    return min(descriptors, key=lambda sig: static_cost(descriptors[sig]))
-
-
-def timing_summary(choice: Chosen) -> dict:
-    """The winner's median, the spread over the timed candidates, and what min-cost would cost."""
-    summary = {"winner_ms": None, "fastest_ms": None, "slowest_ms": None, "timed": 0,
-               "min_cost": min_cost_signature(choice), "min_cost_ms": None, "min_cost_slowdown": None,
-               "min_cost_failed": False}
-    if not choice.timings:
-        return summary
-    medians = {sig: median_of(m) for sig, m in choice.timings.items()}
-    finite = [m for m in medians.values() if math.isfinite(m)]
-    summary["timed"] = len(medians)
-    summary["fastest_ms"] = min(finite) if finite else None
-    summary["slowest_ms"] = max(finite) if finite else None
-    winner = medians.get(choice.signature)
-    summary["winner_ms"] = winner
-    if summary["min_cost"] in medians:
-        cost = medians[summary["min_cost"]]
-        if not math.isfinite(cost):  # Triton's time for a candidate that failed to compile or run
-            summary["min_cost_failed"] = True
-        else:
-            summary["min_cost_ms"] = cost
-            if winner is not None and winner > 0 and math.isfinite(winner):
-                summary["min_cost_slowdown"] = cost / winner
-    return summary
-
-
-def _plain(value):
-    """JSON without Infinity/NaN (a failed candidate's time), which strict parsers refuse."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
-
-
-def dump(document, out) -> None:
-    json.dump(_plain(document), out, indent=1, sort_keys=False, allow_nan=False)
-    out.write("\n")
 
 
 # --- markdown (a CI job summary, a pull-request comment) -----------------------------------------

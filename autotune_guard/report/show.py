@@ -9,38 +9,40 @@ from collections import Counter
 
 from . import html
 from ..core.tables import added_by, provenance_lines
-from .reading import Source, dump, grouped, label_list, md, read_sources, source_json, timing_summary
+from .output import dump, dump_streamed
+from .reading import Source, grouped, label_list, md, read_sources, source_json
+from .rows import Rows
 
-def analyse(sources) -> list[dict]:
-    rows = []
-    for (arch, kernel, key), choices in grouped(sources).items():
+
+def analyse(grouped_rows):
+    """One dict per key of ``Rows.grouped`` (key by key: never every key's rows at once)."""
+    for (arch, kernel, key), choices in grouped_rows:
         configs = Counter(c.signature for c in choices)
         entries = []
         for c in choices:
             entries.append({"file": c.source.path, "label": c.source.label, "rank": c.source.rank, "kind": c.source.kind,
-                            "config": c.signature, "how": c.how, **timing_summary(c),
+                            "config": c.signature, "how": c.how, **c.summary,
                             "added_by": added_by(c.source.document, kernel, key) if c.source.kind == "table" else None})
         winners = [e["winner_ms"] for e in entries if e["winner_ms"] is not None]
-        rows.append({"arch": arch, "kernel": kernel, "key": key, "agree": len(configs) == 1,
-                     "library_decided": any(e["how"] == "library" for e in entries),
-                     "configs": dict(configs.most_common()), "choices": entries,
-                     "winner_ms_range": [min(winners), max(winners)] if winners else None})
-    return rows
+        yield {"arch": arch, "kernel": kernel, "key": key, "agree": len(configs) == 1,
+               "library_decided": any(e["how"] == "library" for e in entries),
+               "configs": dict(configs.most_common()), "choices": entries,
+               "winner_ms_range": [min(winners), max(winners)] if winners else None}
 
 
 def _describe_source(s: Source) -> str:
     doc = s.document
     if s.kind == "table":
-        return f"  {s.path}: {_describe_table(doc)}"
+        return f"  {s.path}: {_describe_table(doc, s.entries)}"
     parts = [s.kind, f"rank {s.rank}" + (f" of {doc['world_size']}" if isinstance(doc.get("world_size"), int) else "")]
     if s.kind == "record":
         parts.append(f"arch {doc['arch']}")
-        count = sum(len(e) for e in doc["kernels"].values())
+        count = s.entries
         versions = doc.get("versions") or {}
         if versions.get("triton"):
             parts.append(f"triton {versions['triton']}")
     else:
-        count = len(doc["log"])
+        count = s.entries
         parts.append(f"digest {doc['digest']}")
     parts.append(f"{count} choices")
     if s.complete:
@@ -54,8 +56,7 @@ def _describe_source(s: Source) -> str:
     return f"  {s.path}: " + ", ".join(parts)
 
 
-def _describe_table(doc: dict) -> str:
-    count = sum(len(e) for e in doc["kernels"].values())
+def _describe_table(doc: dict, count: int) -> str:
     parts = [f"table, arch {doc['arch']}"]
     parts += [f"{name} {doc[name]}" for name in ("triton", "torch") if isinstance(doc.get(name), str)]
     parts.append(f"{count} entr{'y' if count == 1 else 'ies'}")
@@ -72,7 +73,8 @@ def _ms(value) -> str:
     return "failed" if not math.isfinite(value) else f"{value:.4g} ms"
 
 
-def print_show(sources, rows, out) -> None:
+def print_show(sources, rows, provenance, counts, out) -> None:
+    """The text report: the files, then key by key what each file chose."""
     print(f"{len(sources)} file{'s' * (len(sources) != 1)}:", file=out)
     for s in sources:
         print(_describe_source(s), file=out)
@@ -81,7 +83,7 @@ def print_show(sources, rows, out) -> None:
         if (row["arch"], row["kernel"]) != current:
             current = (row["arch"], row["kernel"])
             print(f"\n{row['kernel']}  [arch {row['arch']}]", file=out)
-            print("".join(f"{line}\n" for line in provenance_lines([s.document for s in sources], row["kernel"])), end="", file=out)
+            print("".join(f"{line}\n" for line in provenance_lines(provenance, row["kernel"])), end="", file=out)
         n = len(row["choices"])
         verdict = "agree" if row["agree"] else f"DISAGREE: {len(row['configs'])} configs (a, b, ...: most chosen first)"
         library = "  [library-decided: its library chose the config itself; merge leaves it out of tables]" \
@@ -108,47 +110,54 @@ def print_show(sources, rows, out) -> None:
                      for e in costs if e["min_cost_failed"] or e["min_cost_slowdown"] is not None]
             text = ", ".join(known) if known else "not measured"
             print(f"    min-cost {' / '.join(names)}: {text}", file=out)
-    disagree = sum(not r["agree"] for r in rows)
-    kernels = len({(r["arch"], r["kernel"]) for r in rows})
-    print(f"\n{kernels} kernel{'s' * (kernels != 1)}, {len(rows)} key{'s' * (len(rows) != 1)}, "
+    keys, kernels, disagree = counts
+    print(f"\n{kernels} kernel{'s' * (kernels != 1)}, {keys} key{'s' * (keys != 1)}, "
           f"{disagree} disagreement{'s' * (disagree != 1)}", file=out)
 
 
 def run(args, out) -> int:
-    sources = read_sources(args.files, ("record", "choices", "table"), "show", args.all_runs)
-    rows = analyse(sources)
-    disagree = sum(not r["agree"] for r in rows)
-    args.check_status = 1 if args.check and disagree else 0  # kept by the CLI whatever happens to stdout
+    """The ``show`` command.  Each file is reduced to compact rows as it is read (``rows.py``),
+    except for the HTML page, which plots every candidate's time of every rank."""
+    accept = ("record", "choices", "table")
     if args.format == "html":
+        sources = read_sources(args.files, accept, "show", args.all_runs)
+        disagree = sum(len({c.signature for c in choices}) > 1 for choices in grouped(sources).values())
+        args.check_status = 1 if args.check and disagree else 0
         out.write(html.show_page(sources))
-    elif args.json or args.format == "json":
-        dump({"files": [source_json(s) for s in sources], "keys": rows, "disagreements": disagree}, out)
+        return args.check_status
+    rows = Rows()
+    sources = read_sources(args.files, accept, "show", args.all_runs, fold=rows.fold)
+    counts = rows.counts(sources)
+    args.check_status = 1 if args.check and counts[2] else 0  # kept by the CLI whatever happens to stdout
+    if args.json or args.format == "json":
+        dump_streamed([("files", [source_json(s) for s in sources]), ("keys", analyse(rows.grouped(sources))),
+                       ("disagreements", counts[2])], out)
     elif args.format == "markdown":
-        print_show_markdown(sources, rows, out)
+        print_show_markdown(sources, lambda: analyse(rows.grouped(sources)), counts, out)
     else:
-        print_show(sources, rows, out)
+        print_show(sources, analyse(rows.grouped(sources)), rows.provenance_documents(sources), counts, out)
     return args.check_status
 
 
-def print_show_markdown(sources, rows, out) -> None:
-    """Disagreements first, in a table; the keys where every file agrees folded away below them."""
-    disagree = [r for r in rows if not r["agree"]]
-    agree = [r for r in rows if r["agree"]]
-    kernels = len({(r["arch"], r["kernel"]) for r in rows})
+def print_show_markdown(sources, analysed, counts, out) -> None:
+    """Disagreements first, in a table; the keys where every file agrees folded away below them.
+    ``analysed()`` gives the keys' dicts afresh: once for each of the two tables."""
+    keys, kernels, disagree = counts
+    agree = keys - disagree
     if len(sources) == 1:  # nothing to compare: what the one file holds
-        verdict = f"{len(rows)} kernel/key entr{'y' if len(rows) == 1 else 'ies'} in {os.path.basename(sources[0].path)}"
+        verdict = f"{keys} kernel/key entr{'y' if keys == 1 else 'ies'} in {os.path.basename(sources[0].path)}"
     elif disagree:
-        verdict = f"{len(disagree)} of {len(rows)} kernel/key entries DISAGREE"
+        verdict = f"{disagree} of {keys} kernel/key entries DISAGREE"
     else:
-        verdict = f"all {len(rows)} kernel/key entries agree across {len(sources)} files"
+        verdict = f"all {keys} kernel/key entries agree across {len(sources)} files"
     print(f"### autotune_guard: {verdict}\n", file=out)
-    print(f"{kernels} kernel{'s' * (kernels != 1)}, {len(rows)} key{'s' * (len(rows) != 1)}, "
+    print(f"{kernels} kernel{'s' * (kernels != 1)}, {keys} key{'s' * (keys != 1)}, "
           f"{len(sources)} file{'s' * (len(sources) != 1)}:\n", file=out)
     for s in sources:
         print(f"- {_describe_source(s).strip()}", file=out)
     if disagree:
         print("\n| kernel | key | arch | what each file chose |\n|---|---|---|---|", file=out)
-        for r in disagree:
+        for r in (r for r in analysed() if not r["agree"]):
             by_config: dict[str, list[str]] = {}
             for e in r["choices"]:
                 by_config.setdefault(e["config"], []).append(e["label"])
@@ -157,10 +166,10 @@ def print_show_markdown(sources, rows, out) -> None:
             print(f"| {md(r['kernel'])} | {md(r['key'])} | {r['arch']} | {chosen} |", file=out)
     if agree:
         if len(sources) > 1:
-            print(f"\n<details><summary>{len(agree)} kernel/key entr{'y' if len(agree) == 1 else 'ies'} where every "
+            print(f"\n<details><summary>{agree} kernel/key entr{'y' if agree == 1 else 'ies'} where every "
                   "file agrees</summary>", file=out)
         print("\n| kernel | key | arch | config | files |\n|---|---|---|---|---|", file=out)
-        for r in agree:
+        for r in (r for r in analysed() if r["agree"]):
             print(f"| {md(r['kernel'])} | {md(r['key'])} | {r['arch']} | {md(next(iter(r['configs'])))} | "
                   f"{len(r['choices'])} |", file=out)
         if len(sources) > 1:

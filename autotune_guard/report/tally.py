@@ -11,7 +11,8 @@ from array import array
 
 from ..core.model import ChoiceKey, signature
 from ..core.tables import provenance_from_records
-from .reading import Source, median_of, natural_key
+from .reading import Source, natural_key
+from .timings import median_of
 
 
 class KeyTally:

@@ -1,0 +1,75 @@
+"""What Triton measured, summarised per chosen entry: the winner's median, the fastest and slowest
+timed candidate, and the candidate ``AUTOTUNE_ON_MISS=min_cost`` would pin with its slowdown.
+One definition, used by the whole-file path (``Chosen``) and by the compact rows (``rows.py``)."""
+
+from __future__ import annotations
+
+import math
+
+from ..core.model import signature, static_cost
+
+
+def median_of(measured):
+    """Triton's timer returns ``[p50, p20, p80]`` (or one number): the median comes first."""
+    value = measured[0] if isinstance(measured, list) else measured
+    return math.inf if value is None else float(value)  # null: a candidate that failed while timed
+
+
+def descriptors_of(choice) -> dict[str, dict]:
+    found = {signature(c): c for c in choice.candidates}
+    if choice.config is not None:
+        found.setdefault(choice.signature, choice.config)
+    return found
+
+
+def cost_order(descriptors: dict[str, dict]) -> list[str]:
+    """The signatures cheapest first; ``sorted`` is stable, so the first one that passes a filter
+    is what ``min`` over the filtered descriptors would give."""
+    return sorted(descriptors, key=lambda sig: static_cost(descriptors[sig]))
+
+
+def min_cost_in(order: list[str], timings) -> str | None:
+    """The candidate pinned mode's ``min_cost`` would run: among those Triton timed (the ones left
+    after the kernel's own pruning) when timings are known, else among the declared ones."""
+    if timings:
+        return next((sig for sig in order if sig in timings), None)
+    return order[0] if order else None
+
+
+def min_cost_signature(choice):
+    return min_cost_in(cost_order(descriptors_of(choice)), choice.timings)
+
+
+def slowdown(cost, winner):
+    """How many times slower min-cost's finite time ``cost`` is than the winner, when known."""
+    if winner is not None and winner > 0 and math.isfinite(winner):
+        return cost / winner
+    return None
+
+
+def summary(chosen_signature: str, timings, min_cost) -> dict:
+    """The winner's median, the spread over the timed candidates, and what min-cost would cost."""
+    found = {"winner_ms": None, "fastest_ms": None, "slowest_ms": None, "timed": 0,
+             "min_cost": min_cost, "min_cost_ms": None, "min_cost_slowdown": None, "min_cost_failed": False}
+    if not timings:
+        return found
+    medians = {sig: median_of(m) for sig, m in timings.items()}
+    finite = [m for m in medians.values() if math.isfinite(m)]
+    found["timed"] = len(medians)
+    found["fastest_ms"] = min(finite) if finite else None
+    found["slowest_ms"] = max(finite) if finite else None
+    winner = medians.get(chosen_signature)
+    found["winner_ms"] = winner
+    if min_cost in medians:
+        cost = medians[min_cost]
+        if not math.isfinite(cost):  # Triton's time for a candidate that failed to compile or run
+            found["min_cost_failed"] = True
+        else:
+            found["min_cost_ms"] = cost
+            found["min_cost_slowdown"] = slowdown(cost, winner)
+    return found
+
+
+def timing_summary(choice) -> dict:
+    """``summary`` of one ``reading.Chosen``."""
+    return summary(choice.signature, choice.timings, min_cost_signature(choice))
