@@ -1,14 +1,15 @@
 """The report at scale: ``merge`` and ``show --check`` of many generated rank files, their time
-and peak memory (the child's own ``ru_maxrss``, from ``os.wait4``).
+and peak memory: of the largest process (``ru_maxrss`` from ``os.wait4``: the report or one of
+the workers it reads on) and of all of them together (sampled from ``/proc`` every 50 ms).
 
 The files are records as a record run writes them: ``--files`` ranks, ``--entries`` keys each
 (``--kernels`` kernels), each entry with 8 candidates and Triton's timings of all 8; one rank in
 50 chose differently for one key in 10 (so show reports disagreements and merge votes).
 
 ``--old COMMIT`` measures the package as it was at COMMIT too, side by side in one run (the
-machine's load then weighs on both alike).
+machine's load then weighs on both alike); ``--jobs N`` is passed to the report of today.
 
-Usage:  python scripts/bench_report.py [--files 1024] [--entries 2000] [--keep DIR] [--old COMMIT]
+Usage:  python scripts/bench_report.py [--files 1024] [--entries 2000] [--keep DIR] [--old COMMIT] [--jobs N]
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 CANDIDATES = [{"kwargs": {"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": 32}, "num_warps": w, "num_stages": 3, "num_ctas": 1}
@@ -60,23 +62,50 @@ def generate(directory: str, files: int, entries: int, kernels: int) -> int:
     return total
 
 
-def measure(args: list[str], package_dir: str | None = None) -> tuple[float, float, int]:
-    """Seconds, peak RSS in MiB and the exit status of ``python -m autotune_guard.report ARGS``
-    (the package found in ``package_dir`` when given)."""
+def _tree_rss(pid: int) -> int:
+    """The resident bytes of ``pid`` and every process under it (the report's workers), now."""
+    total, todo = 0, [pid]
+    while todo:
+        current = todo.pop()
+        try:
+            with open(f"/proc/{current}/statm") as statm:
+                total += int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+            with open(f"/proc/{current}/task/{current}/children") as children:
+                todo += [int(child) for child in children.read().split()]
+        except (OSError, ValueError):
+            pass  # it ended between two reads
+    return total
+
+
+def measure(args: list[str], package_dir: str | None = None) -> tuple[float, float, float, int]:
+    """Seconds, peak RSS in MiB of the largest process (``os.wait4``: the report or one of its
+    workers), the peak of all of them together (sampled every 50 ms), and the exit status of
+    ``python -m autotune_guard.report ARGS`` (the package found in ``package_dir`` when given)."""
     env = dict(os.environ)
     if package_dir:
         env["PYTHONPATH"] = package_dir + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    peak_tree = [0]
     began = time.perf_counter()
     with tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen([sys.executable, "-m", "autotune_guard.report", *args], stdout=subprocess.DEVNULL,
                                 stderr=err, env=env, cwd=package_dir or None)
+        done = threading.Event()
+
+        def sample():
+            while not done.wait(0.05):
+                peak_tree[0] = max(peak_tree[0], _tree_rss(proc.pid))
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
         _, status, usage = os.wait4(proc.pid, 0)  # this child's own peak, not the largest child's so far
         took = time.perf_counter() - began
+        done.set()
+        sampler.join()
         proc.returncode = os.waitstatus_to_exitcode(status)
         err.seek(0)
         if proc.returncode not in (0, 1):
             sys.exit(f"report {' '.join(args)} failed ({proc.returncode}): {err.read()[-2000:]}")
-    return took, usage.ru_maxrss / 1024, proc.returncode
+    return took, usage.ru_maxrss / 1024, peak_tree[0] / 2**20, proc.returncode
 
 
 def _checkout(commit: str) -> str:
@@ -97,7 +126,9 @@ def main() -> int:
     ap.add_argument("--kernels", type=int, default=40)
     ap.add_argument("--keep", metavar="DIR", help="generate into DIR and keep it (reused when it holds the files)")
     ap.add_argument("--old", metavar="COMMIT", help="also measure the package as it was at COMMIT (git archive)")
+    ap.add_argument("--jobs", help="passed to the report (default: its own choice, the cores available)")
     opts = ap.parse_args()
+    opts.report_args = ["--jobs", opts.jobs] if opts.jobs else []
     old_dir = _checkout(opts.old) if opts.old else None
     directory = os.path.abspath(opts.keep) if opts.keep else tempfile.mkdtemp(prefix="bench_report-")
     os.makedirs(directory, exist_ok=True)
@@ -113,14 +144,15 @@ def main() -> int:
         print(f"report at scale ({time.strftime('%Y-%m-%d')}, Python {platform.python_version()}, "
               f"{os.cpu_count()} cores): {opts.files} record files x {opts.entries} entries, {size / 2**20:.0f} MiB")
         print(f"command: python scripts/bench_report.py --files {opts.files} --entries {opts.entries}"
-              + (f" --old {opts.old}" if opts.old else ""))
+              + (f" --old {opts.old}" if opts.old else "") + (f" --jobs {opts.jobs}" if opts.jobs else ""))
         prefix = os.path.join(directory, "rec")
         for label, args in (("merge", ["merge", prefix, "-o", os.path.join(directory, "out", "sm90.json")]),
                             ("show --check", ["show", "--check", prefix])):
             os.makedirs(os.path.join(directory, "out"), exist_ok=True)
             for name, package_dir in ((f"at {opts.old}", old_dir), ("now", None)) if old_dir else (("", None),):
-                took, peak, status = measure(args, package_dir)
-                print(f"{label:14} {name:>16} {took:7.1f} s   peak RSS {peak:7.0f} MiB   exit {status}", flush=True)
+                took, peak, together, status = measure(args + (opts.report_args if package_dir is None else []), package_dir)
+                print(f"{label:14} {name:>16} {took:7.1f} s   peak RSS {peak:5.0f} MiB (largest process), "
+                      f"{together:5.0f} MiB (all processes)   exit {status}", flush=True)
     finally:
         if not opts.keep:
             shutil.rmtree(directory, ignore_errors=True)

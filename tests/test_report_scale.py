@@ -17,7 +17,7 @@ from autotune_guard import report
 from autotune_guard.core import jsonfile, schema
 from autotune_guard.core.model import signature
 from autotune_guard.core.tables import PROVENANCE, added_by
-from autotune_guard.report import output, reading, rows as rows_module, show
+from autotune_guard.report import configs, output, readers, reading, rows as rows_module, show
 from autotune_guard.report.diff import compare
 from autotune_guard.report.timings import timing_summary
 
@@ -125,9 +125,13 @@ def reference_keys(sources):
     return found
 
 
-def test_show_json_and_text_of_many_files_equal_the_whole_file_path(capsys, many):
+JOBS = pytest.mark.parametrize("jobs", ["1", "2"])  # read here, and on two worker processes
+
+
+@JOBS
+def test_show_json_and_text_of_many_files_equal_the_whole_file_path(capsys, many, jobs):
     args = [many / "run" / "rec", many / "sm90.json"]
-    code, out, err = run(capsys, "show", "--json", "--check", *args)
+    code, out, err = run(capsys, "show", "--jobs", jobs, "--json", "--check", *args)
     assert code == 1 and "run1" in err  # the older run's files are named and left out
     sources = whole([str(a) for a in args])
     reference = reference_keys(sources)
@@ -139,25 +143,26 @@ def test_show_json_and_text_of_many_files_equal_the_whole_file_path(capsys, many
     assert shown["keys"] == json.loads(json.dumps(output.plain(reference)))
     assert shown["disagreements"] == sum(not r["agree"] for r in reference)
 
-    code, out, _ = run(capsys, "show", *args)
+    code, out, _ = run(capsys, "show", "--jobs", jobs, *args)
     text = io.StringIO()
     counts = (len(reference), len({(r["arch"], r["kernel"]) for r in reference}), sum(not r["agree"] for r in reference))
     show.print_show(sources, iter(reference), [s.document for s in sources], counts, text)
     assert code == 0 and out == text.getvalue()
     assert "provenance: " in out and "added by run r" in out
 
-    code, out, _ = run(capsys, "show", "--format", "markdown", *args)
+    code, out, _ = run(capsys, "show", "--jobs", jobs, "--format", "markdown", *args)
     text = io.StringIO()
     show.print_show_markdown(sources, lambda: iter(reference), counts, text)
     assert out == text.getvalue()
 
 
-def test_diff_of_many_files_equals_the_whole_file_path(capsys, many, tmp_path):
+@JOBS
+def test_diff_of_many_files_equals_the_whole_file_path(capsys, many, tmp_path, jobs):
     other = tmp_path / "other"
     other.mkdir()
     for rank in range(30):
         write(other / f"rec.rank{rank}.node-{100 + rank}.json", record(rank, 30, shift=rank % 13 == 0))
-    code, out, _ = run(capsys, "diff", "--json", "--check", many / "run" / "rec", other / "rec")
+    code, out, _ = run(capsys, "diff", "--jobs", jobs, "--json", "--check", many / "run" / "rec", other / "rec")
     sides = [whole([str(p)], ("record", "choices"), "diff") for p in (many / "run" / "rec", other / "rec")]
     reference = compare(*({key: {c.signature for c in chosen} for key, chosen in reading.grouped(side).items()}
                           for side in sides))
@@ -165,10 +170,11 @@ def test_diff_of_many_files_equals_the_whole_file_path(capsys, many, tmp_path):
     assert {r["status"] for r in reference} >= {"changed", "same", "same, ranks disagree"}
 
 
-def test_merge_of_many_files_votes_as_the_whole_files_say(capsys, many, tmp_path):
+@JOBS
+def test_merge_of_many_files_votes_as_the_whole_files_say(capsys, many, tmp_path, jobs):
     table = tmp_path / "out" / "sm90.json"
     table.parent.mkdir()
-    code, out, err = run(capsys, "merge", many / "run" / "rec", "-o", table, "--json")
+    code, out, err = run(capsys, "merge", "--jobs", jobs, many / "run" / "rec", "-o", table, "--json")
     assert code == 0, err
     merged = json.loads(table.read_text())["kernels"]
     expected = {}
@@ -180,9 +186,78 @@ def test_merge_of_many_files_votes_as_the_whole_files_say(capsys, many, tmp_path
             for k, e in merged.items()} == expected
 
 
+def test_merge_by_fastest_on_workers_is_what_one_process_merges(capsys, many, tmp_path):
+    tables = {}
+    for jobs, rule in (("1", "fastest"), ("2", "fastest"), ("1", "vote")):
+        target = tmp_path / f"{rule}-{jobs}.json"
+        code, _, err = run(capsys, "merge", "--jobs", jobs, "--rule", rule, many / "run" / "rec", "-o", target)
+        assert code == 0, err
+        tables[rule, jobs] = json.loads(target.read_text())
+        tables[rule, jobs]["source"].pop("created")
+    assert tables["fastest", "2"] == tables["fastest", "1"]
+    assert tables["fastest", "1"]["kernels"] != tables["vote", "1"]["kernels"]  # Triton's times decided some keys
+
+
+def test_a_pool_reads_in_other_processes_and_streams_back_in_order(capsys, many, monkeypatch, tmp_path):
+    """Each worker (forked after the patch) leaves a mark per file it read; the reading process
+    reads none itself, and what comes back is in the files' order."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    original = readers.read_file
+
+    def marking(path, accept, digest):
+        (marks / f"{os.getpid()}-{os.path.basename(path)}").touch()
+        return original(path, accept, digest)
+
+    monkeypatch.setattr(readers, "read_file", marking)
+    folded = rows_module.Rows()
+    sources = reading.read_sources([str(many / "run" / "rec")], ("record",), "show", fold=folded, jobs=2)
+    readers_seen = {name.split("-")[0] for name in os.listdir(marks)}
+    assert len(os.listdir(marks)) == 44 and len(readers_seen) == 2 and str(os.getpid()) not in readers_seen
+    assert [s.path for s in folded.sources] == reading.expand(str(many / "run" / "rec"))
+    assert len(sources) == 41
+
+
+def test_how_many_read_is_the_cores_once_the_files_are_large(tmp_path, monkeypatch):
+    small = [str(tmp_path / f"s{i}") for i in range(4)]
+    large = [str(tmp_path / f"l{i}") for i in range(4)]
+    for path in small:
+        open(path, "w").close()
+    for path in large:
+        with open(path, "wb") as out:
+            out.truncate(readers.PARALLEL_FROM_BYTES // 2)  # sparse: a size, no disk
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(12)), raising=False)
+    digest = rows_module.Rows.digest
+    assert readers.jobs_for(None, small, digest) == 1  # a pool would cost more than it saves
+    assert readers.jobs_for(None, large, digest) == 4  # at most one a file
+    assert readers.jobs_for(None, large * 4, digest) == readers.MAX_JOBS
+    assert readers.jobs_for(None, large, None) == 1  # whole documents (the HTML page) are read here
+    assert readers.jobs_for(3, small, digest) == 3 and readers.jobs_for(9, small, digest) == 4
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    assert readers.jobs_for(None, large * 4, digest) == 1
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "two", "1.5"])
+def test_a_bad_jobs_value_is_named(capsys, many, value):
+    with pytest.raises(SystemExit) as exit_:
+        report.main(["show", "--jobs", value, str(many / "run" / "rec")])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and f"argument --jobs: {value!r} is not a number of processes" in err
+
+
+def test_configs_of_equal_value_and_other_types_keep_their_own_signatures():
+    """1, 1.0 and true are == in Python; a file holding each gets three signatures, as whole files do."""
+    sigs = configs.Signatures()
+    lists = [[{"kwargs": {"BLOCK": value}, "num_warps": 4}] for value in (1, 1.0, True)]
+    assert lists[0] == lists[1] == lists[2]
+    found = [sigs.of_list(candidates) for candidates in lists]
+    assert found == [("BLOCK=1,num_warps=4",), ("BLOCK=1.0,num_warps=4",), ("BLOCK=True,num_warps=4",)]
+    assert sigs.of_list([{"kwargs": {"BLOCK": 1}, "num_warps": 4}]) is found[0]  # an equal list: the same tuple
+
+
 def test_rows_are_kept_per_key_and_file_never_the_documents(many):
     folded = rows_module.Rows()
-    sources = reading.read_sources([str(many / "run" / "rec")], ("record",), "show", fold=folded.fold)
+    sources = reading.read_sources([str(many / "run" / "rec")], ("record",), "show", fold=folded)
     assert len(folded.sources) == 44 and len(sources) == 41  # the older run's three are read, then left out
     for s in folded.sources:  # each file's entries went to the rows; its header alone is kept
         assert "kernels" not in s.document and s.entries == KEYS
@@ -221,15 +296,18 @@ def test_output_to_a_new_file_is_whole_or_absent(capsys, many):
     assert not target.exists() and sorted(os.listdir(many)) == ["run", "sm90.json"]
 
 
+@JOBS
 @pytest.mark.parametrize("command", ["show", "diff", "merge"])
-def test_a_corrupt_file_among_many_is_named(capsys, many, tmp_path, command):
+def test_a_corrupt_file_among_many_is_named(capsys, many, tmp_path, command, jobs):
     bad = many / "run" / "rec.rank23.node-123.json"
     text = bad.read_text()
     bad.write_text(text[: len(text) // 2])  # cut off mid-write
+    later = many / "run" / "rec.rank31.node-131.json"
+    later.write_text("{")  # also unusable: the first in the files' order is the one named
     prefix = many / "run" / "rec"
     argv = {"show": ["show", "--check", prefix], "diff": ["diff", prefix, prefix],
             "merge": ["merge", prefix, "-o", tmp_path / "t.json"]}[command]
-    code, out, err = run(capsys, *argv)
+    code, out, err = run(capsys, argv[0], "--jobs", jobs, *argv[1:])
     assert code == 2 and not out
     assert err.count("\n") == 1 and f"{bad}: is not valid JSON" in err
 
@@ -313,3 +391,51 @@ def test_the_fast_valid_path_still_refuses_each_bad_field_by_name(tmp_path, wher
         write(path, {"format": schema.TABLE_FORMAT, "arch": "sm90", "kernels": {"k": {"1": bad}}})
         with pytest.raises(schema.FileFormatError, match=said):
             schema.read_document(str(path))
+
+
+@pytest.mark.parametrize("bad", [True, 4.0])
+def test_a_candidate_list_equal_to_a_checked_one_but_of_other_types_is_refused(tmp_path, bad):
+    """The check skips candidate lists it has seen by their exact bytes: one that is == to a
+    checked list (True == 1, 4.0 == 4) is still checked, and refused by name."""
+    good = [{"kwargs": {"BLOCK": 16}, "num_warps": 1 if bad is True else 4}]
+    worse = [{"kwargs": {"BLOCK": 16}, "num_warps": bad}]
+    assert good == worse
+    document = record(0, 1, keys=2)
+    entries = [entry for keyed in document["kernels"].values() for entry in keyed.values()]
+    entries[0].update(candidates=good, config=good[0])
+    entries[1].update(candidates=worse, config=good[0])
+    path = write(tmp_path / "rec.rank0.json", document)
+    with pytest.raises(schema.FileFormatError, match=r"candidate: 'num_warps' must be an integer") as raised:
+        schema.read_document(path)
+    assert path in str(raised.value)
+
+
+def test_past_sixteen_files_a_keys_files_are_grouped_by_config(capsys, many):
+    """Text at scale: one line a config (how many files, how, their winners' medians, the first
+    labels); the min-cost slowdown as a range; JSON still lists every file."""
+    assert show.LIST_FILES_UP_TO < 40
+    code, out, _ = run(capsys, "show", many / "run" / "rec")
+    assert code == 0
+    block = out.split("key (0,torch.float16): ", 1)[1].split("\n  key (", 1)[0].splitlines()
+    assert block[0] == "DISAGREE: 3 configs (a, b, ...: most chosen first), 41 files"
+    sig_a, sig_b, sig_c = (signature(CANDIDATES[n]) for n in (0, 1, -1))
+    assert block[1].startswith(f"   a 34 files  {sig_a}  [timed]  winners' medians ")
+    assert block[1].endswith(": rank 0, rank 1, rank 2, rank 4, rank 5 pid 105, rank 6, rank 7, rank 8 and 26 more")
+    assert block[2].startswith(f"   b 6 files  {sig_b}  [timed]  winners' medians ")
+    assert block[2].endswith(": rank 3, rank 10, rank 17, rank 24, rank 31, rank 38")
+    assert block[3] == f"   c 1 file  {sig_c}  [timed]: rank 5 pid 77"  # rank 5's child: no timings
+    assert block[4].startswith("    winners' medians across files: ")
+    assert block[5].startswith(f"    min-cost {sig_a}: ") and block[5].endswith("x on 40 files")
+    assert len(block) == 6
+    code, out, _ = run(capsys, "show", "--json", many / "run" / "rec")
+    assert len(json.loads(out)["keys"][0]["choices"]) == 41
+
+
+def test_equal_candidate_lists_of_a_checked_record_are_one_object(tmp_path):
+    """So that a fold computes a list's signatures once and then finds it by identity."""
+    path = write(tmp_path / "rec.rank0.json", record(0, 1))
+    document = schema.read_document(path)
+    lists = [entry["candidates"] for keyed in document["kernels"].values() for entry in keyed.values()]
+    assert len(lists) == KEYS and len({id(c) for c in lists}) == len({json.dumps(c) for c in lists}) == 2
+    sigs = configs.Signatures()
+    assert sigs.of_list(lists[0]) is sigs.of_list(lists[1]) is sigs.of_list(json.loads(json.dumps(lists[0])))

@@ -5,8 +5,11 @@ type, so that no malformed file reaches them; ``check_descriptor`` is the one co
 
 from __future__ import annotations
 
-from .errors import FileFormatError
 import os
+from itertools import chain
+from marshal import dumps as exact_bytes
+
+from .errors import FileFormatError
 
 from .jsonfile import JOURNAL_SUFFIX, read_journal, read_json
 from .model import EXTRA_FIELDS, OPTION_FIELDS, digest_of
@@ -112,11 +115,12 @@ def _check_descriptor_saying_why(path: str, where: str, desc) -> None:
 def _check_kernels(path, document, entry_check):
     kernels = document.get("kernels")
     _require(path, isinstance(kernels, dict), "'kernels' must be an object of kernel name -> entries")
+    plain = _PLAIN.get(entry_check)
+    checked: dict[bytes, list] = {}  # candidate lists found plain in this file (a record repeats them)
     for kernel, entries in kernels.items():
         _require(path, isinstance(entries, dict), f"kernel {kernel!r}: entries must be an object of key -> config")
-        plain = _PLAIN.get(entry_check)
         for key, entry in entries.items():
-            if plain is None or not plain(entry):  # the message is built only for an entry in doubt
+            if plain is None or not plain(entry, checked):  # the message is built only for an entry in doubt
                 entry_check(path, f"kernel {kernel!r} key {key!r}", entry)
 
 
@@ -158,30 +162,50 @@ def _check_record_entry(path, where, entry):
 
 
 _TIMING_TYPES = frozenset({int, float, type(None)})
+_ONLY_LISTS = frozenset({list})
 
 
-def _plain_record_entry(entry) -> bool:
+def _plain_record_entry(entry, checked: dict) -> bool:
     """``_check_record_entry``'s common, valid case, decided without building a message: a
     record of thousands of entries is checked at a fraction of its parse time."""
     if type(entry) is not dict or "config" not in entry or not _plain_descriptor(entry["config"]):
         return False
-    if any(entry.get(name) is not None and type(entry[name]) is not str for name in ("how", "signature")):
+    how, stated = entry.get("how"), entry.get("signature")
+    if (how is not None and type(how) is not str) or (stated is not None and type(stated) is not str):
         return False
     timings = entry.get("timings")
-    if timings is not None:
-        if type(timings) is not dict:
-            return False
-        for measured in timings.values():
-            if type(measured) is list:
-                if not measured or not _TIMING_TYPES.issuperset(map(type, measured)):
-                    return False
-            elif type(measured) not in _TIMING_TYPES:
-                return False
+    if timings is not None and not _plain_timings(timings):
+        return False
     candidates = entry.get("candidates", [])
-    return type(candidates) is list and all(map(_plain_descriptor, candidates))
+    if type(candidates) is not list:
+        return False
+    exact = exact_bytes(candidates)  # exact: marshal tells 1, 1.0 and true apart, as == does not
+    first = checked.get(exact)
+    if first is None:
+        if not all(map(_plain_descriptor, candidates)):
+            return False
+        checked[exact] = candidates
+    elif first is not candidates:
+        entry["candidates"] = first  # equal lists made one object: readers may tell them apart by identity
+    return True
 
 
-_PLAIN = {_check_record_entry: _plain_record_entry, check_descriptor: _plain_descriptor}
+def _plain_timings(timings) -> bool:
+    if type(timings) is not dict:
+        return False
+    measured = timings.values()
+    if _ONLY_LISTS.issuperset(map(type, measured)):  # as Triton's timer gives them: in passes in C
+        return all(measured) and _TIMING_TYPES.issuperset(map(type, chain.from_iterable(measured)))
+    for value in measured:
+        if type(value) is list:
+            if not value or not _TIMING_TYPES.issuperset(map(type, value)):
+                return False
+        elif type(value) not in _TIMING_TYPES:
+            return False
+    return True
+
+
+_PLAIN = {_check_record_entry: _plain_record_entry, check_descriptor: lambda desc, _checked: _plain_descriptor(desc)}
 
 
 def _check_choices(path, document):

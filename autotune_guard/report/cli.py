@@ -7,7 +7,7 @@ import os
 import sys
 
 from ..core.errors import GuardError
-from . import cache_import, diff, merge, show
+from . import cache_import, diff, merge, readers, show
 from .output import write_atomically
 
 COMMANDS = ("show", "merge", "diff", "import")
@@ -27,9 +27,23 @@ def parser() -> argparse.ArgumentParser:
     common.add_argument("--all-runs", action="store_true",
                         help="read the files of every run the arguments name; by default files of runs other than "
                              "the latest (by the run id each file carries) are named on stderr and left out")
+    common.add_argument("--jobs", type=_jobs, metavar="N",
+                        help="read the files on N processes (default: the cores this process may use, at most "
+                             f"{readers.MAX_JOBS}, once the files are larger than "
+                             f"{readers.PARALLEL_FROM_BYTES // 2**20} MiB in all; 1 reads them in this one)")
     for command in (show, merge, diff, cache_import):
         command.add_parser(commands, common)
     return top
+
+
+def _jobs(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of processes (a whole number, 1 or more)")
+    return value
 
 
 def main(argv=None) -> int:

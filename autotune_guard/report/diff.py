@@ -23,7 +23,7 @@ def run(args, out) -> int:
                          for side in sides))
     else:
         folds = [Rows(), Rows()]
-        sides = [read_sources([side], ("record", "choices"), "diff", args.all_runs, fold=fold.fold)
+        sides = [read_sources([side], ("record", "choices"), "diff", args.all_runs, fold=fold, jobs=args.jobs)
                  for side, fold in zip((args.a, args.b), folds)]
         rows = compare(*(fold.configs(side) for fold, side in zip(folds, sides)))
     counts = Counter(r["status"] for r in rows)

@@ -48,7 +48,7 @@ def _output_path(output: str) -> str:
 
 def _records(args, output: str, tally) -> tuple[list[Source], str, list[str]]:
     """The record files to merge (of one arch, none partial unless allowed), the arch, and notes."""
-    sources = read_sources(args.files, ("record",), "merge", args.all_runs, fold=tally.fold)
+    sources = read_sources(args.files, ("record",), "merge", args.all_runs, fold=tally, jobs=args.jobs)
     if os.path.abspath(output) in {os.path.abspath(s.path) for s in sources}:
         raise InputError(f"{output}: is one of the inputs; write the table elsewhere")
     partial = [s for s in sources if not s.complete]

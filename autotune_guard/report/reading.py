@@ -11,16 +11,17 @@ import stat
 import sys
 import time
 from collections import Counter
+from contextlib import closing
 from dataclasses import dataclass, field
 
 from .. import __version__
-from ..core import schema
-from ..core.errors import FileFormatError, GuardError
+from ..core.errors import GuardError
 from ..core.jsonfile import JOURNAL_SUFFIX
 from ..core.model import Choice, ChoiceKey, signature
+from . import readers
+from .configs import full_descriptor
 from .progress import Progress
 
-_KIND_OF = {schema.RECORD_FORMAT: "record", schema.CHOICES_FORMAT: "choices", schema.TABLE_FORMAT: "table"}
 # <prefix>.rank<N>.json, and <prefix>.rank<N>.<host>-<pid>.json: one file per process
 _RANK_FILE = re.compile(r"\.rank(\d+)(?:\.[A-Za-z0-9_-]+)?\.json$")
 MADE_BY = f"autotune_guard {__version__} report"  # what a written table's ``source.by`` says, plus the command
@@ -124,47 +125,33 @@ def _a_written_file(path: str) -> bool:
         return False
 
 
-def read_sources(args, accept, command, all_runs=False, fold=None) -> list[Source]:
+def read_sources(args, accept, command, all_runs=False, fold=None, jobs=None) -> list[Source]:
     """Read every file the arguments name; refuse formats ``command`` cannot use, naming the file.
     Files of runs other than the latest are named on stderr and left out (unless ``all_runs``).
-    ``fold(source)``: given, each file's entries go to it as the file is read, and the source
-    keeps its header only (``entries`` says how many it held): memory stays bounded by one file."""
-    paths, skipped = [], []
-    for arg in args:
-        for path in expand(arg):
-            if path.endswith(".json" + JOURNAL_SUFFIX) and path != arg:
-                continue  # a file's journal: read with its file
-            if path != arg and not _a_written_file(path):
-                skipped.append(f"left out {path}: not a regular file (a symlink, FIFO or directory someone put at a "
-                               "rank file's name); no run writes one")
-            elif path not in paths:
-                paths.append(path)
-    for note in skipped:
-        print(f"python -m autotune_guard.report: note: {note}", file=sys.stderr)
+    ``fold``: given, each file's entries are reduced as the file is read (``fold.digest``, on
+    ``jobs`` worker processes: ``readers.jobs_for``) and go to ``fold.absorb``; the source keeps
+    its header only (``entries`` says how many it held): memory stays bounded by one file a reader."""
+    paths = _paths(args)
+    digest = fold.digest if fold is not None else None
     sources = []
     progress = Progress(len(paths))
-    for path in paths:
-        progress.step()
-        if os.path.isdir(path):
-            raise InputError(f"{path}: is a directory; name its files ({os.path.join(path, '*.json')}) "
-                             f"or the prefix the run used ({os.path.join(path, 'rec')})")
-        if path.endswith(".json" + JOURNAL_SUFFIX):
-            raise InputError(f"{path}: is the journal of {path[:-len(JOURNAL_SUFFIX)]}, read with it; name that file "
-                             "(or the prefix)")
-        try:
-            document, journal = schema.read_evidence(path)
-        except FileFormatError as exc:
-            raise InputError(str(exc)) from None
-        kind = _KIND_OF[document["format"]]
-        if kind not in accept:
-            raise InputError(f"{path}: is a {kind} file; {command} reads {' and '.join(k + ' files' for k in accept)}"
-                             + (" (written under AUTOTUNE_RECORD_PATH)" if accept == ("record",) else ""))
-        source = Source(path, kind, document, journal=journal)
-        if fold is not None:
-            fold(source)
-            source.entries = _count(document)
-            source.document = {k: v for k, v in document.items() if k not in ("kernels", "log")}
-        sources.append(source)
+    for path in paths:  # named before any is read, as the messages say
+        _refuse_path(path)
+    with readers.no_collector(), \
+            closing(readers.read_files(paths, accept, digest, readers.jobs_for(jobs, paths, digest))) as results:
+        for path, (document, journal, entries, digested, error) in zip(paths, results):
+            progress.step()
+            if error is not None:
+                raise InputError(error)  # the first unusable file in order: the pool stops
+            kind = readers.KIND_OF[document["format"]]
+            if kind not in accept:
+                raise InputError(f"{path}: is a {kind} file; {command} reads "
+                                 f"{' and '.join(k + ' files' for k in accept)}"
+                                 + (" (written under AUTOTUNE_RECORD_PATH)" if accept == ("record",) else ""))
+            source = Source(path, kind, document, journal=journal, entries=entries)
+            if fold is not None:
+                fold.absorb(source, digested)
+            sources.append(source)
     progress.done()
     if not all_runs:
         sources, left_out = latest_run(sources)
@@ -174,10 +161,32 @@ def read_sources(args, accept, command, all_runs=False, fold=None) -> list[Sourc
     return sources
 
 
-def _count(document: dict) -> int:
-    if "log" in document:
-        return len(document["log"])
-    return sum(len(entries) for entries in document["kernels"].values())
+def _paths(args) -> list[str]:
+    """The files the arguments name, each once; a rank file's journal is read with its file, and
+    what a prefix found that no run writes (a symlink, a FIFO) is named on stderr and left out."""
+    paths, seen, skipped = [], set(), []
+    for arg in args:
+        for path in expand(arg):
+            if path.endswith(".json" + JOURNAL_SUFFIX) and path != arg:
+                continue  # a file's journal: read with its file
+            if path != arg and not _a_written_file(path):
+                skipped.append(f"left out {path}: not a regular file (a symlink, FIFO or directory someone put at a "
+                               "rank file's name); no run writes one")
+            elif path not in seen:
+                seen.add(path)
+                paths.append(path)
+    for note in skipped:
+        print(f"python -m autotune_guard.report: note: {note}", file=sys.stderr)
+    return paths
+
+
+def _refuse_path(path: str) -> None:
+    if os.path.isdir(path):
+        raise InputError(f"{path}: is a directory; name its files ({os.path.join(path, '*.json')}) "
+                         f"or the prefix the run used ({os.path.join(path, 'rec')})")
+    if path.endswith(".json" + JOURNAL_SUFFIX):
+        raise InputError(f"{path}: is the journal of {path[:-len(JOURNAL_SUFFIX)]}, read with it; name that file "
+                         "(or the prefix)")
 
 
 def _changed_on_disk(source: Source) -> float:
@@ -281,11 +290,6 @@ def table_choices(source: Source) -> list[Chosen]:
     doc = source.document
     return [Chosen(source, ChoiceKey(doc["arch"], kernel, key), Choice(signature(full_descriptor(desc)), "table"))
             for kernel, entries in doc["kernels"].items() for key, desc in entries.items()]
-
-
-def full_descriptor(desc: dict) -> dict:
-    """A stored config with its ``kwargs`` present (a file may leave an empty one out)."""
-    return {**desc, "kwargs": dict(desc.get("kwargs", {}))}
 
 
 def grouped(sources) -> dict[ChoiceKey, list[Chosen]]:

@@ -14,15 +14,10 @@ from .reading import Source, grouped, label_list, md, read_sources, source_json
 from .rows import Rows
 
 
-def analyse(grouped_rows):
+def analyse(grouped_entries):
     """One dict per key of ``Rows.grouped`` (key by key: never every key's rows at once)."""
-    for (arch, kernel, key), choices in grouped_rows:
-        configs = Counter(c.signature for c in choices)
-        entries = []
-        for c in choices:
-            entries.append({"file": c.source.path, "label": c.source.label, "rank": c.source.rank, "kind": c.source.kind,
-                            "config": c.signature, "how": c.how, **c.summary,
-                            "added_by": added_by(c.source.document, kernel, key) if c.source.kind == "table" else None})
+    for (arch, kernel, key), entries in grouped_entries:
+        configs = Counter(e["config"] for e in entries)
         winners = [e["winner_ms"] for e in entries if e["winner_ms"] is not None]
         yield {"arch": arch, "kernel": kernel, "key": key, "agree": len(configs) == 1,
                "library_decided": any(e["how"] == "library" for e in entries),
@@ -73,6 +68,13 @@ def _ms(value) -> str:
     return "failed" if not math.isfinite(value) else f"{value:.4g} ms"
 
 
+LIST_FILES_UP_TO = 16  # past it, a key's files are grouped by config (--format json lists every file)
+
+
+def _span(lo, hi) -> str:
+    return _ms(lo) if lo == hi else f"{_ms(lo)}..{_ms(hi)}"
+
+
 def print_show(sources, rows, provenance, counts, out) -> None:
     """The text report: the files, then key by key what each file chose."""
     print(f"{len(sources)} file{'s' * (len(sources) != 1)}:", file=out)
@@ -89,30 +91,73 @@ def print_show(sources, rows, provenance, counts, out) -> None:
         library = "  [library-decided: its library chose the config itself; merge leaves it out of tables]" \
             if row["library_decided"] else ""
         print(f"  key ({row['key']}): {verdict}, {n} file{'s' * (n != 1)}{library}", file=out)
-        width = max(len(e["label"]) for e in row["choices"])
         ordered = sorted(row["configs"], key=lambda sig: (-row["configs"][sig], sig))
-        letters = {sig: chr(ord("a") + i) if i < 26 else "+" for i, sig in enumerate(ordered)}
-        for e in row["choices"]:
-            mark = " " if row["agree"] else letters[e["config"]]
-            line = f"   {mark} {e['label']:<{width}}  {e['config']}  [{e['how']}]"
-            line += f"  {e['added_by']}" if e["added_by"] else ""
-            if e["timed"]:
-                line += f"  {_ms(e['winner_ms'])} (fastest..slowest of {e['timed']} timed: " \
-                        f"{_ms(e['fastest_ms'])}..{_ms(e['slowest_ms'])})"
-            print(line, file=out)
-        if row["winner_ms_range"] and len(row["choices"]) > 1:
+        marks = {sig: " " if row["agree"] else chr(ord("a") + i) if i < 26 else "+" for i, sig in enumerate(ordered)}
+        if n <= LIST_FILES_UP_TO:
+            _print_each_file(row["choices"], marks, out)
+        else:
+            _print_files_by_config(row["choices"], ordered, marks, out)
+        if row["winner_ms_range"] and n > 1 and not (row["agree"] and n > LIST_FILES_UP_TO):  # (said on its line)
             lo, hi = row["winner_ms_range"]
             print(f"    winners' medians across files: {_ms(lo)}..{_ms(hi)}", file=out)
-        costs = [e for e in row["choices"] if e["min_cost"]]
-        if costs:
-            names = sorted({e["min_cost"] for e in costs})
-            known = [f"failed on {e['label']}" if e["min_cost_failed"] else f"{e['min_cost_slowdown']:.2f}x on {e['label']}"
-                     for e in costs if e["min_cost_failed"] or e["min_cost_slowdown"] is not None]
-            text = ", ".join(known) if known else "not measured"
-            print(f"    min-cost {' / '.join(names)}: {text}", file=out)
+        _print_min_cost(row["choices"], n <= LIST_FILES_UP_TO, out)
     keys, kernels, disagree = counts
     print(f"\n{kernels} kernel{'s' * (kernels != 1)}, {keys} key{'s' * (keys != 1)}, "
           f"{disagree} disagreement{'s' * (disagree != 1)}", file=out)
+
+
+def _print_each_file(choices, marks, out) -> None:
+    width = max(len(e["label"]) for e in choices)
+    for e in choices:
+        line = f"   {marks[e['config']]} {e['label']:<{width}}  {e['config']}  [{e['how']}]"
+        line += f"  {e['added_by']}" if e["added_by"] else ""
+        if e["timed"]:
+            line += f"  {_ms(e['winner_ms'])} (fastest..slowest of {e['timed']} timed: " \
+                    f"{_ms(e['fastest_ms'])}..{_ms(e['slowest_ms'])})"
+        print(line, file=out)
+
+
+def _print_files_by_config(choices, ordered, marks, out) -> None:
+    """One line a config: how many files chose it, how, their winners' medians, the first labels
+    (a table's entry keeps a line of its own: who added it)."""
+    by_config: dict[str, list] = {sig: [] for sig in ordered}
+    for e in choices:
+        if e["added_by"]:
+            print(f"   {marks[e['config']]} {e['label']}  {e['config']}  [{e['how']}]  {e['added_by']}", file=out)
+        else:
+            by_config[e["config"]].append(e)
+    for sig, chosen in by_config.items():
+        if not chosen:
+            continue
+        hows = ", ".join(sorted({e["how"] for e in chosen}))
+        winners = [e["winner_ms"] for e in chosen if e["winner_ms"] is not None]
+        times = f"  winners' medians {_span(min(winners), max(winners))}" if winners else ""
+        print(f"   {marks[sig]} {len(chosen)} file{'s' * (len(chosen) != 1)}  {sig}  [{hows}]{times}: "
+              f"{label_list([e['label'] for e in chosen])}", file=out)
+
+
+def _print_min_cost(choices, each_file: bool, out) -> None:
+    """The min-cost config's slowdown against the winner: on each file, or past
+    ``LIST_FILES_UP_TO`` files its range and the files where it failed."""
+    costs = [e for e in choices if e["min_cost"]]
+    if not costs:
+        return
+    names = " / ".join(sorted({e["min_cost"] for e in costs}))
+    failed = [e["label"] for e in costs if e["min_cost_failed"]]
+    slower = [e for e in costs if not e["min_cost_failed"] and e["min_cost_slowdown"] is not None]
+    if each_file:
+        known = [f"failed on {e['label']}" if e["min_cost_failed"] else f"{e['min_cost_slowdown']:.2f}x on {e['label']}"
+                 for e in costs if e["min_cost_failed"] or e["min_cost_slowdown"] is not None]
+        text = ", ".join(known) if known else "not measured"
+    else:
+        parts = []
+        if slower:
+            lo, hi = min(e["min_cost_slowdown"] for e in slower), max(e["min_cost_slowdown"] for e in slower)
+            parts.append(f"{lo:.2f}x..{hi:.2f}x on {len(slower)} files")
+        if failed:
+            parts.append(f"failed on {label_list(failed)}")
+        text = ", ".join(parts) if parts else "not measured"
+    print(f"    min-cost {names}: {text}", file=out)
 
 
 def run(args, out) -> int:
@@ -126,7 +171,7 @@ def run(args, out) -> int:
         out.write(html.show_page(sources))
         return args.check_status
     rows = Rows()
-    sources = read_sources(args.files, accept, "show", args.all_runs, fold=rows.fold)
+    sources = read_sources(args.files, accept, "show", args.all_runs, fold=rows, jobs=args.jobs)
     counts = rows.counts(sources)
     args.check_status = 1 if args.check and counts[2] else 0  # kept by the CLI whatever happens to stdout
     if args.json or args.format == "json":

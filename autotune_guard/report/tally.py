@@ -8,9 +8,11 @@ count once, as ``reading.grouped`` counts them."""
 from __future__ import annotations
 
 from array import array
+from functools import partial
 
-from ..core.model import ChoiceKey, signature
+from ..core.model import ChoiceKey
 from ..core.tables import provenance_from_records
+from .configs import Signatures
 from .reading import Source, natural_key
 from .timings import median_of
 
@@ -34,57 +36,63 @@ class KeyTally:
         return {sig: bin(mask).count("1") for sig, mask in self.voters.items()}
 
 
+def digest_records(kind: str, document: dict, timings: bool = False) -> dict:
+    """What ``Tally.absorb`` needs of one record, computed where the file was read (a worker):
+    per entry (kernel, key, config, how, candidates, and with ``timings`` Triton's medians), the
+    file's configs once each, and its kernels' provenance.  Plain data: it travels by pickle."""
+    sigs = Signatures()
+    entries = []
+    for kernel, keyed in document["kernels"].items():
+        for key, entry in keyed.items():
+            sig = sigs.of(entry["config"])
+            candidates = sigs.of_list(entry.get("candidates") or [])
+            how = str(entry.get("how", "timed"))
+            measured = entry.get("timings") if timings and how != "library" else None
+            medians = tuple((name, median_of(value)) for name, value in measured.items()) if measured else None
+            entries.append((kernel, key, sig, how, candidates, medians))
+    return {"entries": entries, "descriptors": sigs.descriptors, "provenance": provenance_from_records([document])}
+
+
 class Tally:
-    """``fold`` each record as it is read (``reading.read_sources(fold=...)``); ``keys(sources)``
-    then gives the tallies of the files kept (the latest run and attempt, by default)."""
+    """Each record, as it is read, is reduced by ``digest`` (``digest_records``) and added by
+    ``absorb`` (``reading.read_sources(fold=...)``); ``keys(sources)`` then gives the tallies
+    of the files kept (the latest run and attempt, by default)."""
 
     def __init__(self, timings: bool):
         self.timings = timings
+        self.digest = partial(digest_records, timings=timings)  # a function and a flag: cheap to send to a worker
         self.groups: dict[tuple, dict[ChoiceKey, KeyTally]] = {}
         self.descriptors: dict[str, dict] = {}  # signature -> config, shared by every key
         self._voter_ids: dict[tuple, int] = {}
         self.provenance: dict = {}  # kernel -> what its entries were recorded against (core.tables)
 
-    def fold(self, source: Source) -> None:
+    def absorb(self, source: Source, digested: dict) -> None:
         doc = source.document
         group = (doc.get("run_id"), source.attempt)
         tallies = self.groups.setdefault(group, {})
-        voter = self._voter_ids.setdefault((*group, source.rank), len(self._voter_ids))
-        bit = 1 << voter
+        bit = 1 << self._voter_ids.setdefault((*group, source.rank), len(self._voter_ids))
         arch = doc["arch"]
-        provenance_from_records([doc], self.provenance)
-        for kernel, entries in doc["kernels"].items():
-            for key, entry in entries.items():
-                ident = ChoiceKey(arch, kernel, key)
-                tally = tallies.get(ident)
-                if tally is None:
-                    tally = tallies[ident] = KeyTally()
-                self._add(tally, source.path, bit, entry)
-
-    def _add(self, tally: KeyTally, path: str, bit: int, entry: dict) -> None:
-        config = {**entry["config"], "kwargs": dict(entry["config"].get("kwargs", {}))}
-        sig = signature(config)
-        self.descriptors.setdefault(sig, config)
-        candidates = entry.get("candidates") or []
-        if candidates != tally.raw_candidates:
-            tally.raw_candidates = candidates
-            for desc in candidates:
-                desc = {**desc, "kwargs": dict(desc.get("kwargs", {}))}
-                candidate = signature(desc)
-                self.descriptors.setdefault(candidate, desc)
-                tally.candidates.add(candidate)
-        how = str(entry.get("how", "timed"))
-        if how == "library":
-            tally.library = True
-            return
-        tally.voters[sig] = tally.voters.get(sig, 0) | bit
-        tally.how.setdefault(sig, how)
-        tally.first.setdefault(sig, path)
-        timings = entry.get("timings")
-        if self.timings and timings and not tally.timed.get(sig, 0) & bit:
-            tally.timed[sig] = tally.timed.get(sig, 0) | bit
-            for measured, value in timings.items():
-                tally.measured.setdefault(measured, array("d")).append(median_of(value))
+        for kernel, said in digested["provenance"].items():
+            self.provenance.setdefault(kernel, said)
+        for sig, desc in digested["descriptors"].items():
+            self.descriptors.setdefault(sig, desc)
+        for kernel, key, sig, how, candidates, medians in digested["entries"]:
+            tally = tallies.get((arch, kernel, key))  # a ChoiceKey equals its plain tuple
+            if tally is None:
+                tally = tallies[ChoiceKey(arch, kernel, key)] = KeyTally()
+            if candidates is not tally.raw_candidates:
+                tally.raw_candidates = candidates
+                tally.candidates.update(candidates)
+            if how == "library":
+                tally.library = True
+                continue
+            tally.voters[sig] = tally.voters.get(sig, 0) | bit
+            tally.how.setdefault(sig, how)
+            tally.first.setdefault(sig, source.path)
+            if medians and not tally.timed.get(sig, 0) & bit:
+                tally.timed[sig] = tally.timed.get(sig, 0) | bit
+                for measured, median in medians:
+                    tally.measured.setdefault(measured, array("d")).append(median)
 
     def keys(self, sources: list[Source], arch: str) -> dict[ChoiceKey, KeyTally]:
         """The tallies of the groups ``sources`` belong to, for ``arch``, in the report's key order."""

@@ -8,6 +8,8 @@ import math
 
 from ..core.model import signature, static_cost
 
+_isfinite = math.isfinite
+
 
 def median_of(measured):
     """Triton's timer returns ``[p50, p20, p80]`` (or one number): the median comes first."""
@@ -47,27 +49,26 @@ def slowdown(cost, winner):
     return None
 
 
+def summary_values(chosen_signature: str, timings, min_cost) -> tuple:
+    """``summary`` as a tuple, without the slowdown: (winner_ms, fastest_ms, slowest_ms,
+    min_cost_ms, min_cost, timed, min_cost_failed); what a report's worker computes per entry."""
+    if not timings:
+        return None, None, None, None, min_cost, 0, False
+    firsts = [m[0] if type(m) is list else m for m in timings.values()]
+    finite = [float(m) for m in firsts if m is not None and _isfinite(m)]
+    cost = median_of(timings[min_cost]) if min_cost in timings else None
+    failed = cost is not None and not _isfinite(cost)  # Triton's time for a candidate that failed to compile or run
+    winner = median_of(timings[chosen_signature]) if chosen_signature in timings else None
+    return (winner, min(finite) if finite else None, max(finite) if finite else None, None if failed else cost,
+            min_cost, len(timings), failed)
+
+
 def summary(chosen_signature: str, timings, min_cost) -> dict:
     """The winner's median, the spread over the timed candidates, and what min-cost would cost."""
-    found = {"winner_ms": None, "fastest_ms": None, "slowest_ms": None, "timed": 0,
-             "min_cost": min_cost, "min_cost_ms": None, "min_cost_slowdown": None, "min_cost_failed": False}
-    if not timings:
-        return found
-    medians = {sig: median_of(m) for sig, m in timings.items()}
-    finite = [m for m in medians.values() if math.isfinite(m)]
-    found["timed"] = len(medians)
-    found["fastest_ms"] = min(finite) if finite else None
-    found["slowest_ms"] = max(finite) if finite else None
-    winner = medians.get(chosen_signature)
-    found["winner_ms"] = winner
-    if min_cost in medians:
-        cost = medians[min_cost]
-        if not math.isfinite(cost):  # Triton's time for a candidate that failed to compile or run
-            found["min_cost_failed"] = True
-        else:
-            found["min_cost_ms"] = cost
-            found["min_cost_slowdown"] = slowdown(cost, winner)
-    return found
+    winner, fastest, slowest, cost, min_cost, timed, failed = summary_values(chosen_signature, timings, min_cost)
+    return {"winner_ms": winner, "fastest_ms": fastest, "slowest_ms": slowest, "timed": timed, "min_cost": min_cost,
+            "min_cost_ms": cost, "min_cost_slowdown": slowdown(cost, winner) if cost is not None else None,
+            "min_cost_failed": failed}
 
 
 def timing_summary(choice) -> dict:
