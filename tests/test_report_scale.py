@@ -1,9 +1,8 @@
-"""The report over many rank files: ``show``, ``diff`` and ``merge`` reduce each file to compact
-per-key rows as it is read, and their results equal those of the whole-file path (every file read
-whole and grouped, ``reading.grouped``) on the same files on disk; what they keep is bounded per
-key; ``-o`` writes whole or not at all; a corrupt file among many is named.
-
-The reference here is the whole-file path, which the HTML page still uses."""
+"""The report over many rank files: ``show``, ``diff``, ``merge`` and the HTML page reduce each
+file to compact per-key rows as it is read (on worker processes, or in one), and their results
+equal those of the whole-file path (``whole_files``: every file read whole and grouped) on the
+same files on disk; what they keep is bounded per key; ``-o`` writes whole or not at all; a
+corrupt file among many is named."""
 
 import io
 import json
@@ -12,14 +11,15 @@ import time
 from collections import Counter
 
 import pytest
+import whole_files
 
 from autotune_guard import report
 from autotune_guard.core import jsonfile, schema
 from autotune_guard.core.model import signature
 from autotune_guard.core.tables import PROVENANCE, added_by
-from autotune_guard.report import configs, output, readers, reading, rows as rows_module, show
+from autotune_guard.report import configs, html, html_model, output, readers, reading, rows as rows_module, show
 from autotune_guard.report.diff import compare
-from autotune_guard.report.timings import timing_summary
+from autotune_guard.report.timings import median_of
 
 CANDIDATES = [{"kwargs": {"BLOCK": b}, "num_warps": w, "num_stages": 3, "num_ctas": 1} for b in (16, 32, 64) for w in (4, 8)]
 KEYS = 24
@@ -109,12 +109,12 @@ def whole(args, accept=("record", "choices", "table"), command="show"):
 
 
 def reference_keys(sources):
-    """show's rows from whole files (``reading.grouped``): what the report gave before it streamed."""
+    """show's rows from whole files (``whole_files.grouped``): what the report gave before it streamed."""
     found = []
-    for (arch, kernel, key), choices in reading.grouped(sources).items():
+    for (arch, kernel, key), choices in whole_files.grouped(sources).items():
         configs = Counter(c.signature for c in choices)
         entries = [{"file": c.source.path, "label": c.source.label, "rank": c.source.rank, "kind": c.source.kind,
-                    "config": c.signature, "how": c.how, **timing_summary(c),
+                    "config": c.signature, "how": c.how, **whole_files.timing_summary(c),
                     "added_by": added_by(c.source.document, kernel, key) if c.source.kind == "table" else None}
                    for c in choices]
         winners = [e["winner_ms"] for e in entries if e["winner_ms"] is not None]
@@ -164,7 +164,7 @@ def test_diff_of_many_files_equals_the_whole_file_path(capsys, many, tmp_path, j
         write(other / f"rec.rank{rank}.node-{100 + rank}.json", record(rank, 30, shift=rank % 13 == 0))
     code, out, _ = run(capsys, "diff", "--jobs", jobs, "--json", "--check", many / "run" / "rec", other / "rec")
     sides = [whole([str(p)], ("record", "choices"), "diff") for p in (many / "run" / "rec", other / "rec")]
-    reference = compare(*({key: {c.signature for c in chosen} for key, chosen in reading.grouped(side).items()}
+    reference = compare(*({key: {c.signature for c in chosen} for key, chosen in whole_files.grouped(side).items()}
                           for side in sides))
     assert code == 1 and json.loads(out)["keys"] == reference
     assert {r["status"] for r in reference} >= {"changed", "same", "same, ranks disagree"}
@@ -178,7 +178,7 @@ def test_merge_of_many_files_votes_as_the_whole_files_say(capsys, many, tmp_path
     assert code == 0, err
     merged = json.loads(table.read_text())["kernels"]
     expected = {}
-    for (_, kernel, key), chosen in reading.grouped(whole([str(many / "run" / "rec")], ("record",), "merge")).items():
+    for (_, kernel, key), chosen in whole_files.grouped(whole([str(many / "run" / "rec")], ("record",), "merge")).items():
         votes = Counter(c.signature for c in chosen if c.how != "library")
         if votes:
             expected.setdefault(kernel, {})[key] = votes.most_common(1)[0][0]  # the fixture has no ties
@@ -439,3 +439,69 @@ def test_equal_candidate_lists_of_a_checked_record_are_one_object(tmp_path):
     assert len(lists) == KEYS and len({id(c) for c in lists}) == len({json.dumps(c) for c in lists}) == 2
     sigs = configs.Signatures()
     assert sigs.of_list(lists[0]) is sigs.of_list(lists[1]) is sigs.of_list(json.loads(json.dumps(lists[0])))
+
+
+def whole_file_page(sections, statuses=None):
+    """The HTML page's model as it was built from every file read whole, before it streamed:
+    the reference the streamed page must render the same as."""
+    rows, cells_by_key, ungoverned = [], {}, set()
+    for side, sources in sections:
+        index = {}
+        for source in sorted(sources, key=html_model._row_order):
+            if html_model._row_ident(source) not in index:
+                index[html_model._row_ident(source)] = len(rows)
+                rows.append(html_model.Row(source.label if source.kind == "table" else f"rank {source.rank}",
+                                           "tables" if source.kind == "table" else html_model.node_of(source),
+                                           None if source.kind == "table" else source.rank, side))
+            ungoverned.update(html_model._ungoverned_of(source))
+        for key, choices in whole_files.grouped(sources).items():
+            for c in choices:
+                entry = {"config": c.signature, "how": c.how, **whole_files.timing_summary(c),
+                         "medians": {sig: median_of(m) for sig, m in (c.timings or {}).items()}}
+                cells_by_key.setdefault(key, {}).setdefault(index[html_model._row_ident(c.source)], []).append(entry)
+                if c.how == "library":
+                    ungoverned.add(key.kernel)
+    columns = [html_model.Column(key.arch, key.kernel, key.key, [tuple(cells[i]) if i in cells else None
+                                                                  for i in range(len(rows))],
+                                 (statuses or {}).get(tuple(key), ""),
+                                 any(e["medians"] for cell in cells.values() for e in cell))
+               for key, cells in cells_by_key.items()]
+    return html_model.Page(rows, columns, [(side, [s.path for s in sources]) for side, sources in sections if side],
+                           len(ungoverned))
+
+
+@JOBS
+def test_the_html_pages_of_many_files_render_as_from_whole_files(capsys, tmp_path, jobs):
+    """60 keys (more than the page shows, so most columns keep their configs only) of 20 ranks, a
+    table and a rank's two processes; show's page and diff's, byte for byte."""
+    for side, shift in (("a", 0), ("b", 1)):
+        d = tmp_path / side
+        d.mkdir()
+        for rank in range(20):
+            write(d / f"rec.rank{rank}.node-{100 + rank}.json", record(rank, 20, keys=60, shift=shift * (rank % 9 == 4)))
+        write(d / "rec.rank5.node-077.json", record(5, 20, keys=60, pid=77, shift=1))
+    table = {"format": schema.TABLE_FORMAT, "arch": "sm90", "kernels": {"pkg.ops.k0": {"0,torch.float16": CANDIDATES[1]}},
+             "added": {"pkg.ops.k0": {"0,torch.float16": {"run_id": "r", "rank": 0, "host": "h", "time": "t"}}}}
+    write(tmp_path / "sm90.json", table)
+    show_args = [str(tmp_path / "a" / "rec"), str(tmp_path / "sm90.json")]
+    code, out, err = run(capsys, "show", "--jobs", jobs, "--format", "html", "--check", *show_args)
+    sources = reading.read_sources(show_args, ("record", "choices", "table"), "show")
+    assert code == 1, err
+    assert out == html.render(whole_file_page([("", sources)]), "autotune_guard report", [s.path for s in sources])
+    assert out.count('<svg class="ag-plot"') == html.MAX_PLOTS and "more keys not shown" in out
+
+    code, out, err = run(capsys, "diff", "--jobs", jobs, "--format", "html", tmp_path / "a" / "rec", tmp_path / "b" / "rec")
+    sides = [reading.read_sources([str(tmp_path / s / "rec")], ("record", "choices"), "diff") for s in "ab"]
+    statuses = {(r["arch"], r["kernel"], r["key"]): r["status"]
+                for r in compare(*({k: {c.signature for c in v} for k, v in whole_files.grouped(side).items()}
+                                   for side in sides))}
+    page = whole_file_page([("A", sides[0]), ("B", sides[1])], statuses)
+    assert out == html.render(page, "autotune_guard diff", [s.path for side in sides for s in side]), err
+
+
+def test_the_page_reads_again_the_columns_it_shows_and_those_it_plots():
+    rows = [html_model.Row(f"rank {r}", "node", r) for r in range(3)]
+    light = ({"config": "A"},)
+    columns = [html_model.Column("sm90", "k", str(i), [light] * 3, timed=i >= 50) for i in range(60)]
+    needed = html_model.needed_columns(html_model.Page(rows, columns))
+    assert needed == list(range(html_model.MAX_COLUMNS)) + list(range(50, 50 + html_model.MAX_PLOTS)[:10])

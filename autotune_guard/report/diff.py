@@ -10,22 +10,18 @@ from ..core.errors import FileFormatError
 from ..core.model import digest_of
 from . import html
 from .output import dump
-from .reading import InputError, grouped, md, natural_key, read_sources
-from .rows import Rows
+from .reading import InputError, md, natural_key, read_sources
+from .rows import Rows, details_reader
 
 
 def run(args, out) -> int:
     """The ``diff`` command: read both runs, compare them key by key and digest by digest, say so.
-    Each file is reduced to compact rows as it is read (``rows.py``), except for the HTML page."""
-    if args.format == "html":
-        sides = [read_sources([side], ("record", "choices"), "diff", args.all_runs) for side in (args.a, args.b)]
-        rows = compare(*({key: {c.signature for c in chosen} for key, chosen in grouped(side).items()}
-                         for side in sides))
-    else:
-        folds = [Rows(), Rows()]
-        sides = [read_sources([side], ("record", "choices"), "diff", args.all_runs, fold=fold, jobs=args.jobs)
-                 for side, fold in zip((args.a, args.b), folds)]
-        rows = compare(*(fold.configs(side) for fold, side in zip(folds, sides)))
+    Each file is reduced to compact rows as it is read (``rows.py``); the HTML page reads the keys
+    it shows again (``rows.details_reader``)."""
+    folds = [Rows(), Rows()]
+    sides = [read_sources([side], ("record", "choices"), "diff", args.all_runs, fold=fold, jobs=args.jobs)
+             for side, fold in zip((args.a, args.b), folds)]
+    rows = compare(*(fold.configs(side) for fold, side in zip(folds, sides)))
     counts = Counter(r["status"] for r in rows)
     failing = sum(1 for r in rows if r["status"] == "changed" or r["a_ranks_disagree"] or r["b_ranks_disagree"])
     args.check_status = 1 if args.check and failing else 0  # kept by the CLI whatever happens to stdout
@@ -35,7 +31,8 @@ def run(args, out) -> int:
     compared = {rank: {"a": digests[0][rank], "b": digests[1][rank], "same": digests[0][rank] == digests[1][rank]}
                 for rank in sorted(set(digests[0]) & set(digests[1]))}
     if args.format == "html":
-        out.write(html.diff_page(sides, {(r["arch"], r["kernel"], r["key"]): r["status"] for r in rows}))
+        out.write(html.diff_page(sides, folds, {(r["arch"], r["kernel"], r["key"]): r["status"] for r in rows},
+                                 details_reader(sides[0] + sides[1], ("record", "choices"), "diff", args.jobs)))
     elif args.format == "markdown":
         print_diff_markdown(sides, rows, counts, failing, out)
     elif args.json or args.format == "json":

@@ -17,19 +17,20 @@ from .html_assets import CSS, ERROR_TRAP, OTHER_COLOUR, PALETTE, SCRIPT
 from .html_model import Page, row_groups
 from .html_svg import min_cost_text, strip_plot
 
-MAX_PLOTS = 16
+MAX_PLOTS = html_model.MAX_PLOTS
 MAX_FILES_LISTED = 24
 
 
-def show_page(sources) -> str:
-    """The page for ``report show``."""
-    page = html_model.build([("", sources)])
+def show_page(sources, rows, details) -> str:
+    """The page for ``report show``: ``rows`` the files' ``Rows``, ``details(keys)`` the whole
+    entries of the keys the page shows (``html_model.build``)."""
+    page = html_model.build([("", sources, rows)], details=details)
     return render(page, "autotune_guard report", [s.path for s in sources])
 
 
-def diff_page(sides, statuses: dict) -> str:
+def diff_page(sides, folds, statuses: dict, details) -> str:
     """The page for ``report diff``: both runs' ranks in one grid, A's above B's."""
-    page = html_model.build([("A", sides[0]), ("B", sides[1])], statuses)
+    page = html_model.build([("A", sides[0], folds[0]), ("B", sides[1], folds[1])], statuses, details)
     return render(page, "autotune_guard diff", [s.path for side in sides for s in side])
 
 
@@ -239,7 +240,7 @@ def plots(page: Page, order, palette: Palette) -> str:
     for i in order:
         column = page.columns[i]
         if len(boxes) >= MAX_PLOTS:
-            left += any(e["medians"] for cell in column.cells for e in cell or ())
+            left += column.timed
             continue
         svg = strip_plot(column, palette.colour, palette.code)
         if not svg:

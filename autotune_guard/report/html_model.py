@@ -11,11 +11,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from .reading import grouped
-from .timings import median_of, timing_summary
 
 MAX_COLUMNS = 48  # keys shown in full; the rest are counted
 MAX_ROW_GROUPS = 160  # collapsed rows shown; the rest are counted
+MAX_PLOTS = 16  # keys with timings plotted
 _HOST_IN_NAME = re.compile(r"\.rank\d+\.([A-Za-z0-9_-]+)-\d+\.json$")
 
 
@@ -39,6 +38,7 @@ class Column:
     key: str
     cells: list
     status: str = ""  # diff: same / changed / only in A / ...
+    timed: bool = False  # some entry holds Triton's measurements (the column can be plotted)
 
     @cached_property
     def counts(self) -> Counter:
@@ -79,42 +79,71 @@ def node_of(source) -> str:
     return match.group(1) if match else "(host unknown)"
 
 
-def entry_of(chosen) -> dict:
-    """One cell's content: the config, how it was chosen, what Triton measured."""
-    medians = {sig: median_of(m) for sig, m in (chosen.timings or {}).items()}
-    return {"config": chosen.signature, "how": chosen.how, **timing_summary(chosen), "medians": medians}
+def build(sections, statuses=None, details=None) -> Page:
+    """``sections``: (side name, sources, their ``rows.Rows``) triples, one with side "" for
+    ``show``, A and B for ``diff``; ``statuses``: diff's status per (arch, kernel, key).
 
-
-def build(sections, statuses=None) -> Page:
-    """``sections``: (side name, sources) pairs, one with side "" for ``show``, A and B for
-    ``diff``; ``statuses``: diff's status per (arch, kernel, key)."""
-    rows, cells_by_key, ungoverned = [], {}, set()
-    for side, sources in sections:
-        index = {}
+    Every cell first holds its configs only (one shared dict a config: a page of 1,024 ranks x
+    2,000 keys stays small); ``details(keys)`` then gives the whole entries (how, timings,
+    medians) of the keys shown and plotted, by (key, file): a second read of just those keys."""
+    rows, cells_by_key, timed, ungoverned, files = [], {}, set(), set(), []
+    shared: dict[str, dict] = {}  # config -> the one dict every cell that chose it holds
+    for side, sources, folded in sections:
+        index, row_of = {}, {}
         for source in sorted(sources, key=_row_order):
-            ident = ("table", source.path) if source.kind == "table" else \
-                (source.kind, source.document.get("run_id"), source.rank)
+            ident = _row_ident(source)
             if ident not in index:
                 index[ident] = len(rows)
                 name = source.label if source.kind == "table" else f"rank {source.rank}"
                 rows.append(Row(name, "tables" if source.kind == "table" else node_of(source),
                                 None if source.kind == "table" else source.rank, side))
+            row_of[source.path] = index[ident]
             ungoverned.update(_ungoverned_of(source))
-        for key, choices in grouped(sources).items():
-            for chosen in choices:
-                source = chosen.source
-                ident = ("table", source.path) if source.kind == "table" else \
-                    (source.kind, source.document.get("run_id"), source.rank)
-                cells_by_key.setdefault(key, {}).setdefault(index[ident], []).append(entry_of(chosen))
-                if chosen.how == "library":
-                    ungoverned.add(key.kernel)
-    columns = []
-    for key, cells in cells_by_key.items():
-        status = (statuses or {}).get(tuple(key), "")
-        columns.append(Column(key.arch, key.kernel, key.key,
-                              [tuple(cells[i]) if i in cells else None for i in range(len(rows))], status))
-    sides = [(side, [s.path for s in sources]) for side, sources in sections if side]
-    return Page(rows, columns, sides, len(ungoverned))
+        files.append((folded, sources, row_of))
+        _configs_of(folded, sources, row_of, (cells_by_key, timed, ungoverned, shared))
+    columns = [Column(key.arch, key.kernel, key.key, [tuple(cells[i]) if i in cells else None for i in range(len(rows))],
+                      (statuses or {}).get(tuple(key), ""), key in timed) for key, cells in cells_by_key.items()]
+    page = Page(rows, columns, [(side, [s.path for s in sources]) for side, sources, _ in sections if side],
+                len(ungoverned))
+    if details is not None:
+        _fill_details(page, files, details)
+    return page
+
+
+def _configs_of(folded, sources, row_of, into) -> None:
+    cells_by_key, timed, ungoverned, shared = into
+    for key, entries in folded.grouped(sources):
+        cells = cells_by_key.setdefault(key, {})
+        for e in entries:
+            light = shared.get(e["config"]) or shared.setdefault(e["config"], {"config": e["config"]})
+            cells.setdefault(row_of[e["file"]], []).append(light)
+            if e["timed"]:
+                timed.add(key)
+            if e["how"] == "library":
+                ungoverned.add(key.kernel)
+
+
+def needed_columns(page: Page) -> list[int]:
+    """The columns whose whole entries the page shows: those in the grid and those plotted."""
+    order = ordered_columns(page)
+    plotted = [i for i in order if page.columns[i].timed][:MAX_PLOTS]
+    return sorted(set(order[:MAX_COLUMNS]) | set(plotted))
+
+
+def _fill_details(page: Page, files, details) -> None:
+    wanted = {(c.arch, c.kernel, c.key): c for c in (page.columns[i] for i in needed_columns(page))}
+    found = details(set(wanted))  # (key, file) -> entry
+    cells: dict[tuple, dict[int, list]] = {key: {} for key in wanted}
+    for folded, sources, row_of in files:
+        for key, entries in folded.grouped(sources, only=set(wanted)):
+            for e in entries:
+                cells[key].setdefault(row_of[e["file"]], []).append(found[key, e["file"]])
+    for key, column in wanted.items():
+        column.cells = [tuple(cells[key][i]) if i in cells[key] else None for i in range(len(page.rows))]
+
+
+def _row_ident(source):
+    return ("table", source.path) if source.kind == "table" else (source.kind, source.document.get("run_id"), source.rank)
 
 
 def _row_order(source):

@@ -1,6 +1,6 @@
 """What the report commands read: record, choices and table files (checked by ``core.schema``),
-found by prefix or pattern, of the latest run, labelled; each file's entries handed to a fold as
-it is read (``rows.py``, ``tally.py``), or kept whole and grouped by rank (the HTML page).  Plain data."""
+found by prefix or pattern, of the latest run, labelled; each file's entries reduced by a fold as
+it is read (``rows.py``, ``tally.py``; on worker processes: ``readers.py``).  Plain data."""
 
 from __future__ import annotations
 
@@ -12,14 +12,13 @@ import sys
 import time
 from collections import Counter
 from contextlib import closing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .. import __version__
 from ..core.errors import GuardError
 from ..core.jsonfile import JOURNAL_SUFFIX
-from ..core.model import Choice, ChoiceKey, signature
+from ..core.model import ChoiceKey
 from . import readers
-from .configs import full_descriptor
 from .progress import Progress
 
 # <prefix>.rank<N>.json, and <prefix>.rank<N>.<host>-<pid>.json: one file per process
@@ -70,26 +69,6 @@ class Source:
     @property
     def arch(self):
         return self.document.get("arch")
-
-
-@dataclass
-class Chosen:
-    """What one file says one rank chose for one (arch, kernel, key)."""
-
-    source: Source
-    key: ChoiceKey
-    choice: Choice
-    config: dict | None = None  # records only
-    timings: dict | None = None  # signature -> Triton's measurements (median first)
-    candidates: list = field(default_factory=list)  # declared configs, as descriptors
-
-    @property
-    def signature(self) -> str:
-        return self.choice.signature
-
-    @property
-    def how(self) -> str:
-        return self.choice.how
 
 
 def expand(arg: str) -> list[str]:
@@ -265,46 +244,6 @@ def _label(sources) -> None:
             s.label = f"rank {s.rank} pid {s.document['pid']}"
         else:
             s.label = os.path.basename(s.path) if unique_names else s.path
-
-
-def choices_of(source: Source) -> list[Chosen]:
-    doc = source.document
-    if source.kind == "table":
-        return table_choices(source)
-    if source.kind == "record":
-        found = []
-        for kernel, entries in doc["kernels"].items():
-            for key, entry in entries.items():
-                config = full_descriptor(entry["config"])
-                # The signature is recomputed, not read: it is what merge and diff compare.
-                found.append(Chosen(source, ChoiceKey(doc["arch"], kernel, key),
-                                    Choice(signature(config), str(entry.get("how", "timed"))), config,
-                                    entry.get("timings"), [full_descriptor(c) for c in entry.get("candidates", [])]))
-        return found
-    return [Chosen(source, ChoiceKey.parse(entry), Choice.parse(value)) for entry, value in doc["log"].items()]
-
-
-def table_choices(source: Source) -> list[Chosen]:
-    """A table's entries as choices (``how`` is ``table``), so ``show`` lays them beside what ranks
-    chose.  A field the table leaves out is left out of the signature too (Triton's default)."""
-    doc = source.document
-    return [Chosen(source, ChoiceKey(doc["arch"], kernel, key), Choice(signature(full_descriptor(desc)), "table"))
-            for kernel, entries in doc["kernels"].items() for key, desc in entries.items()]
-
-
-def grouped(sources) -> dict[ChoiceKey, list[Chosen]]:
-    """Choices per (arch, kernel, key).  A rank's files are combined: where several processes of
-    one rank (a parent and the children that chose too) made the same choice it counts once
-    (the copy with timings kept), so a rank never votes twice.  Ranks of different runs (read
-    with ``--all-runs``) are different processes and each votes."""
-    groups: dict[ChoiceKey, dict] = {}
-    for source in sources:
-        for chosen in choices_of(source):
-            kept = groups.setdefault(chosen.key, {})
-            same = (source.kind, source.document.get("run_id"), source.attempt, source.rank, chosen.signature)
-            if same not in kept or (chosen.timings and not kept[same].timings):
-                kept[same] = chosen
-    return {key: list(groups[key].values()) for key in sorted(groups, key=natural_key)}
 
 
 def natural_key(key: ChoiceKey) -> tuple:

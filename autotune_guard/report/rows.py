@@ -8,12 +8,13 @@ a rank's several files that made the same choice count once (the copy with timin
 from __future__ import annotations
 
 from array import array
+from functools import partial
 
 from ..core.model import Choice, ChoiceKey
 from ..core.tables import PROVENANCE, added_by
 from .configs import Signatures
-from .reading import Source, natural_key
-from .timings import cost_order, min_cost_in, slowdown, summary_values
+from .reading import Source, natural_key, read_sources
+from .timings import cost_order, median_of, min_cost_in, slowdown, summary, summary_values
 
 # a row's flags: which of its numbers are known, and whether its entry held timings
 _WINNER, _SPREAD, _COST, _FAILED, _TIMED = 1, 2, 4, 8, 16
@@ -63,6 +64,59 @@ def digest_rows(kind: str, document: dict) -> dict:
             if isinstance(said, dict) and said not in provenance.setdefault(kernel, []):
                 provenance[kernel].append(said)
     return {"entries": entries, "provenance": {kernel: said for kernel, said in provenance.items() if said}}
+
+
+def digest_details(kind: str, document: dict, wanted: frozenset) -> dict:
+    """The whole entries of the keys ``wanted`` (the HTML page's shown and plotted columns) in one
+    file: (arch, kernel, key) -> config, how, the timing summary, each candidate's median."""
+    found = {}
+    if kind == "choices":
+        for entry, value in document["log"].items():
+            ident = tuple(ChoiceKey.parse(entry))
+            if ident in wanted:
+                choice = Choice.parse(value)
+                found[ident] = _details(choice.signature, choice.how, None, None)
+        return found
+    sigs, arch = Signatures(), document["arch"]
+    for kernel, keyed in document["kernels"].items():
+        for key, entry in keyed.items():
+            if (arch, kernel, key) not in wanted:
+                continue
+            if kind == "table":
+                found[arch, kernel, key] = _details(sigs.of(entry), "table", None, None)
+                continue
+            sig, timings = sigs.of(entry["config"]), entry.get("timings")
+            candidates = sigs.of_list(entry.get("candidates", []))
+            order = cost_order({s: sigs.descriptors[s] for s in (*candidates, sig)})
+            found[arch, kernel, key] = _details(sig, str(entry.get("how", "timed")), timings, min_cost_in(order, timings))
+    return found
+
+
+def _details(sig: str, how: str, timings, min_cost) -> dict:
+    return {"config": sig, "how": how, **summary(sig, timings, min_cost),
+            "medians": {name: median_of(m) for name, m in (timings or {}).items()}}
+
+
+class Details:
+    """A fold of the whole entries of a few keys, by (key, file): the HTML page's second read."""
+
+    def __init__(self, wanted):
+        self.digest = partial(digest_details, wanted=frozenset(tuple(k) for k in wanted))
+        self.found: dict[tuple, dict] = {}
+
+    def absorb(self, source: Source, digested: dict) -> None:
+        for ident, entry in digested.items():
+            self.found[ident, source.path] = entry
+
+
+def details_reader(sources, accept, command, jobs):
+    """``details(keys)`` for the HTML page: the files of ``sources`` read again for those keys'
+    whole entries only, so that a page of thousands of files never holds a file whole."""
+    def details(keys):
+        found = Details(keys)
+        read_sources([s.path for s in sources], accept, command, all_runs=True, fold=found, jobs=jobs)
+        return found.found
+    return details
 
 
 def _untimed(sig: str) -> tuple:
@@ -137,12 +191,13 @@ class Rows:
         voters = {s.index: (s.kind, s.document.get("run_id"), s.attempt, s.rank) for s in sources}
         return voters if len(set(voters.values())) < len(voters) else None
 
-    def grouped(self, sources):
-        """(key, [entry, ...]) for each key of the ``sources`` kept, in the report's key order: an
-        entry is one file's choice as ``show`` lists it (one dict a row, built as it is read out)."""
+    def grouped(self, sources, only=None):
+        """(key, [entry, ...]) for each key of the ``sources`` kept (of ``only``, given), in the
+        report's key order: an entry is one file's choice as ``show`` lists it (one dict a row,
+        built as it is read out)."""
         kept, voters = self._kept(sources), self._voters(sources)
         bases = {s.index: {"file": s.path, "label": s.label, "rank": s.rank, "kind": s.kind} for s in sources}
-        for ident in sorted(self.keys, key=natural_key):
+        for ident in sorted(self.keys if only is None else [k for k in self.keys if k in only], key=natural_key):
             rows = self.keys[ident]
             positions = self._positions(rows, kept, voters)
             if positions:

@@ -10,8 +10,8 @@ from collections import Counter
 from . import html
 from ..core.tables import added_by, provenance_lines
 from .output import dump, dump_streamed
-from .reading import Source, grouped, label_list, md, read_sources, source_json
-from .rows import Rows
+from .reading import Source, label_list, md, read_sources, source_json
+from .rows import Rows, details_reader
 
 
 def analyse(grouped_entries):
@@ -161,19 +161,16 @@ def _print_min_cost(choices, each_file: bool, out) -> None:
 
 
 def run(args, out) -> int:
-    """The ``show`` command.  Each file is reduced to compact rows as it is read (``rows.py``),
-    except for the HTML page, which plots every candidate's time of every rank."""
+    """The ``show`` command.  Each file is reduced to compact rows as it is read (``rows.py``);
+    the HTML page reads the keys it shows again, whole (``details_reader``)."""
     accept = ("record", "choices", "table")
-    if args.format == "html":
-        sources = read_sources(args.files, accept, "show", args.all_runs)
-        disagree = sum(len({c.signature for c in choices}) > 1 for choices in grouped(sources).values())
-        args.check_status = 1 if args.check and disagree else 0
-        out.write(html.show_page(sources))
-        return args.check_status
     rows = Rows()
     sources = read_sources(args.files, accept, "show", args.all_runs, fold=rows, jobs=args.jobs)
     counts = rows.counts(sources)
     args.check_status = 1 if args.check and counts[2] else 0  # kept by the CLI whatever happens to stdout
+    if args.format == "html":
+        out.write(html.show_page(sources, rows, details_reader(sources, accept, "show", args.jobs)))
+        return args.check_status
     if args.json or args.format == "json":
         dump_streamed([("files", [source_json(s) for s in sources]), ("keys", analyse(rows.grouped(sources))),
                        ("disagreements", counts[2])], out)

@@ -1,12 +1,12 @@
 """What Triton measured, summarised per chosen entry: the winner's median, the fastest and slowest
 timed candidate, and the candidate ``AUTOTUNE_ON_MISS=min_cost`` would pin with its slowdown.
-One definition, used by the whole-file path (``Chosen``) and by the compact rows (``rows.py``)."""
+One definition, used by the compact rows (``rows.py``) and the HTML page's whole entries."""
 
 from __future__ import annotations
 
 import math
 
-from ..core.model import signature, static_cost
+from ..core.model import static_cost
 
 _isfinite = math.isfinite
 
@@ -15,13 +15,6 @@ def median_of(measured):
     """Triton's timer returns ``[p50, p20, p80]`` (or one number): the median comes first."""
     value = measured[0] if isinstance(measured, list) else measured
     return math.inf if value is None else float(value)  # null: a candidate that failed while timed
-
-
-def descriptors_of(choice) -> dict[str, dict]:
-    found = {signature(c): c for c in choice.candidates}
-    if choice.config is not None:
-        found.setdefault(choice.signature, choice.config)
-    return found
 
 
 def cost_order(descriptors: dict[str, dict]) -> list[str]:
@@ -36,10 +29,6 @@ def min_cost_in(order: list[str], timings) -> str | None:
     if timings:
         return next((sig for sig in order if sig in timings), None)
     return order[0] if order else None
-
-
-def min_cost_signature(choice):
-    return min_cost_in(cost_order(descriptors_of(choice)), choice.timings)
 
 
 def slowdown(cost, winner):
@@ -69,8 +58,3 @@ def summary(chosen_signature: str, timings, min_cost) -> dict:
     return {"winner_ms": winner, "fastest_ms": fastest, "slowest_ms": slowest, "timed": timed, "min_cost": min_cost,
             "min_cost_ms": cost, "min_cost_slowdown": slowdown(cost, winner) if cost is not None else None,
             "min_cost_failed": failed}
-
-
-def timing_summary(choice) -> dict:
-    """``summary`` of one ``reading.Chosen``."""
-    return summary(choice.signature, choice.timings, min_cost_signature(choice))
