@@ -9,7 +9,7 @@ The files are records as a record run writes them: ``--files`` ranks, ``--entrie
 ``--old COMMIT`` measures the package as it was at COMMIT too, side by side in one run (the
 machine's load then weighs on both alike); ``--jobs N`` is passed to the report of today.
 
-Usage:  python scripts/bench_report.py [--files 1024] [--entries 2000] [--keep DIR] [--old COMMIT] [--jobs N]
+Usage:  python scripts/bench_report.py [--files 1024] [--entries 2000] [--keep DIR] [--old COMMIT] [--jobs N] [--html]
 """
 
 from __future__ import annotations
@@ -127,6 +127,9 @@ def main() -> int:
     ap.add_argument("--keep", metavar="DIR", help="generate into DIR and keep it (reused when it holds the files)")
     ap.add_argument("--old", metavar="COMMIT", help="also measure the package as it was at COMMIT (git archive)")
     ap.add_argument("--jobs", help="passed to the report (default: its own choice, the cores available)")
+    ap.add_argument("--html", action="store_true",
+                    help="also measure show --format html (today's code only with --old: the old page read every "
+                         "file whole, about 3x their size in memory)")
     opts = ap.parse_args()
     opts.report_args = ["--jobs", opts.jobs] if opts.jobs else []
     old_dir = _checkout(opts.old) if opts.old else None
@@ -144,12 +147,18 @@ def main() -> int:
         print(f"report at scale ({time.strftime('%Y-%m-%d')}, Python {platform.python_version()}, "
               f"{os.cpu_count()} cores): {opts.files} record files x {opts.entries} entries, {size / 2**20:.0f} MiB")
         print(f"command: python scripts/bench_report.py --files {opts.files} --entries {opts.entries}"
-              + (f" --old {opts.old}" if opts.old else "") + (f" --jobs {opts.jobs}" if opts.jobs else ""))
+              + (f" --old {opts.old}" if opts.old else "") + (f" --jobs {opts.jobs}" if opts.jobs else "")
+              + (" --html" if opts.html else ""))
         prefix = os.path.join(directory, "rec")
-        for label, args in (("merge", ["merge", prefix, "-o", os.path.join(directory, "out", "sm90.json")]),
-                            ("show --check", ["show", "--check", prefix])):
-            os.makedirs(os.path.join(directory, "out"), exist_ok=True)
-            for name, package_dir in ((f"at {opts.old}", old_dir), ("now", None)) if old_dir else (("", None),):
+        out = os.path.join(directory, "out")
+        os.makedirs(out, exist_ok=True)
+        commands = [("merge", ["merge", prefix, "-o", os.path.join(out, "sm90.json")], True),
+                    ("show --check", ["show", "--check", prefix], True)]
+        if opts.html:
+            commands.append(("show html", ["show", "--format", "html", "-o", os.path.join(out, "page.html"), prefix], False))
+        for label, args, compare_old in commands:
+            for name, package_dir in ((f"at {opts.old}", old_dir), ("now", None)) if old_dir and compare_old \
+                    else (("", None),):
                 took, peak, together, status = measure(args + (opts.report_args if package_dir is None else []), package_dir)
                 print(f"{label:14} {name:>16} {took:7.1f} s   peak RSS {peak:5.0f} MiB (largest process), "
                       f"{together:5.0f} MiB (all processes)   exit {status}", flush=True)

@@ -9,6 +9,7 @@ import json
 import os
 import time
 from collections import Counter
+from functools import partial
 
 import pytest
 import whole_files
@@ -198,24 +199,26 @@ def test_merge_by_fastest_on_workers_is_what_one_process_merges(capsys, many, tm
     assert tables["fastest", "1"]["kernels"] != tables["vote", "1"]["kernels"]  # Triton's times decided some keys
 
 
-def test_a_pool_reads_in_other_processes_and_streams_back_in_order(capsys, many, monkeypatch, tmp_path):
-    """Each worker (forked after the patch) leaves a mark per file it read; the reading process
-    reads none itself, and what comes back is in the files' order."""
+def test_workers_read_in_other_processes_and_send_back_in_order(many, tmp_path):
+    """Each worker leaves a mark per file it read (``whole_files.marking_digest``); the reading
+    process reads none itself, and what comes back is in the files' order."""
     marks = tmp_path / "marks"
     marks.mkdir()
-    original = readers.read_file
-
-    def marking(path, accept, digest):
-        (marks / f"{os.getpid()}-{os.path.basename(path)}").touch()
-        return original(path, accept, digest)
-
-    monkeypatch.setattr(readers, "read_file", marking)
     folded = rows_module.Rows()
+    folded.digest = partial(whole_files.marking_digest, marks=str(marks))
     sources = reading.read_sources([str(many / "run" / "rec")], ("record",), "show", fold=folded, jobs=2)
     readers_seen = {name.split("-")[0] for name in os.listdir(marks)}
     assert len(os.listdir(marks)) == 44 and len(readers_seen) == 2 and str(os.getpid()) not in readers_seen
     assert [s.path for s in folded.sources] == reading.expand(str(many / "run" / "rec"))
     assert len(sources) == 41
+
+
+def test_a_worker_that_dies_is_named_with_the_file_it_held(capsys, many, tmp_path):
+    folded = rows_module.Rows()
+    folded.digest = whole_files.dying_digest
+    with pytest.raises(readers.ReaderError, match=r"rec\.rank7\.node-107\.json: the process reading it ended "
+                                                  r"\(exit status 3\) before it was read; --jobs 1 reads in this process"):
+        reading.read_sources([str(many / "run" / "rec")], ("record",), "show", fold=folded, jobs=2)
 
 
 def test_how_many_read_is_the_cores_once_the_files_are_large(tmp_path, monkeypatch):

@@ -4,11 +4,13 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from autotune_guard.core.model import Choice, ChoiceKey, signature
 from autotune_guard.report.configs import full_descriptor
 from autotune_guard.report.reading import Source, natural_key
+from autotune_guard.report.rows import digest_rows
 from autotune_guard.report.timings import cost_order, min_cost_in, summary
 
 
@@ -68,3 +70,17 @@ def timing_summary(chosen: Chosen) -> dict:
     if chosen.config is not None:
         descriptors.setdefault(chosen.signature, chosen.config)
     return summary(chosen.signature, chosen.timings, min_cost_in(cost_order(descriptors), chosen.timings))
+
+
+def marking_digest(kind: str, document: dict, marks: str) -> dict:
+    """``Rows.digest``, leaving a file ``<pid>-<rank>-<its pid>`` in ``marks``: which process read what."""
+    open(f"{marks}/{os.getpid()}-{document['rank']}-{document.get('pid')}", "w").close()
+    return digest_rows(kind, document)
+
+
+def dying_digest(kind: str, document: dict) -> dict:
+    """``Rows.digest`` until the worker meets a file of rank 7: then the process ends at once, as
+    one killed would."""
+    if document["rank"] == 7:
+        os._exit(3)
+    return digest_rows(kind, document)

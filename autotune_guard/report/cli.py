@@ -27,12 +27,14 @@ def parser() -> argparse.ArgumentParser:
     common.add_argument("--all-runs", action="store_true",
                         help="read the files of every run the arguments name; by default files of runs other than "
                              "the latest (by the run id each file carries) are named on stderr and left out")
-    common.add_argument("--jobs", type=_jobs, metavar="N",
-                        help="read the files on N processes (default: the cores this process may use, at most "
-                             f"{readers.MAX_JOBS}, once the files are larger than "
-                             f"{readers.PARALLEL_FROM_BYTES // 2**20} MiB in all; 1 reads them in this one)")
     for command in (show, merge, diff, cache_import):
         command.add_parser(commands, common)
+    for name in ("show", "merge", "diff"):  # the commands that read evidence files
+        commands.choices[name].add_argument(
+            "--jobs", type=_jobs, metavar="N",
+            help=f"read the files on N processes (default: the cores this process may use, at most {readers.MAX_JOBS}, "
+                 f"once the files are larger than {readers.PARALLEL_FROM_BYTES // 2**20} MiB in all; 1 reads them in "
+                 "this one)")
     return top
 
 

@@ -15,7 +15,7 @@ import signal
 from contextlib import contextmanager
 
 from ..core import schema
-from ..core.errors import FileFormatError
+from ..core.errors import FileFormatError, GuardError
 
 KIND_OF = {schema.RECORD_FORMAT: "record", schema.CHOICES_FORMAT: "choices", schema.TABLE_FORMAT: "table"}
 MAX_JOBS = 8  # past this the fold in the reading process, not the parsing, bounds the time
@@ -86,34 +86,57 @@ def no_collector():
 
 def read_files(paths: list[str], accept, digest, jobs: int):
     """``read_file`` of each path, in order: here when ``jobs`` is 1, else on ``jobs`` worker
-    processes (a few files a task, so that results stream back while others are parsed)."""
+    processes, worker k reading files k, k + jobs, ...  Each sends what it read down its own
+    pipe, at most one file ahead of the reader, which takes them in the files' order: no pool,
+    no thread, nothing queued without bound."""
     if jobs <= 1:
         for path in paths:
             yield read_file(path, accept, digest)
         return
-    with _context().Pool(jobs, initializer=_start_worker, initargs=(accept, digest)) as pool:
-        yield from pool.imap(_read_in_worker, paths, chunksize=1 if len(paths) < 16 * jobs else 2)
+    # spawn, never fork: a caller with threads (a test runner, a program calling report.main)
+    # would fork workers holding its threads' locks, and fork is gone from some platforms
+    context = multiprocessing.get_context("spawn")
+    workers, pipes = [], []
+    try:
+        for k in range(jobs):
+            receive, send = context.Pipe(duplex=False)
+            worker = context.Process(target=_serve, args=(send, paths[k::jobs], accept, digest), daemon=True,
+                                     name=f"autotune_guard report reader {k}")
+            worker.start()
+            send.close()  # only the worker holds it now: its end is the reader's EOF
+            workers.append(worker)
+            pipes.append(receive)
+        for i, path in enumerate(paths):
+            try:
+                yield pipes[i % jobs].recv()
+            except EOFError:
+                workers[i % jobs].join(5)
+                raise ReaderError(f"{path}: the process reading it ended (exit status {workers[i % jobs].exitcode}) "
+                                  "before it was read; --jobs 1 reads in this process") from None
+    finally:
+        for pipe in pipes:
+            pipe.close()  # a worker still sending stops (its pipe is broken)
+        for worker in workers:
+            worker.join(1)
+            if worker.is_alive():
+                worker.terminate()
+                worker.join()
 
 
-def _context():
-    """fork where the platform has it (a worker starts in milliseconds, with the package
-    imported), else spawn."""
-    methods = multiprocessing.get_all_start_methods()
-    return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+class ReaderError(GuardError):
+    """A worker process ended before it sent a file (killed, out of memory): the file is named."""
 
 
-_worker_task: tuple = ((), None)
-
-
-def _start_worker(accept, digest) -> None:
-    # Ctrl-C goes to the reading process, which stops the pool; a worker printing its own
+def _serve(pipe, paths: list[str], accept, digest) -> None:
+    """A worker: ``read_file`` of each of its paths, sent to the reader in order."""
+    # Ctrl-C goes to the reading process, which stops the workers; a worker printing its own
     # KeyboardInterrupt traceback would only bury the one line that matters.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     gc.disable()  # see ``no_collector``: a worker holds nothing but the file it reads
-    global _worker_task
-    _worker_task = (accept, digest)
-
-
-def _read_in_worker(path: str):
-    accept, digest = _worker_task
-    return read_file(path, accept, digest)
+    try:
+        for path in paths:
+            pipe.send(read_file(path, accept, digest))
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the reader stopped early (an unusable file, Ctrl-C): nothing is waiting for the rest
+    finally:
+        pipe.close()
