@@ -1,7 +1,7 @@
 """Reading many files on several cores: each file is parsed, checked and reduced (a fold's
 ``digest``, pure code over the document) in a worker process, and only what the fold keeps comes
 back, in the files' order; the fold absorbs it in this process.  JSON parsing is most of a
-report's time (about 60 ms for a record of 2,000 entries), so workers are what bounds it.
+report's time (about 40 ms for a record of 2,000 entries), so workers are what bounds it.
 
 A worker returns plain data and never raises for a file: an unusable file comes back as its
 message, raised by the reader in the files' order, so the error is the same as a serial read's."""
@@ -19,7 +19,7 @@ from ..core.errors import FileFormatError, GuardError
 
 KIND_OF = {schema.RECORD_FORMAT: "record", schema.CHOICES_FORMAT: "choices", schema.TABLE_FORMAT: "table"}
 MAX_JOBS = 8  # past this the fold in the reading process, not the parsing, bounds the time
-PARALLEL_FROM_BYTES = 16 * 2**20  # below it (a few records) a pool's start costs more than it saves
+PARALLEL_FROM_BYTES = 16 * 2**20  # below it (a few records) starting workers costs more than it saves
 _ENTRIES = ("kernels", "log")
 
 
@@ -45,7 +45,7 @@ def read_file(path: str, accept, digest):
 
 def jobs_for(requested: int | None, paths: list[str], digest) -> int:
     """How many processes read: ``requested`` (``--jobs``), else the cores this process may use
-    (at most ``MAX_JOBS``) once the files are large enough to pay for a pool; 1 reads here.
+    (at most ``MAX_JOBS``) once the files are large enough to pay for starting workers; 1 reads here.
     A read keeping whole documents (no ``digest``) stays here: shipping them costs what parsing does."""
     if digest is None or len(paths) < 2:
         return 1
