@@ -10,7 +10,6 @@ from itertools import chain
 from marshal import dumps as exact_bytes
 
 from .errors import FileFormatError
-
 from .jsonfile import JOURNAL_SUFFIX, read_journal, read_json
 from .model import EXTRA_FIELDS, OPTION_FIELDS, digest_of
 

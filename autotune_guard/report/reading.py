@@ -121,7 +121,7 @@ def read_sources(args, accept, command, all_runs=False, fold=None, jobs=None) ->
         for path, (document, journal, entries, digested, error) in zip(paths, results):
             progress.step()
             if error is not None:
-                raise InputError(error)  # the first unusable file in order: the pool stops
+                raise InputError(error)  # the first unusable file in order: the workers stop
             kind = readers.KIND_OF[document["format"]]
             if kind not in accept:
                 raise InputError(f"{path}: is a {kind} file; {command} reads "

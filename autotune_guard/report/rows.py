@@ -2,8 +2,8 @@
 time): per (arch, kernel, key), one compact row per file that chose it (the file's index, the
 config's text, how it was chosen, the timing summary as numbers), in arrays; never the files.
 
-Read back key by key (``grouped``) the rows are what ``reading.grouped`` gives of whole files:
-a rank's several files that made the same choice count once (the copy with timings kept)."""
+Read back key by key (``grouped``), a rank's several files that made the same choice count once
+(the copy with timings kept), as they did when every file was read whole (``tests/whole_files.py``)."""
 
 from __future__ import annotations
 

@@ -8,8 +8,8 @@ import os
 from collections import Counter
 
 from . import html
-from ..core.tables import added_by, provenance_lines
-from .output import dump, dump_streamed
+from ..core.tables import provenance_lines
+from .output import dump_streamed
 from .reading import Source, label_list, md, read_sources, source_json
 from .rows import Rows, details_reader
 
@@ -143,13 +143,13 @@ def _print_min_cost(choices, each_file: bool, out) -> None:
     if not costs:
         return
     names = " / ".join(sorted({e["min_cost"] for e in costs}))
-    failed = [e["label"] for e in costs if e["min_cost_failed"]]
-    slower = [e for e in costs if not e["min_cost_failed"] and e["min_cost_slowdown"] is not None]
     if each_file:
         known = [f"failed on {e['label']}" if e["min_cost_failed"] else f"{e['min_cost_slowdown']:.2f}x on {e['label']}"
                  for e in costs if e["min_cost_failed"] or e["min_cost_slowdown"] is not None]
         text = ", ".join(known) if known else "not measured"
     else:
+        failed = [e["label"] for e in costs if e["min_cost_failed"]]
+        slower = [e for e in costs if not e["min_cost_failed"] and e["min_cost_slowdown"] is not None]
         parts = []
         if slower:
             lo, hi = min(e["min_cost_slowdown"] for e in slower), max(e["min_cost_slowdown"] for e in slower)

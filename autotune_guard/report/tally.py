@@ -3,7 +3,7 @@ time): per (arch, kernel, key) the ranks that chose each config (a bit per voter
 candidates, and with ``--rule fastest`` Triton's medians; never the files themselves.
 
 A voter is (run, attempt, rank): several processes' files of one rank that made the same choice
-count once, as ``reading.grouped`` counts them."""
+count once, as ``Rows.grouped`` counts them."""
 
 from __future__ import annotations
 
