@@ -175,7 +175,8 @@ def attempt_scope() -> str:
 
 
 def decide(store, what: str, name: str, rank: int, signatures: Sequence[str], tune: Callable,
-           timeout: float | None = None, *, learn: bool = True, dead_after: float = DEFAULT_DEAD_AFTER_S):
+           timeout: float | None = None, *, learn: bool = True, dead_after: float = DEFAULT_DEAD_AFTER_S,
+           from_table: str | None = None):
     """One consensus decision: ``(index, tuned_here, tune_result)``.
 
     ``store``: the job's c10d Store.  ``what``: how errors name the decision (kernel, key, arch).
@@ -195,10 +196,16 @@ def decide(store, what: str, name: str, rank: int, signatures: Sequence[str], tu
     when a live claimer publishes nothing within ``timeout``, when the candidate lists differ, or
     when the Store fails.  Nothing here is a collective: ranks may decide in any order, or never.
     ``learn``: winners published ahead of this rank are learned in batches (``core.consensus_batch``).
+    ``from_table``: the winner this rank's table holds for the key.  It goes with the claim, in the
+    claim's one request, and decides for the job untimed; a rank that finds such a claim follows
+    it at once (a key the table holds costs one request, as near pinned's none as the job's
+    agreement allows).  A rank whose table lacks the key still waits for one that tunes it.
     """
     node = getattr(store, "node_store", None)
-    if node is not None:
+    if node is not None and from_table is None:
         return _for_the_node(store, node, what, name, rank, signatures, tune, timeout, dead_after)
+    if node is not None:  # a table's claim waits for nobody: straight to the job's Store (the node's polls)
+        store = store.job
     prefix = f"{STORE_PREFIX}{attempt_scope()}"
     key = f"{prefix}/{name}"
     known = batch.learned.winner(store, prefix, name) if learn else None
@@ -207,12 +214,19 @@ def decide(store, what: str, name: str, rank: int, signatures: Sequence[str], tu
         if payload.get("candidates_hash") == candidates_hash(signatures):
             return follow(payload, signatures, what), False, None
     me = claimer_identity(rank)
+    if from_table is not None:  # the claim carries the winner: "identity\npayload"
+        me += "\n" + encode_winner(rank, from_table, signatures)
     try:
         holder = _text(store.compare_set(key + "/claim", "", me))
     except Exception as exc:
         raise ConsensusError(store_lost_message(what, exc)) from exc
+    if holder == me and from_table is not None:
+        return list(signatures).index(from_table), False, None
     if holder == me:
         return _tune_for_the_job(store, what, key, rank, signatures, tune, (prefix, name) if learn else None)
+    holder, _, carried = holder.partition("\n")
+    if carried:  # the claimer's table decided it with the claim
+        return follow(decode(carried, what, key + "/claim"), signatures, what), False, None
     try:
         asked = time.monotonic()
         published = _wait_for_result(store, what, key, holder, timeout, dead_after)
@@ -236,7 +250,9 @@ def _for_the_node(store, node, what, name, rank, signatures, tune, timeout, dead
     """Node-level fan-in: the node's first rank to reach the decision takes it to the job's Store
     (``store.job``) as one waiter or the claimer; the node's others follow it through the node's
     Store (``node``), where its heartbeat is watched as a claimer's is. They wait as long as it
-    does: it began waiting first, so its error, named, reaches them before their own timeout."""
+    does: it began waiting first, so its error, named, reaches them before their own timeout.
+    A rank whose table holds the key skips this level: its claim, on the job's Store, waits for
+    nobody, where the node's FileStore would poll (10 ms a wait)."""
 
     def for_the_node():
         index, tuned_here, returned = decide(store.job, what, name, rank, signatures, tune, timeout, dead_after=dead_after)

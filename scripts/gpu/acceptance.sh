@@ -3,7 +3,7 @@
 # Run it whenever a change touches a mode, consensus, the launch path or torch.compile; its dated
 # figures go into docs/benchmarks.md.
 #
-#   PHASES="train" bash scripts/gpu/acceptance.sh          # results in $OUT (default: a new temp dir)
+#   PHASES="train" bash scripts/gpu/acceptance.sh   # $OUT/acceptance.txt, and every log in $OUT/acceptance.tgz
 #
 # Phases (default: all, in this order; each prints its own summary):
 #   train     a 4-layer LM on fla-core's RMSNorm and SwiGLU kernels, each block under torch.compile,
@@ -20,7 +20,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 REPO=$(pwd)
-OUT="${OUT:-$(mktemp -d)}"; mkdir -p "$OUT"
+FINAL="${OUT:-$(mktemp -d)}"; mkdir -p "$FINAL"
+OUT=/tmp/accept-results; rm -rf "$OUT"; mkdir -p "$OUT"  # packed into $FINAL/acceptance.tgz at the end
 PHASES="${PHASES:-train record flaggems mm liger}"
 STEPS="${TRAIN_STEPS:-30}"
 W=/tmp/accept; mkdir -p "$W"
@@ -52,6 +53,7 @@ run() {
 
 summary() {  # the runs named, as one table: calls, first step, steady step against plain, hashes
   "$PY" "$REPO/scripts/gpu/acceptance/summarize.py" "$W" "$@" | tee -a "$OUT/summary.txt"
+  for name in "$@"; do cp "$W/$name/summary.json" "$OUT/$name.summary.json" 2>/dev/null; done
 }
 
 phase_train() {
@@ -111,3 +113,5 @@ main() {
 }
 
 main 2>&1 | tee "$OUT/acceptance.txt"
+cp "$OUT/acceptance.txt" "$FINAL/"
+tar czf "$FINAL/acceptance.tgz" -C "$OUT" .  # every log and summary (a device returns a few files only)

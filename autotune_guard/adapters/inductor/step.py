@@ -153,22 +153,19 @@ def _consensus(self, inductor_own, kernel, epoch, args, kwargs) -> None:
         return
     signatures = [signature(d) for d in kernel.descriptors]
 
-    def tune():  # on the claimer only
-        index = _table_index(kernel, epoch)
-        if index is not None:
-            keep(self, index)
-            guard.note(epoch, key, Choice(signatures[index], "table"), _record(kernel, epoch, index))
-            return signatures[index]
+    table = _table_index(kernel, epoch)  # its entry goes with the claim and decides for the job untimed
+
+    def tune():  # on the claimer only, when its table lacks the key
         return _timed(self, inductor_own, kernel, epoch, args, kwargs, "consensus", for_job=True)
 
     index, tuned_here, _ = consensus.decide(
         store, key.what(), consensus.decision_name(key.arch, key.kernel, key.key),
         guard.facts.ask("rank_now", (0, 1))[0], signatures, tune, epoch.policy.consensus_timeout,
-        dead_after=epoch.policy.consensus_dead_after)
+        dead_after=epoch.policy.consensus_dead_after, from_table=None if table is None else signatures[table])
     if tuned_here:
         return
     keep(self, index)
-    how = "table" if _table_index(kernel, epoch) == index else "consensus"  # the job followed this rank's entry too
+    how = "table" if index == table else "consensus"  # "table": the job followed this rank's entry too
     guard.note(epoch, key, Choice(signatures[index], how), _record(kernel, epoch, index))
 
 

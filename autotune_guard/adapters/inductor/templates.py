@@ -321,11 +321,7 @@ def _consensus(self, own, selection: Selection, epoch, call, args, kwargs):
     signatures = [signature(d) for d in selection.descs]
     box = {}
 
-    def tune():  # on the claimer only
-        if table is not None:
-            box["result"] = _run_one(self, own, call, table, args, kwargs)
-            guard.note(epoch, key, Choice(signatures[table], "table"), _record(selection, epoch, table, "table", None))
-            return signatures[table]
+    def tune():  # on the claimer only, when its table lacks the key (a table's entry goes with the claim)
         box["result"], index = _timed(self, own, selection, epoch, call, args, kwargs, "consensus", for_job=True)
         if index is None:
             raise SelectionError(f"autotune_guard consensus: {key.what()}: Inductor's selection gave no choice")
@@ -334,7 +330,7 @@ def _consensus(self, own, selection: Selection, epoch, call, args, kwargs):
     index, tuned_here, _ = consensus.decide(
         store, key.what(), consensus.decision_name(key.arch, key.kernel, key.key),
         guard.facts.ask("rank_now", (0, 1))[0], signatures, tune, epoch.policy.consensus_timeout,
-        dead_after=epoch.policy.consensus_dead_after)
+        dead_after=epoch.policy.consensus_dead_after, from_table=None if table is None else signatures[table])
     if tuned_here:
         return box["result"]
     how = "table" if index == table else "consensus"  # the job followed this rank's table entry too

@@ -65,15 +65,14 @@ def _decide(autotuner, state, key, args, kwargs):
     signatures = [signature(descriptor(c)) for c in live]
     from_table = table_index(autotuner, state, choice_key, live)  # on every rank: a stale entry is refused on each
 
-    def tune():  # on the claimer only: the table it read decides for the job too, untimed and unlaunched
-        if from_table is not None:
-            return signatures[from_table], None
+    def tune():  # on the claimer only, when its table lacks the key (a table's entry goes with the claim)
         return _tune(autotuner, state, key, args, kwargs, live)
 
     name = consensus.decision_name(choice_key.arch, choice_key.kernel, choice_key.key)
     index, tuned_here, tuned = consensus.decide(
         store, choice_key.what(), name, guard.facts.ask("rank_now", (0, 1))[0], signatures, tune,
-        state.epoch.policy.consensus_timeout, dead_after=state.epoch.policy.consensus_dead_after)
+        state.epoch.policy.consensus_timeout, dead_after=state.epoch.policy.consensus_dead_after,
+        from_table=None if from_table is None else signatures[from_table])
     if tuned_here and tuned[1] is not None:
         winner_signature, (result, winner, timings) = tuned
         if index is not None:  # the live object, so that its hooks survive (not a disk-cache copy)

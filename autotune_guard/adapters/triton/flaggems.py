@@ -196,9 +196,7 @@ def _consensus(autotuner, state, key, original, args, kwargs):
             consensus.settle(autotuner, state, key, choice_key, winner, signature(descriptor(winner)), timings, "timed")
             return result
 
-        def tune():
-            if index is not None:
-                return signatures[index], None
+        def tune():  # on the claimer only, when its table lacks the key (a table's entry goes with the claim)
             with state.lock:
                 tuned = _library_tunes(autotuner, state, key, original, args, kwargs)
             return signature(descriptor(tuned[1])), tuned
@@ -206,7 +204,8 @@ def _consensus(autotuner, state, key, original, args, kwargs):
         name = protocol.decision_name(choice_key.arch, choice_key.kernel, choice_key.key)
         index, tuned_here, tuned = protocol.decide(store, choice_key.what(), name, guard.facts.ask("rank_now", (0, 1))[0],
                                                    signatures, tune, state.epoch.policy.consensus_timeout,
-                                                   dead_after=state.epoch.policy.consensus_dead_after)
+                                                   dead_after=state.epoch.policy.consensus_dead_after,
+                                                   from_table=None if index is None else signatures[index])
         if tuned_here and tuned[1] is not None:
             result, winner, timings = tuned[1]
             consensus.tuned_for_job(autotuner, state, choice_key, winner)

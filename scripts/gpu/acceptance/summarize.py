@@ -9,16 +9,19 @@ usage: summarize.py WORK_DIR RUN [RUN...]     (the first RUN is the reference, n
 import glob
 import json
 import os
+import re
 import statistics
 import sys
 
 
 def load(work, name):
     folder = os.path.join(work, name)
-    results = []
-    for line in open(os.path.join(folder, "log.txt"), errors="replace"):
-        if line.startswith("RESULT "):
-            results.append(json.loads(line[len("RESULT "):]))
+    results, text = [], open(os.path.join(folder, "log.txt"), errors="replace").read()
+    for found in re.finditer(r"RESULT (\{)", text):  # ranks print at once: lines may interleave
+        try:
+            results.append(json.JSONDecoder().raw_decode(text, found.start(1))[0])
+        except ValueError:
+            pass
     calls = {"do_bench": 0, "inductor": 0}
     for path in glob.glob(os.path.join(folder, "calls.*.json")):
         found = json.load(open(path))
@@ -47,6 +50,9 @@ def main():
         print(f"| {name} | {run['ranks']} | {run['calls']['do_bench']} + {run['calls']['inductor']} | {first} | {ratio} "
               f"| {steady} | {sratio} | {len(run['hashes'])} ({', '.join(run['hashes'])}) | {', '.join(same) or '-'} |")
     print(json.dumps(runs))
+    for name, run in runs.items():  # beside the log, for the record
+        with open(os.path.join(work, name, "summary.json"), "w") as out:
+            json.dump(run, out)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """An ordinary training program on a real kernel library: it knows nothing of autotune_guard.
 
 A 4-layer decoder LM on fla-core's RMSNorm and fused SwiGLU MLP (autotuned Triton kernels), each
-block under ``torch.compile``, AdamW, run under torchrun; every rank trains the same replica on
+block under ``torch.compile``, AdamW, run under torchrun. Otherwise deterministic (attention written
+out, the embedding frozen: their usual backwards add with atomics), so that the parameters' hash
+changes only with the kernels' configs; every rank trains the same replica on
 the same data (gloo for the barrier after each step: several ranks share one GPU here, which NCCL
 refuses). Each rank prints one JSON line: time to first step, per-step times, and the hash of its
 parameters after the last step.
@@ -36,8 +38,11 @@ class Block(nn.Module):
 
     def forward(self, x):
         b, t, _ = x.shape
-        q, k, v = self.qkv(self.attn_norm(x)).view(b, t, 3, HEADS, DIM // HEADS).unbind(2)
-        attn = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
+        q, k, v = self.qkv(self.attn_norm(x)).view(b, t, 3, HEADS, DIM // HEADS).transpose(1, 3).unbind(2)
+        # attention written out (flash attention's backward adds with atomics: other bits every run)
+        scores = (q @ k.transpose(-1, -2)) * (DIM // HEADS) ** -0.5
+        causal = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
+        attn = scores.masked_fill(~causal, float("-inf")).softmax(-1) @ v
         x = x + self.out(attn.transpose(1, 2).reshape(b, t, DIM))
         return x + self.mlp(self.mlp_norm(x))
 
@@ -45,7 +50,7 @@ class Block(nn.Module):
 class LM(nn.Module):
     def __init__(self):
         super().__init__()
-        self.embed = nn.Embedding(VOCAB, DIM)
+        self.embed = nn.Embedding(VOCAB, DIM).requires_grad_(False)  # its backward adds with atomics
         self.blocks = nn.ModuleList(Block() for _ in range(LAYERS))
         for i, block in enumerate(self.blocks):
             self.blocks[i] = torch.compile(block)
