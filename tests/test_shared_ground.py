@@ -234,3 +234,33 @@ def test_a_node_store_directory_another_user_made_first_is_refused_by_name(tmp_p
     assert f"{folder}: {what}" in proc.stderr and "this rank asks the job's Store itself" in proc.stderr
     assert _node_stores(folder) == [] and (not theirs.exists() or _node_stores(theirs) == [])
     assert read_table(tmp_path / "tables")["kernels"]  # the job did its work through the job's Store
+
+
+def test_a_foreign_name_in_the_announced_list_never_stalls_a_rank(tmp_path):
+    import socket
+    import subprocess
+    import sys
+
+    from support import clean_env, last_json
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = []
+    for rank in (0, 1):
+        env = clean_env(AUTOTUNE_MODE="consensus", RANK=rank, WORLD_SIZE=2, MASTER_ADDR="127.0.0.1",
+                        MASTER_PORT=port)
+        for name in ("LOCAL_WORLD_SIZE", "GROUP_RANK", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT"):
+            env.pop(name, None)
+        procs.append(subprocess.Popen([sys.executable, os.path.join(TESTS, "progs", "consensus_foreign_name.py"), "60"],
+                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=240)
+        assert proc.returncode == 0, err[-3000:]
+        results.append(last_json(out))
+    assert results[1]["took"] < 30, results  # the Store's timeout (60 s) is never waited for
+    assert results[0]["timer_calls"] == 6 * 8 and results[1]["timer_calls"] == 0  # rank 1 learned them all
+    assert results[0]["choices"] == {k: v.replace(";timed", ";pinned") for k, v in results[0]["choices"].items()} \
+        or all(v.rpartition(";")[0] == results[0]["choices"][k].rpartition(";")[0]
+               for k, v in results[1]["choices"].items())
