@@ -5,6 +5,7 @@ control sequences in files, NaN and infinite timings, and Ctrl-C of the report."
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -46,3 +47,118 @@ def test_a_failing_sys_exit_is_recorded_as_such_and_merge_treats_it_as_partial(t
     shown = report("show", ch)
     assert f"PARTIAL (ended by {ended})" in shown.stdout, shown.stdout
     assert report("merge", rec, "-o", tmp_path / "t.json", "--allow-partial").returncode == 0
+
+
+# --- the report's inputs ------------------------------------------------------------------------
+
+CONFIG = {"kwargs": {"B": 32}, "num_warps": 4, "num_ctas": 1, "num_stages": 3, "maxnreg": None, "pre_hook": None}
+
+
+def _cache_file(path, timings_by_block):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pairs = ", ".join(f'[{json.dumps({**CONFIG, "kwargs": {"B": b}})}, {t}]' for b, t in timings_by_block.items())
+    path.write_text(f'{{"key": [64, "torch.float16"], "configs_timings": [{pairs}]}}')
+
+
+def test_report_import_walks_a_cache_with_symlinks_to_itself_once(tmp_path):
+    cache = tmp_path / "cache"
+    _cache_file(cache / "h1" / "mm.autotune.json", {32: "[1.0, 0.9, 1.1]", 64: "[2.0, 1.9, 2.1]"})
+    os.symlink(".", cache / "again")  # two symlinks to the directory itself: 2^depth paths to walk
+    os.symlink("..", cache / "h1" / "up")
+    proc = report("import", cache, "--arch", "sm90", "-o", tmp_path / "sm90.json", "--json")
+    assert proc.returncode == 0, proc.stderr
+    entries = json.loads(proc.stdout)["entries"]
+    assert [e["chosen"] for e in entries] == ["B=32,num_warps=4,num_stages=3,num_ctas=1"]
+
+
+@pytest.mark.parametrize("bad", ["NaN", "-Infinity", "Infinity", "-1e999"])
+def test_a_timing_that_is_not_finite_never_wins_an_import(tmp_path, bad):
+    cache = tmp_path / "cache"
+    _cache_file(cache / "h" / "mm.autotune.json", {32: "[1.0, 0.9, 1.1]", 64: f"[{bad}, {bad}, {bad}]"})
+    proc = report("import", cache, "--arch", "sm90", "-o", tmp_path / "sm90.json", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "sm90.json").read_text())["kernels"]["mm"]["64,torch.float16"]["kwargs"] == {"B": 32}
+    _cache_file(cache / "h" / "mm.autotune.json", {64: f"[{bad}, {bad}, {bad}]"})
+    alone = report("import", cache, "--arch", "sm90", "-o", tmp_path / "sm90.json")
+    assert alone.returncode == 2 and "no candidate has a finite time" in alone.stderr, alone.stderr
+
+
+def _record(tmp_path):
+    """A real record of one kernel and key (rank 0), as its document."""
+    rec = tmp_path / "real" / "rec"
+    code = "import torch\nfrom kernels import demo\ndemo.add(torch.arange(100.), torch.arange(100.))"
+    subprocess.run([sys.executable, "-c", code], env=env_for(AUTOTUNE_RECORD_PATH=rec), check=True,
+                   capture_output=True, timeout=120)
+    return read(rank_file(rec, 0))
+
+
+def test_a_timing_that_is_not_finite_never_wins_merge_fastest_or_show(tmp_path):
+    document = _record(tmp_path)
+    (entry,) = document["kernels"]["kernels.demo.add_kernel"].values()
+    slowest = max(entry["timings"], key=lambda sig: entry["timings"][sig][0])
+    run = tmp_path / "run"
+    run.mkdir()
+    for rank, bad in ((0, "NaN"), (1, "-Infinity")):
+        text = json.dumps({**document, "rank": rank, "world_size": 2, "pid": 100 + rank})
+        text = text.replace(json.dumps(slowest) + ": " + json.dumps(entry["timings"][slowest]),
+                            json.dumps(slowest) + f": [{bad}, {bad}, {bad}]")
+        assert bad in text
+        (run / f"rec.rank{rank}.host-{100 + rank}.json").write_text(text)
+    merged = report("merge", run / "rec", "--rule", "fastest", "-o", tmp_path / "t.json", "--json")
+    assert merged.returncode == 0, merged.stderr
+    (kernel,) = json.loads((tmp_path / "t.json").read_text())["kernels"].values()
+    fastest = min(entry["timings"], key=lambda sig: entry["timings"][sig][0])
+    assert "BLOCK={},".format(list(kernel.values())[0]["kwargs"]["BLOCK"]) in fastest + ","
+    assert "NaN" not in merged.stdout and "Infinity" not in merged.stdout
+    shown = report("show", run / "rec", "--json")
+    assert shown.returncode == 0 and "NaN" not in shown.stdout and "Infinity" not in shown.stdout, shown.stderr
+    text = report("show", run / "rec")
+    assert not re.search(r"\bnan\b|\binf\b", text.stdout), text.stdout
+
+
+ESCAPES = "\x1b]0;owned\x07\x1b[2J\x9b31m"
+
+
+def test_terminal_control_characters_from_files_are_escaped_in_every_text_output(tmp_path):
+    document = _record(tmp_path)
+    kernels = document["kernels"]
+    document["kernels"] = {"evil" + ESCAPES + ".kernel": kernels.pop("kernels.demo.add_kernel")}
+    document["run_id"] = "run" + ESCAPES
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "rec.rank0.host-1.json").write_text(json.dumps(document))
+    odd = run / ("odd" + "\x1b[2J" + ".json")
+    odd.write_text("{")  # a file named to clear the screen
+    cache = tmp_path / "cache"
+    _cache_file(cache / "h" / ("mm" + ESCAPES + ".autotune.json"), {32: "[1.0, 0.9, 1.1]"})
+    outputs = [report("show", odd), report("show", run / "rec.rank0.host-1.json"),
+               report("merge", run / "rec.rank0.host-1.json", "-o", tmp_path / "t.json"),
+               report("import", cache, "--arch", "sm90", "-o", tmp_path / "sm90.json"),
+               report("show", run / "rec.rank0.host-1.json", "--json")]
+    for proc in outputs:
+        for text in (proc.stdout, proc.stderr):
+            assert not any(c in text for c in "\x1b\x07\x9b"), (proc.args, text)
+    assert "evil\\x1b]0;owned\\x07" in outputs[1].stdout, outputs[1].stdout
+    assert "\\x1b[2J" in outputs[0].stderr  # the odd file, named with its name escaped
+    assert "mm\\x1b]0;owned" in outputs[3].stdout
+
+
+def test_ctrl_c_of_the_report_is_one_line_and_status_130(tmp_path):
+    document = _record(tmp_path)
+    run = tmp_path / "run"
+    run.mkdir()
+    for rank in range(1500):
+        document.update(rank=rank, world_size=1500, pid=1000 + rank)
+        (run / f"rec.rank{rank}.host-{1000 + rank}.json").write_text(json.dumps(document))
+    for jobs in ("1", "2"):
+        # stdout is a pipe nobody reads: the report blocks writing once it is full; Ctrl-C reaches
+        # the whole process group, as a terminal's does
+        proc = subprocess.Popen([sys.executable, "-m", "autotune_guard.report", "show", str(run / "rec"),
+                                 "--jobs", jobs], env=env_for(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, start_new_session=True)
+        time.sleep(4)
+        assert proc.poll() is None, proc.stderr.read()
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130, err
+        assert err == "python -m autotune_guard.report: interrupted\n", err

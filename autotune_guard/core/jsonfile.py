@@ -205,7 +205,7 @@ def read_journal(path: str) -> tuple[list, bool]:
     values = []
     for number, line in enumerate(lines, 1):
         try:
-            value = json.loads(line)
+            value = loads(line)
         except (ValueError, RecursionError):
             raise FileFormatError(f"{path}: line {number} is not valid JSON") from None
         check_depth_and_numbers(f"{path} line {number}", value)
@@ -222,6 +222,17 @@ MAX_FILE_BYTES = 256 * 1024 * 1024  # far above any record, choices file or tabl
 MAX_DEPTH = 16  # the deepest of our formats nests 7 levels (record -> kernels -> ... -> kwargs)
 MAX_INT = 2 ** 63  # integers beyond int64 are no config, rank or count of ours
 
+def _finite_or_null(text: str):
+    value = float(text)
+    return value if math.isfinite(value) else None
+
+
+def loads(text):
+    """``json.loads`` reading every number that is not finite (``NaN``, ``Infinity``, ``1e999``)
+    as null, as the files are written: a non-finite time never wins a comparison anywhere."""
+    return json.loads(text, parse_constant=lambda name: None, parse_float=_finite_or_null)
+
+
 def read_json(path: str):
     """The JSON value in ``path``: a regular file, opened without blocking (a FIFO would hang a
     plain open), of bounded size, depth and integer width."""
@@ -233,7 +244,7 @@ def read_json(path: str):
     if not text.strip():
         raise FileFormatError(f"{path}: is empty")
     try:
-        document = json.loads(text)
+        document = loads(text)
     except json.JSONDecodeError as exc:
         raise FileFormatError(f"{path}: is not valid JSON, truncated or corrupt ({exc.msg} at line {exc.lineno})") from None
     except RecursionError:
