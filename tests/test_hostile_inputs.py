@@ -16,6 +16,8 @@ import pytest
 from support import rank_file
 from test_evidence import env_for, read, report
 
+from autotune_guard.core import schema
+
 NOBODY = 65534
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as a second user")
 
@@ -162,3 +164,77 @@ def test_ctrl_c_of_the_report_is_one_line_and_status_130(tmp_path):
         out, err = proc.communicate(timeout=60)
         assert proc.returncode == 130, err
         assert err == "python -m autotune_guard.report: interrupted\n", err
+
+
+# --- journals planted beside a record -------------------------------------------------------------
+
+def _journal_lines(document, path):
+    """A journal continuing the record ``path`` (its format, its journal_id) with one entry of a key
+    the run never ran: read into the record, that key would appear in show and merge."""
+    import gzip
+
+    from autotune_guard.core.schema import JOURNAL_FORMAT
+
+    (key, entry), = document["kernels"]["kernels.demo.add_kernel"].items()
+    header = {"format": JOURNAL_FORMAT, "of": os.path.basename(path), "journal_id": document["journal_id"]}
+    planted = {"kernel": "kernels.demo.add_kernel", "key": "999" + key[3:], "entry": entry}
+    return gzip.compress("".join(json.dumps(v) + "\n" for v in (header, planted)).encode())
+
+
+def _shared_results(tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    for above in (results, *results.parents):
+        if str(above) in ("/", "/tmp"):
+            break
+        above.chmod(above.stat().st_mode | 0o711)
+    os.chown(results, 0, NOBODY)
+    results.chmod(0o770)  # a results directory the group shares
+    return results
+
+
+def _plant_as_nobody(path, data):
+    child = os.fork()
+    if child == 0:
+        try:
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            with open(path, "wb") as out:
+                out.write(data)
+            os._exit(0)
+        except BaseException:
+            os._exit(1)
+    assert os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]) == 0
+
+
+@root_only
+@pytest.mark.parametrize("record", ["complete", "partial"])
+def test_a_journal_another_user_planted_beside_a_record_is_never_read_into_it(tmp_path, record):
+    results = _shared_results(tmp_path)
+    rec = results / "rec"
+    code = "import torch\nfrom kernels import demo\ndemo.add(torch.arange(100.), torch.arange(100.))"
+    subprocess.run([sys.executable, "-c", code], env=env_for(AUTOTUNE_RECORD_PATH=rec), check=True,
+                   capture_output=True, timeout=120)
+    path = rank_file(rec, 0)
+    document = read(path)
+    if record == "partial":  # as a rank killed before its final write leaves it
+        document.update(complete=False, ended="SIGTERM")
+        with open(path, "w") as out:
+            json.dump(document, out)
+    journal = schema.journal_of(path)
+    _plant_as_nobody(journal, _journal_lines(document, path))
+    shown = report("show", rec, "--json")
+    merged = report("merge", rec, "-o", tmp_path / "t.json", "--allow-partial")
+    assert shown.returncode == 0 and merged.returncode == 0, (shown.stderr, merged.stderr)
+    assert "999," not in shown.stdout and "999," not in (tmp_path / "t.json").read_text()
+    if record == "partial":
+        said = f"{journal}: is a file of nobody (uid {NOBODY}), not of root (uid 0), who wrote"
+        assert said in shown.stderr and said in merged.stderr, shown.stderr
+        os.unlink(journal)  # the positive control: the same journal, of the file's owner, is read
+        with open(journal, "wb") as out:
+            out.write(_journal_lines(document, path))
+        assert "999," in report("show", rec, "--json").stdout
+    else:
+        assert "journal" not in shown.stderr
+    os.chown(path, NOBODY, NOBODY)  # a run planted whole by another user: read, and its owner named
+    assert f"1 file read is of nobody (uid {NOBODY}), not of this user: {path}" in report("show", rec).stderr
