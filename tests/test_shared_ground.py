@@ -264,3 +264,34 @@ def test_a_foreign_name_in_the_announced_list_never_stalls_a_rank(tmp_path):
     assert results[0]["choices"] == {k: v.replace(";timed", ";pinned") for k, v in results[0]["choices"].items()} \
         or all(v.rpartition(";")[0] == results[0]["choices"][k].rpartition(";")[0]
                for k, v in results[1]["choices"].items())
+
+
+GATES = """
+import gc, json, weakref
+import torch, triton
+from kernels import demo
+from autotune_guard.adapters.triton.tuner import REGISTRY
+
+def held():
+    return sum(len(v) for v in vars(REGISTRY).values() if isinstance(v, (dict, set, weakref.WeakSet)))
+
+x = torch.rand(64)
+demo.add(x, x)  # the guard's structures as a job has them
+gc.collect()
+before, alive = held(), []
+for i in range(200):  # a program that makes a new autotuner object per call (a factory, a closure)
+    tuner = triton.autotune(configs=demo.ADD_CONFIGS[:2], key=["n"], do_bench=demo.random_timer)(demo.add_kernel.fn)
+    out = torch.empty_like(x)
+    tuner[(2,)](x, x, out, 64)
+    alive.append(weakref.ref(tuner))
+    del tuner
+gc.collect()
+print(json.dumps({"before": before, "after": held(), "alive": sum(r() is not None for r in alive)}))
+"""
+
+
+def test_consensus_keeps_nothing_per_autotuner_object_once_it_is_gone(tmp_path):
+    from support import clean_env, last_json, run_python
+
+    out = last_json(run_python(GATES, env=clean_env(AUTOTUNE_MODE="consensus")).stdout)
+    assert out["alive"] == 0 and out["after"] - out["before"] < 10, out  # 200 objects: not 200 entries
