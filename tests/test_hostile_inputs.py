@@ -238,3 +238,19 @@ def test_a_journal_another_user_planted_beside_a_record_is_never_read_into_it(tm
         assert "journal" not in shown.stderr
     os.chown(path, NOBODY, NOBODY)  # a run planted whole by another user: read, and its owner named
     assert f"1 file read is of nobody (uid {NOBODY}), not of this user: {path}" in report("show", rec).stderr
+
+
+@root_only
+def test_an_unusable_file_another_user_planted_at_a_rank_file_name_does_not_stop_show(tmp_path):
+    results = _shared_results(tmp_path)
+    rec = results / "rec"
+    code = "import torch\nfrom kernels import demo\ndemo.add(torch.arange(100.), torch.arange(100.))"
+    subprocess.run([sys.executable, "-c", code], env=env_for(AUTOTUNE_RECORD_PATH=rec), check=True,
+                   capture_output=True, timeout=120)
+    planted = results / "rec.rank1.intruder-1.json"
+    _plant_as_nobody(planted, b'{"format": "autotune_guard.record/1", "kernels": {')
+    shown = report("show", rec)
+    assert shown.returncode == 0 and "rank 0" in shown.stdout, shown.stderr
+    assert f"note: left out {planted}, a file of another user: {planted}: is not valid JSON" in shown.stderr
+    os.chown(planted, 0, 0)  # the same file of this user is an unusable input: named, status 2
+    assert report("show", rec).returncode == 2
