@@ -6,6 +6,7 @@ holding the table lock, planting symlinks and tables, making the node Store's di
 import fcntl
 import json
 import os
+import shutil
 import stat
 import time
 
@@ -41,12 +42,15 @@ def as_nobody(action):
     return os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
 
 
-def run_job(table_dir, out_dir, tmpdir=None, timeout=300):
-    """A 2-rank consensus job growing ``table_dir``; its own TMPDIR (the node Store's directory)."""
+def run_job(table_dir, out_dir, tmpdir=None, timeout=300, runtime=None):
+    """A 2-rank consensus job growing ``table_dir``; its own TMPDIR (the node Store's directory)
+    and runtime directory (none unless given)."""
     os.makedirs(out_dir, exist_ok=True)
     os.makedirs(table_dir, exist_ok=True)
     env = env_for(table_dir)
     env.pop("XDG_RUNTIME_DIR", None)
+    if runtime is not None:
+        env["XDG_RUNTIME_DIR"] = str(runtime)
     if tmpdir is not None:
         env["TMPDIR"] = str(tmpdir)
     started = time.monotonic()
@@ -206,6 +210,16 @@ def test_the_node_store_lies_in_a_private_directory_and_is_removed_when_the_job_
     assert stat.S_ISDIR(info.st_mode) and stat.S_IMODE(info.st_mode) == 0o700 and info.st_uid == os.geteuid()
     assert _node_stores(folder) == []  # the node's last rank removed it
     assert "node's Store" not in proc.stderr
+    # with a runtime directory of this user's, the Store lies there ($XDG_RUNTIME_DIR/autotune_guard)
+    runtime = tmp_path / "run-user"
+    runtime.mkdir(mode=0o700)
+    shutil.rmtree(folder)
+    proc, _ = run_job(tmp_path / "tables", tmp_path / "out2", tmpdir, runtime=runtime)
+    assert not folder.exists() and stat.S_IMODE(os.lstat(runtime / "autotune_guard").st_mode) == 0o700
+    assert _node_stores(runtime / "autotune_guard") == [] and "node's Store" not in proc.stderr
+    runtime.chmod(0o777)  # a runtime directory others can write is not used
+    run_job(tmp_path / "tables", tmp_path / "out3", tmpdir, runtime=runtime)
+    assert folder.exists()
 
 
 @root_only
