@@ -79,7 +79,7 @@ def late(name: str) -> None:
     """The inactive ``.pth``'s finder met ``triton`` or ``torch``: arm if the program has set an
     ``AUTOTUNE_*`` variable since start-up; at Triton without one, look again at exit. Finds nothing."""
     global _late_done
-    if _late_done or _armed:
+    if _late_done or _armed or not _watch.importing():  # a lookup (find_spec) is not the import
         return None
     try:
         if any(key.startswith("AUTOTUNE_") for key in os.environ):

@@ -15,7 +15,7 @@ class ImportWatch:
         self.fired = False
 
     def find_spec(self, name, path=None, target=None):
-        if not self.fired and (name == "triton" or name == "torch"):
+        if not self.fired and (name == "triton" or name == "torch") and importing():
             self.fired = True
             try:
                 self.callback()
@@ -23,6 +23,24 @@ class ImportWatch:
                 self.fired = False  # a retried import fails the same way, never runs unguarded
                 raise
         return None
+
+
+def importing() -> bool:
+    """Whether the finder was asked by a real import, not by a lookup such as
+    ``importlib.util.find_spec("triton")`` (transformers and accelerate look Triton up long before
+    the program imports it, perhaps before it sets ``AUTOTUNE_*``). An import asks the finders from
+    ``importlib._bootstrap._find_spec`` called by ``_find_and_load_unlocked``; a lookup calls
+    ``_find_spec`` from elsewhere. A stack that shows neither counts as an import."""
+    frame = sys._getframe(1)
+    for _ in range(8):
+        if frame is None:
+            break
+        code = frame.f_code
+        if code.co_name == "_find_spec" and "importlib._bootstrap" in code.co_filename:
+            caller = frame.f_back
+            return caller is not None and caller.f_code.co_name == "_find_and_load_unlocked"
+        frame = frame.f_back
+    return True
 
 
 def watch(callback) -> None:

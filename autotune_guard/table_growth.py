@@ -10,6 +10,12 @@ write takes an exclusive lock on ``<dir>/.<arch>.lock`` (a POSIX record lock: a 
 never inherits it), re-reads the table, adds what it lacks (an entry present already is kept:
 the first writer wins, a differing one is said once) and renames a complete file over it.
 
+The directory may be shared with other users, so nothing there is trusted blindly
+(``core.safe_files``): the lock is waited for ``LOCK_WAIT_S`` at most (then this job's winners
+are left out, said once with the lock's holder, and the job exits as it would have), the lock file
+is never opened through a symlink, a symlinked table is neither followed nor replaced, and a table
+of another user and a directory others can write are named once.
+
 Each kernel new to the table gets this job's provenance of it (``provenance``, as ``report merge``
 writes it), so pinned mode and consensus name its entries once the kernel changes. A kernel the
 table holds against another version of it (source, candidates or tuning options) gets none of
@@ -19,25 +25,22 @@ this job's winners, and that is said once: one version per kernel.
 from __future__ import annotations
 
 import atexit
+import errno
 import logging
 import os
 import socket
+import stat
 import tempfile
 import threading
 import time
 
 from . import evidence
-from .core import jsonfile, tables
+from .core import jsonfile, safe_files, tables
 from .core.debounced import DebouncedWriter
-from .core.errors import FileFormatError, PolicyError
+from .core.errors import FileFormatError, PolicyError, UnsafePathError
 from .core.model import signature
 from .core.schema import TABLE_FORMAT, read_document
 from .runtime import current
-
-try:
-    import fcntl
-except ImportError:  # not POSIX: writes are still atomic, but not merged under a lock
-    fcntl = None
 
 logger = logging.getLogger("autotune_guard")
 
@@ -47,6 +50,9 @@ _directory: str | None = None  # where this policy's table grows; None: it does 
 _added: dict[str, int] = {}  # table file -> entries this process added to it
 _registered = False
 _tuned_seen: tuple = ()  # (identity, size) of the epoch's tuned winners at the last wake-up
+_given_up: set = set()  # lock files this process waited for in vain: later tries do not wait
+
+LOCK_WAIT_S = 10.0  # the longest a write waits for another process's table lock
 
 
 def configure(policy) -> None:
@@ -70,7 +76,15 @@ def configure(policy) -> None:
             "grows) to keep the winners for the next run"), scope="process")
         return
     check_writable(directory, policy.table_path)
+    _name_if_shared(directory)
     _directory = directory
+
+
+def _name_if_shared(directory: str) -> None:
+    """Say once that others can write the table directory (the words ``tables.load_tables`` uses)."""
+    note = tables.shared_directory_note(directory)
+    if note is not None:
+        current().warn_once(note, note, scope="process")
 
 
 def check_writable(directory: str, table_path) -> None:
@@ -99,7 +113,8 @@ def flush() -> None:
             by_arch.setdefault(key.arch, {}).setdefault(key.kernel, {})[key.key] = desc
         for arch, additions in sorted(by_arch.items()):
             try:
-                _grow(directory, arch, additions)
+                if not _grow(directory, arch, additions):
+                    continue  # its lock is held by another: tried again at exit, without waiting
             except (OSError, FileFormatError) as exc:
                 current().warn_once(f"table growth: {directory} {arch}", f"could not add this job's winners to the "
                                     f"table in {directory}: {exc}; the next run tunes them again", scope="process")
@@ -107,14 +122,15 @@ def flush() -> None:
             _written.update(key for key in pending if key.arch == arch)
 
 
-def _grow(directory: str, arch: str, additions: dict) -> None:
-    """Under the table's lock: re-read it, add what it lacks, rename the whole file over it."""
+def _grow(directory: str, arch: str, additions: dict) -> bool:
+    """Under the table's lock: re-read it, add what it lacks, rename the whole file over it.
+    False when the lock could not be had (``LOCK_WAIT_S``)."""
     path = os.path.join(directory, f"{arch}.json")
-    fd = os.open(os.path.join(directory, f".{arch}.lock"), os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
+    fd = _locked(os.path.join(directory, f".{arch}.lock"))
+    if fd is None:
+        return False
     try:
-        if fcntl is not None:
-            fcntl.lockf(fd, fcntl.LOCK_EX)
-        document = read_document(path, formats=(TABLE_FORMAT,)) if os.path.lexists(path) else None
+        document = _read_table(path)
         if document is not None and document["arch"] != arch:
             raise FileFormatError(f"{path}: is a table for arch {document['arch']}, not {arch}")
         grown, differing, count, stale = tables.grow_table(document, arch, additions, _provenance(),
@@ -129,6 +145,48 @@ def _grow(directory: str, arch: str, additions: dict) -> None:
             _added[path] = _added.get(path, 0) + count
     finally:
         os.close(fd)  # releases the lock
+    _said_differing(path, arch, additions, grown, differing, stale)
+    return True
+
+
+def _locked(lock: str) -> int | None:
+    """The lock file's descriptor, locked; None (said once) when another process held it for
+    ``LOCK_WAIT_S`` (and at once on later tries). Never opened through a symlink."""
+    fd, _ = safe_files.open_regular(lock, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        holder = safe_files.lock_within(fd, 0 if lock in _given_up else LOCK_WAIT_S)
+    except BaseException:
+        os.close(fd)
+        raise
+    if holder is None:
+        return fd
+    os.close(fd)
+    if lock not in _given_up:
+        _given_up.add(lock)
+        current().warn_once(f"table lock: {lock}", (
+            f"could not lock {lock} within {LOCK_WAIT_S:g} s: "
+            f"{f'process {holder} holds it' if holder else 'another process holds it'}; this job's new winners "
+            "are not added to the table (the next run tunes them again)"), scope="process")
+    return None
+
+
+def _read_table(path: str):
+    """The table at ``path`` (None where there is none yet): a symlink is refused (growth would
+    turn it into this user's file holding whatever it pointed at); another user's file is named once."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(info.st_mode):
+        raise UnsafePathError(errno.EEXIST, f"is {safe_files.kind_of(info.st_mode)}: not followed and not replaced "
+                              "(make it a regular file to let consensus add to it)", path)
+    if safe_files.foreign_owner(info) is not None:
+        for note in tables.trust_notes(path):  # the words the table's reading said, if it was read
+            current().warn_once(note, note, scope="process")
+    return read_document(path, formats=(TABLE_FORMAT,))
+
+
+def _said_differing(path, arch, additions, grown, differing, stale) -> None:
     for kernel, key, kept in differing:
         tuned = signature(additions[kernel][key])
         current().warn_once(f"table growth differs: {arch}|{kernel}|{key}", (

@@ -99,6 +99,29 @@ print(json.dumps({"mode": autotune_guard.active_policy().mode, "log": autotune_g
     assert [v.split(",")[0] for v in result["log"].values()] == ["BLOCK=32"], result["log"]
 
 
+def test_a_lookup_of_triton_before_the_program_sets_its_settings_keeps_them_for_the_import(shipped):
+    # transformers and accelerate look Triton up (find_spec) at their import: that is not the import
+    lookup = "import importlib.util\nassert importlib.util.find_spec('triton') and importlib.util.find_spec('torch')\n"
+    proc = run_python(lookup + PINNED_IN_PROGRAM, python=shipped, env=clean_env(), check=False)
+    assert "launching" in proc.stdout and "launched" not in proc.stdout, (proc.stdout, proc.stderr)
+    assert "SelectionError" in proc.stderr and "AUTOTUNE_ON_MISS=error" in proc.stderr, proc.stderr
+    assert "after Triton was imported" not in proc.stderr
+    # a lookup, then settings, and Triton never imported: no warning naming a cause that did not happen
+    quiet = run_python(lookup + "import os\nos.environ['AUTOTUNE_MODE'] = 'pinned'\n", python=shipped, env=clean_env())
+    assert quiet.stderr == ""
+    # a lookup made while another module is being imported is a lookup too
+    nested = run_python(
+        "import sys, types, importlib.util, importlib.abc\n"
+        "class Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        return importlib.util.spec_from_loader(name, self) if name == 'lib_that_looks' else None\n"
+        "    def create_module(self, spec): return None\n"
+        "    def exec_module(self, module): module.has_triton = importlib.util.find_spec('triton') is not None\n"
+        "sys.meta_path.append(Finder())\nimport lib_that_looks\nassert lib_that_looks.has_triton\n"
+        + PINNED_IN_PROGRAM, python=shipped, env=clean_env(), check=False)
+    assert "SelectionError" in nested.stderr and "launched" not in nested.stdout, nested.stderr
+
+
 def test_settings_set_after_triton_was_imported_are_named_once(shipped):
     code = """
 import os

@@ -3,7 +3,9 @@ published so far in three Store requests, and then decides those keys with none.
 
 A claimer appends each decision's name to one list per attempt (``announced``) after it set the
 winner. A waiter reads that list now and then (:meth:`Learned.learn_after`): the names it has not
-seen yet, and their results in one ``multi_get``; only when the result it asked for was there
+seen yet, and their results in one ``multi_get`` of names whose results are there (``check``
+first: the Store has no authentication, and a name another process appended with no result would
+make ``multi_get`` wait for the Store's timeout); only when the result it asked for was there
 already (the claimer is ahead of it). In an SPMD job the ranks launch the same kernels
 in the same order, so the ranks behind the first learn the keys ahead of them in one read. Reads
 back off (every 1, 2, 4, ... such keys) while they find nothing new, so a job whose ranks keep
@@ -74,18 +76,22 @@ class _Scope:
     def __init__(self, store):
         self.store = store  # kept alive, so that its id names no other Store
         self.results: dict = {}  # decision name -> published text (winners only)
+        self.without: set = set()  # announced names with no result when read: never asked again
         self.waited = 0
         self.next_read = 1
 
 
 def _read(store, prefix: str, scope: _Scope) -> int:
-    """How many new winners one read of the announced list brought (2 or 3 requests)."""
+    """How many new winners one read of the announced list brought (2 to 4 requests; one more per
+    announced name without a result, each asked once)."""
     listed = f"{prefix}/{ANNOUNCED}"
     if not store.check([listed]):
         return 0
     text = store.get(listed)
     text = text.decode(errors="replace") if isinstance(text, (bytes, bytearray)) else str(text)
-    new = [n for n in dict.fromkeys(text.split("\n")) if n and n not in scope.results][:MOST_PER_READ]
+    new = [n for n in dict.fromkeys(text.split("\n"))
+           if n and n not in scope.results and n not in scope.without][:MOST_PER_READ]
+    new = _with_results(store, prefix, new, scope)
     if not new:
         return 0
     values = store.multi_get([f"{prefix}/{n}/result" for n in new])
@@ -100,6 +106,18 @@ def _read(store, prefix: str, scope: _Scope) -> int:
             scope.results[name] = value
             found += 1
     return found
+
+
+def _with_results(store, prefix: str, names: list, scope: _Scope) -> list:
+    """``names`` whose results are in the Store: one ``check`` when all are (a claimer announces
+    a name after its result), else one per name; those without are noted and never asked again."""
+    if not names or store.check([f"{prefix}/{n}/result" for n in names]):
+        return names
+    present = [n for n in names if store.check([f"{prefix}/{n}/result"])]
+    scope.without.update(set(names) - set(present))
+    logger.debug("consensus: %d announced name(s) under %s have no result (not this job's): not read",
+                 len(names) - len(present), prefix)
+    return present
 
 
 learned = Learned()

@@ -29,3 +29,11 @@ class ChoiceMismatchError(GuardError, RuntimeError):
 
 class FileFormatError(GuardError, ValueError):
     """A file that cannot be used; the message starts with its path."""
+
+
+class UnsafePathError(GuardError, PermissionError):
+    """A file or directory in a place others can write that the guard will not use (a symlink, another
+    user's, a mode others can reach); the message starts with its path."""
+
+    def __str__(self):
+        return f"{self.filename}: {self.strerror}" if self.filename else super().__str__()

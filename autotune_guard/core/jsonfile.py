@@ -18,6 +18,7 @@ import zlib
 from typing import Mapping
 
 from .errors import FileFormatError
+from .safe_files import user_name
 
 _file_mode: int | None = None
 
@@ -189,10 +190,15 @@ class Journal:
                 pass
 
 
-def read_journal(path: str) -> tuple[list, bool]:
+class ForeignOwner(FileFormatError):
+    """A file read only when its owner is the one expected (a journal: its evidence file's)."""
+
+
+def read_journal(path: str, owner: int | None = None) -> tuple[list, bool]:
     """The values of a journal (``Journal``), and whether its last line was cut off (a process
-    killed mid-write: that line is left out).  Bounded like ``read_json``."""
-    data = _read_bounded(path)
+    killed mid-write: that line is left out).  Bounded like ``read_json``; never through a
+    symlink; ``owner``: raise ``ForeignOwner`` unless the file opened is of that user."""
+    data = _read_bounded(path, owner, os.O_NOFOLLOW)
     inflate = zlib.decompressobj(31)
     try:
         text = inflate.decompress(data, MAX_FILE_BYTES)
@@ -205,7 +211,7 @@ def read_journal(path: str) -> tuple[list, bool]:
     values = []
     for number, line in enumerate(lines, 1):
         try:
-            value = json.loads(line)
+            value = loads(line)
         except (ValueError, RecursionError):
             raise FileFormatError(f"{path}: line {number} is not valid JSON") from None
         check_depth_and_numbers(f"{path} line {number}", value)
@@ -222,6 +228,17 @@ MAX_FILE_BYTES = 256 * 1024 * 1024  # far above any record, choices file or tabl
 MAX_DEPTH = 16  # the deepest of our formats nests 7 levels (record -> kernels -> ... -> kwargs)
 MAX_INT = 2 ** 63  # integers beyond int64 are no config, rank or count of ours
 
+def _finite_or_null(text: str):
+    value = float(text)
+    return value if math.isfinite(value) else None
+
+
+def loads(text):
+    """``json.loads`` reading every number that is not finite (``NaN``, ``Infinity``, ``1e999``)
+    as null, as the files are written: a non-finite time never wins a comparison anywhere."""
+    return json.loads(text, parse_constant=lambda name: None, parse_float=_finite_or_null)
+
+
 def read_json(path: str):
     """The JSON value in ``path``: a regular file, opened without blocking (a FIFO would hang a
     plain open), of bounded size, depth and integer width."""
@@ -233,7 +250,7 @@ def read_json(path: str):
     if not text.strip():
         raise FileFormatError(f"{path}: is empty")
     try:
-        document = json.loads(text)
+        document = loads(text)
     except json.JSONDecodeError as exc:
         raise FileFormatError(f"{path}: is not valid JSON, truncated or corrupt ({exc.msg} at line {exc.lineno})") from None
     except RecursionError:
@@ -275,10 +292,11 @@ def plainly_bounded(data: bytes) -> bool:
     return not shape
 
 
-def _read_bounded(path: str) -> bytes:
-    """The bytes of ``path``: a regular file, opened without blocking, of bounded size."""
+def _read_bounded(path: str, owner: int | None = None, flags: int = 0) -> bytes:
+    """The bytes of ``path``: a regular file, opened without blocking, of bounded size (of user
+    ``owner``, given)."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | flags)
     except OSError as exc:
         if os.path.isdir(path):
             raise FileFormatError(f"{path}: is a directory, not a file") from None
@@ -291,6 +309,8 @@ def _read_bounded(path: str) -> bytes:
             kind = "a FIFO" if stat.S_ISFIFO(info.st_mode) else "a socket" if stat.S_ISSOCK(info.st_mode) \
                 else "a device" if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode) else "not a regular file"
             raise FileFormatError(f"{path}: is {kind}, not a regular file")
+        if owner is not None and info.st_uid != owner:
+            raise ForeignOwner(f"{path}: is a file of {user_name(info.st_uid)}, not of {user_name(owner)}")
         if info.st_size > MAX_FILE_BYTES:
             raise FileFormatError(f"{path}: is {info.st_size} bytes, more than any autotune_guard file "
                                   f"({MAX_FILE_BYTES // 2**20} MiB)")

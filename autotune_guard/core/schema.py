@@ -10,7 +10,7 @@ from itertools import chain
 from marshal import dumps as exact_bytes
 
 from .errors import FileFormatError
-from .jsonfile import JOURNAL_SUFFIX, read_journal, read_json
+from .jsonfile import JOURNAL_SUFFIX, ForeignOwner, read_journal, read_json
 from .model import EXTRA_FIELDS, OPTION_FIELDS, digest_of
 
 TABLE_FORMAT = "autotune_guard.table/1"
@@ -225,6 +225,9 @@ def _check_log_entry(path, entry, choice):
 _CHECKS = {TABLE_FORMAT: _check_table, RECORD_FORMAT: _check_record, CHOICES_FORMAT: _check_choices}
 
 
+JOURNAL_LEFT_OUT = "journal_left_out"  # set by read_evidence: why a journal beside the file was not read
+
+
 def journal_of(path: str) -> str:
     """The journal an evidence file ``path`` may have: ``<name>.jsonl.gz``."""
     return path + JOURNAL_SUFFIX
@@ -234,14 +237,23 @@ def read_evidence(path: str, formats=FORMATS) -> tuple[dict, str | None]:
     """``read_document``, with the entries of the file's journal (``journal_of``) added when the
     journal is the one the file names (its ``journal_id``; any other is left over from before
     the file's last whole write, and all it holds is in the file); returns the journal's path
-    when one was read.  A journal's cut-off last line (a process killed mid-write) is left out."""
+    when one was read.  A journal's cut-off last line (a process killed mid-write) is left out.
+
+    A complete file (a normal exit writes its file whole, and removes its journal) reads none; a
+    journal of another user than the file's is not read, and ``JOURNAL_LEFT_OUT`` says so: in a
+    shared directory anyone can put a journal beside a file."""
     document = read_document(path, formats)
     token = document.get("journal_id")
     journal = journal_of(path)
     if document["format"] not in (RECORD_FORMAT, CHOICES_FORMAT) or not isinstance(token, str) \
+            or (document.get("complete") is True and not document.get("ended")) \
             or not os.path.isfile(journal) or os.path.islink(journal):
         return document, None
-    values, _torn = read_journal(journal)
+    try:
+        values, _torn = read_journal(journal, owner=os.stat(path).st_uid)
+    except ForeignOwner as exc:
+        document[JOURNAL_LEFT_OUT] = f"{exc}, who wrote {os.path.basename(path)}: not read into it"
+        return document, None
     header = values[0] if values else {}
     if not isinstance(header, dict) or header.get("format") != JOURNAL_FORMAT or header.get("journal_id") != token:
         return document, None

@@ -13,6 +13,7 @@ from typing import Mapping
 from .errors import FileFormatError
 from .model import compact, provenance_differences, provenance_text
 from .pinned import entry_matches
+from . import safe_files
 from .schema import TABLE_FORMAT, read_document
 
 logger = logging.getLogger("autotune_guard")
@@ -67,6 +68,7 @@ def load_tables(table_path, arch: str, versions: Mapping[str, str | None]) -> tu
         except FileFormatError as exc:
             warnings.append(f"skipping table {exc}")
             continue
+        warnings.extend(trust_notes(path))
         if document["arch"] != arch:
             warnings.append(f"skipping table {path}: it is for arch {document['arch']}, this process runs {arch}")
             continue
@@ -145,6 +147,33 @@ def provenance_lines(documents, kernel: str) -> list[str]:
 
 GROWN_BY = "autotune_guard consensus"  # a grown table's ``source.by``
 ADDED = "added"  # a grown table's provenance: kernel -> key -> who added the entry, and when
+
+
+def trust_notes(path: str) -> list[str]:
+    """What to say about a table a user's setting names (the packaged ones are the install's): a
+    file of another user, a symlink to one, a directory others can write."""
+    if os.path.dirname(os.path.abspath(path)) == PACKAGED_TABLES:
+        return []
+    notes = []
+    try:
+        info = os.stat(path)
+    except OSError:
+        return []
+    owner = safe_files.foreign_owner(info)
+    if owner is not None:
+        via = f" (through the symlink {path})" if os.path.islink(path) else ""
+        notes.append(f"table {os.path.realpath(path)}{via} is a file of {owner}: its entries are run as they are")
+    shared = shared_directory_note(os.path.dirname(os.path.abspath(path)))
+    return notes + ([shared] if shared else [])
+
+
+def shared_directory_note(directory: str) -> str | None:
+    """The one line naming a table directory others can write (said once, however it was met)."""
+    who = safe_files.others_can_write(directory)
+    if who is None:
+        return None
+    return (f"the table directory {directory} can be written by {who} ({safe_files.describe_directory(directory)}): "
+            "another user can put or change the table entries this process runs; prefer a directory only you can write")
 
 
 def writable_table_dir(table_path) -> str | None:

@@ -10,10 +10,9 @@ import os
 import re
 import secrets
 import socket
-import stat
 import tempfile
 
-from ..core import jsonfile
+from ..core import jsonfile, safe_files
 from ..runtime import current
 
 logger = logging.getLogger("autotune_guard")
@@ -121,16 +120,12 @@ def _warn_if_shared(directory: str) -> None:
     if directory in _looked_at:
         return
     _looked_at.add(directory)
-    try:
-        info = os.stat(directory)
-    except OSError:
+    who = safe_files.others_can_write(directory)
+    if who is None:
         return
-    if not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        return
-    who = "every user" if info.st_mode & stat.S_IWOTH else f"group {info.st_gid}"
     current().warn_once(f"shared-directory:{directory}",
-                        f"the evidence files go to {directory}, which {who} can write (mode "
-                        f"{stat.filemode(info.st_mode)}, owner {info.st_uid}): another user can put files at their "
+                        f"the evidence files go to {directory}, which {who} can write "
+                        f"({safe_files.describe_directory(directory)}): another user can put files at their "
                         "names, which are then left alone for names of their own; prefer a directory only you can write",
                         scope="process")
 

@@ -57,6 +57,7 @@ def watch(save: Callable[[str], None]) -> None:
     _chain_sigterm()
     _start_watcher()
     _wrap_excepthook()
+    _wrap_exit()
 
 
 def watching() -> bool:
@@ -204,6 +205,37 @@ def _wrap_excepthook() -> None:
     excepthook._autotune_guard = True
     sys.excepthook = excepthook
     _hook_installed = True
+
+
+def _wrap_exit() -> None:
+    """``sys.exit`` notes a failing status (a non-zero number, or a message: status 1) before it
+    raises ``SystemExit``, which no excepthook sees: the files then say ``ended: "exit 3"`` and
+    are not complete. Only the main thread's call ends the process."""
+    original = sys.exit
+    if getattr(original, "_autotune_guard", False):
+        return
+
+    def exit(status=None):
+        if threading.current_thread() is threading.main_thread():
+            note_exit(status)
+        original(status)
+
+    exit._autotune_guard = True
+    exit.__wrapped__ = original
+    exit.__doc__ = original.__doc__
+    sys.exit = exit
+
+
+def note_exit(status) -> None:
+    """The main thread asks to exit with ``status`` (``sys.exit``'s argument)."""
+    global _ended
+    if _ended is not None or status is None or status == 0 or sys.flags.interactive or hasattr(sys, "ps1"):
+        return
+    if isinstance(status, int) and not isinstance(status, bool):
+        _ended = f"exit {status}"
+    else:  # a message: Python prints it and exits with status 1
+        text = " ".join(str(status).split())
+        _ended = f"exit 1: {text[:200]}" if text else "exit 1"
 
 
 def note_uncaught(kind) -> None:

@@ -18,7 +18,6 @@ Plain data and files: nothing here imports Triton or torch.
 
 from __future__ import annotations
 
-import glob
 import math
 import os
 import time
@@ -52,12 +51,30 @@ def cache_files(directory: str) -> list[str]:
         return [directory]  # a file, or something that is not one: read_json names what it is
     if not os.path.isdir(directory):
         raise CacheError(f"{directory}: no such directory (Triton's cache is TRITON_CACHE_DIR, else ~/.triton/cache)")
-    found = [p for p in glob.glob(os.path.join(glob.escape(directory), "**", "*" + SUFFIX), recursive=True)
+    found = [p for p in walk(directory, SUFFIX)
              if not os.path.basename(os.path.dirname(p)).startswith("tmp.pid_")]  # Triton's unfinished writes
     if not found:
         raise CacheError(f"{directory}: holds no autotune results (*{SUFFIX}); Triton writes them with "
                          "TRITON_CACHE_AUTOTUNING=1 or @triton.autotune(..., cache_results=True), on a GPU")
     return sorted(found)
+
+
+def walk(directory: str, suffix: str) -> list[str]:
+    """The files named ``*suffix`` under ``directory``. A symlinked directory is entered once per
+    directory it leads to (by device and inode): a link to itself or an ancestor is no loop."""
+    found, seen = [], set()
+    for root, dirs, files in os.walk(directory, followlinks=True):
+        try:
+            info = os.stat(root)
+        except OSError:
+            dirs[:] = []
+            continue
+        if (info.st_dev, info.st_ino) in seen:
+            dirs[:] = []
+            continue
+        seen.add((info.st_dev, info.st_ino))
+        found.extend(os.path.join(root, name) for name in files if name.endswith(suffix))
+    return found
 
 
 def descriptor_of(path: str, where: str, fields) -> dict:
@@ -78,10 +95,12 @@ def descriptor_of(path: str, where: str, fields) -> dict:
 
 
 def _timings(path: str, where: str, value) -> list[float]:
+    """The times of one candidate; one that is not finite (``NaN``, ``Infinity``: read as null) as
+    infinite: it never wins."""
     measured = value if isinstance(value, list) else [value]
-    if not measured or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in measured):
+    if not measured or not all(v is None or isinstance(v, (int, float)) and not isinstance(v, bool) for v in measured):
         raise CacheError(f"{path}: {where}: timings must be a number or a list of numbers")
-    return [float(v) for v in measured]
+    return [math.inf if v is None else float(v) for v in measured]
 
 
 def read_result(path: str) -> tuple[str, str, dict, dict]:
@@ -103,7 +122,10 @@ def read_result(path: str) -> tuple[str, str, dict, dict]:
         desc = descriptor_of(path, where, pair[0])
         timings[signature(desc)] = _timings(path, where, pair[1])
         descriptors[signature(desc)] = desc
-    winner = min(timings, key=timings.get)  # Triton's rule: lowest timings, median first
+    timed = [sig for sig, measured in timings.items() if math.isfinite(measured[0])]
+    if not timed:
+        raise CacheError(f"{path}: no candidate has a finite time (NaN or infinite): nothing to import")
+    winner = min(timed, key=timings.get)  # Triton's rule: lowest timings, median first
     kernel = os.path.basename(path)[:-len(SUFFIX)] if path.endswith(SUFFIX) else os.path.basename(path)
     return kernel, key_text(document["key"]), descriptors[winner], timings
 

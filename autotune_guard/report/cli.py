@@ -8,7 +8,7 @@ import sys
 
 from ..core.errors import GuardError
 from . import cache_import, diff, merge, readers, show
-from .output import write_atomically
+from .output import Visible, write_atomically
 
 COMMANDS = ("show", "merge", "diff", "import")
 
@@ -49,6 +49,20 @@ def _jobs(text: str) -> int:
 
 
 def main(argv=None) -> int:
+    """The report's exit status; its text goes to stdout and stderr with terminal control
+    characters escaped (``output.Visible``); Ctrl-C ends it with one line and status 130."""
+    stderr = sys.stderr
+    sys.stderr = Visible(stderr)
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("python -m autotune_guard.report: interrupted", file=stderr)
+        return 130
+    finally:
+        sys.stderr = stderr
+
+
+def _main(argv) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] not in COMMANDS and argv[0] not in ("-h", "--help"):
         argv.insert(0, "show")  # `report FILES...`
@@ -60,7 +74,7 @@ def main(argv=None) -> int:
     try:
         if getattr(args, "write_to", None):
             return write_atomically(args.write_to, lambda out: args.run(args, out))
-        status = args.run(args, sys.stdout)
+        status = args.run(args, Visible(sys.stdout))
         sys.stdout.flush()  # here, not at exit, so that a reader who left is seen below
         return status
     except GuardError as exc:  # InputError, and any unusable file the core names

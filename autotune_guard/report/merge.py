@@ -169,8 +169,8 @@ def decide(votes: dict[str, int], descriptors: dict[str, dict], measured: dict[s
     result = {"votes": dict(sorted(votes.items(), key=lambda kv: (-kv[1], kv[0]))), "agree": len(votes) == 1}
     fallback = None
     if rule == "fastest":
-        scored = {sig: statistics.median(ms) for sig, ms in measured.items() if ms}
-        scored = {sig: ms for sig, ms in scored.items() if math.isfinite(ms)}
+        finite = {sig: [m for m in ms if math.isfinite(m)] for sig, ms in measured.items()}
+        scored = {sig: statistics.median(ms) for sig, ms in finite.items() if ms}  # NaN and inf never win
         if scored:
             best = min(scored.values())
             tied = [sig for sig, ms in scored.items() if ms == best]

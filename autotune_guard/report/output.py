@@ -7,9 +7,34 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import tempfile
 
 from .reading import InputError
+
+
+# Characters a terminal acts on (C0 but newline and tab, DEL, C1): a kernel name, key, run id or
+# note read from a file in a shared place must never clear the screen or retitle the terminal.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def visible(text: str) -> str:
+    """``text`` with each terminal control character written as ``\\xNN``."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+class Visible:
+    """A text stream whose writes are ``visible``: every text the report writes goes through one
+    (stdout, stderr and ``-o`` files alike; JSON escapes these characters itself)."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        return self.stream.write(visible(text))
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
 
 
 def plain(value):
@@ -62,7 +87,7 @@ def write_atomically(path: str, produce) -> int:
     try:
         os.fchmod(fd, 0o644)
         with os.fdopen(fd, "w", encoding="utf-8") as out:
-            status = produce(out)
+            status = produce(Visible(out))
         os.replace(tmp, path)
         tmp = None
     except OSError as exc:

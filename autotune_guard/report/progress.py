@@ -24,8 +24,13 @@ class Progress:
         if self.terminal and (self.shown or time.monotonic() - self.began > self.AFTER_S):
             self.shown = True
             print(f"\rpython -m autotune_guard.report: read {self.done_count}/{self.total} files", end="",
-                  file=sys.stderr, flush=True)
+                  file=_raw(sys.stderr), flush=True)  # its own \r, past the escaping of file text
 
     def done(self) -> None:
         if self.shown:
             print(file=sys.stderr)
+
+
+def _raw(stream):
+    """The stream under ``output.Visible`` (which writes a carriage return as text)."""
+    return getattr(stream, "stream", stream)

@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from .. import __version__
 from ..core.errors import GuardError
 from ..core.jsonfile import JOURNAL_SUFFIX
+from ..core.safe_files import user_name
 from ..core.model import ChoiceKey
+from ..core.schema import JOURNAL_LEFT_OUT
 from . import readers
 from .progress import Progress
 
@@ -116,11 +118,16 @@ def read_sources(args, accept, command, all_runs=False, fold=None, jobs=None) ->
     progress = Progress(len(paths))
     for path in paths:  # named before any is read, as the messages say
         _refuse_path(path)
+    _name_owners(paths)
     with readers.no_collector(), \
             closing(readers.read_files(paths, accept, digest, readers.jobs_for(jobs, paths, digest))) as results:
         for path, (document, journal, entries, digested, error) in zip(paths, results):
             progress.step()
             if error is not None:
+                if _of_another_user(path):  # planted in a shared place: it cannot stop the report
+                    print(f"python -m autotune_guard.report: note: left out {path}, a file of another user: {error}",
+                          file=sys.stderr)
+                    continue
                 raise InputError(error)  # the first unusable file in order: the workers stop
             kind = readers.KIND_OF[document["format"]]
             if kind not in accept:
@@ -128,6 +135,8 @@ def read_sources(args, accept, command, all_runs=False, fold=None, jobs=None) ->
                                  f"{' and '.join(k + ' files' for k in accept)}"
                                  + (" (written under AUTOTUNE_RECORD_PATH)" if accept == ("record",) else ""))
             source = Source(path, kind, document, journal=journal, entries=entries)
+            if document.get(JOURNAL_LEFT_OUT):
+                print(f"python -m autotune_guard.report: note: {document[JOURNAL_LEFT_OUT]}", file=sys.stderr)
             if fold is not None:
                 fold.absorb(source, digested)
             sources.append(source)
@@ -157,6 +166,30 @@ def _paths(args) -> list[str]:
     for note in skipped:
         print(f"python -m autotune_guard.report: note: {note}", file=sys.stderr)
     return paths
+
+
+def _of_another_user(path: str) -> bool:
+    try:
+        return os.stat(path).st_uid != os.geteuid()
+    except OSError:
+        return False
+
+
+def _name_owners(paths: list[str]) -> None:
+    """Name, once per user, the files read that another user owns: in a shared directory anyone
+    can put a run there (the latest run wins unless ``--all-runs``)."""
+    others: dict = {}
+    for path in paths:
+        try:
+            uid = os.stat(path).st_uid
+        except OSError:
+            continue
+        if uid != os.geteuid():
+            others.setdefault(uid, []).append(path)
+    for uid, theirs in sorted(others.items()):
+        shown = ", ".join(theirs[:3]) + (f" and {len(theirs) - 3} more" if len(theirs) > 3 else "")
+        print(f"python -m autotune_guard.report: note: {len(theirs)} file{'s' * (len(theirs) != 1)} read "
+              f"{'are' if len(theirs) != 1 else 'is'} of {user_name(uid)}, not of this user: {shown}", file=sys.stderr)
 
 
 def _refuse_path(path: str) -> None:

@@ -1,13 +1,19 @@
 """Consensus's node-level fan-in: the job's Store with a Store of the node beside it.
 
 torchrun gives each worker its node (``GROUP_RANK``) and how many workers share it
-(``LOCAL_WORLD_SIZE``). The node's Store is a c10d ``FileStore`` in the node's temporary
-directory, named by the job, the restart and the node: no process hosts it, so a rank that dies
-takes nothing of its node's with it, and a restart never meets the names of the attempt before.
+(``LOCAL_WORLD_SIZE``). The node's Store is a c10d ``FileStore`` named by the job, the restart
+and the node: no process hosts it, so a rank that dies takes nothing of its node's with it, and a
+restart never meets the names of the attempt before.
+
+It lies in a directory only this user can use (``core.safe_files``): ``$XDG_RUNTIME_DIR`` when it
+is this user's, else ``<tmp>/autotune_guard-<uid>``, made with mode 0700 and checked for owner,
+mode and symlink after; one another user made or planted is refused by name (the ranks then ask the
+job's Store). The node's last rank to leave removes the file at exit.
 """
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import logging
 import os
@@ -15,6 +21,7 @@ import socket
 import sys
 import tempfile
 
+from ...core import safe_files
 from ...core.consensus import attempt_scope
 
 logger = logging.getLogger("autotune_guard")
@@ -55,14 +62,38 @@ def fanned(job_store):
     if found is not None and found[0] is job_store:
         return found[1]
     digest = hashlib.sha256(node.encode()).hexdigest()[:24]
-    folder = os.path.join(tempfile.gettempdir(), f"autotune_guard-{os.getuid()}")
-    path = os.path.join(folder, f"node-{digest}.store")
+    path = os.path.join(store_directory(), f"node-{digest}.store")
     try:
-        os.makedirs(folder, mode=0o700, exist_ok=True)
+        safe_files.private_directory(os.path.dirname(path))
         store = FannedStore(job_store, sys.modules["torch.distributed"].FileStore(path, -1), path)
+        atexit.register(_leave, store, os.getpid())
     except Exception as exc:
-        logger.warning("consensus: the node's Store %s could not be made (%r): this rank asks the job's Store itself",
+        logger.warning("consensus: the node's Store %s could not be made (%s): this rank asks the job's Store itself",
                        path, exc)
         store = job_store
     _made[id(job_store)] = (job_store, store)
     return store
+
+
+def store_directory() -> str:
+    """Where node Stores lie: under the user's runtime directory, else ``<tmp>/autotune_guard-<uid>``."""
+    runtime = safe_files.runtime_directory()
+    if runtime is not None:
+        return os.path.join(runtime, "autotune_guard")
+    return os.path.join(tempfile.gettempdir(), f"autotune_guard-{os.geteuid()}")
+
+
+LEFT = "autotune_guard/node/left"  # in the node's Store: how many of its ranks have exited
+
+
+def _leave(store: FannedStore, pid: int) -> None:
+    """At exit: count this rank out; the node's last rank removes the Store's file (a forked child
+    that exits normally is not a rank of the node)."""
+    if os.getpid() != pid:
+        return
+    try:
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", "0"))
+        if store.node_store.add(LEFT, 1) >= local:
+            os.unlink(store.path)
+    except Exception as exc:
+        logger.debug("consensus: the node's Store %s was not removed: %s", store.path, exc)

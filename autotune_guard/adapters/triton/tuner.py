@@ -18,6 +18,7 @@ from ...runtime import current
 STATE_ATTR = "_autotune_guard_state"
 LOCK_ATTR = "_autotune_guard_lock"
 NAME_ATTR = "_autotune_guard_name"
+GATES_ATTR = "_autotune_guard_gates"  # key -> Lock: one consensus decision per key per process; dies with it
 MISSING = object()
 
 
@@ -42,7 +43,6 @@ class Registry:
         self.lock = threading.Lock()
         self.tuners = weakref.WeakSet()  # autotuners holding a lock of ours
         self.direct = weakref.WeakSet()  # autotuners whose instance ``run`` shadows the guarded one
-        self.gates: dict = {}  # (id(autotuner), key) -> Lock: one consensus decision per key per process
         self.user_listener = None  # Triton 3.8+'s listener that was set before ours
         self.heard = threading.local()  # what Triton's listener last said in this thread
         self.names: dict = {}  # module.function -> (identity, function) of the first kernel of that name
@@ -62,10 +62,16 @@ class Registry:
         return lock
 
     def gate(self, autotuner, key):
+        """The lock of one consensus decision: kept on the autotuner, so a program that makes
+        autotuner objects by the thousand leaves nothing of theirs here once they are gone."""
         with self.lock:
-            gate = self.gates.get((id(autotuner), key))
+            gates = autotuner.__dict__.get(GATES_ATTR)
+            if gates is None:
+                gates = autotuner.__dict__[GATES_ATTR] = {}
+                self.tuners.add(autotuner)
+            gate = gates.get(key)
             if gate is None:
-                gate = self.gates[(id(autotuner), key)] = threading.Lock()
+                gate = gates[key] = threading.Lock()
             return gate
 
     def drop_direct(self) -> None:
@@ -77,8 +83,8 @@ class Registry:
     def after_fork(self) -> None:
         """A lock held by another thread at fork() stays held forever in the child: renew them all."""
         self.lock = threading.Lock()
-        self.gates = {}
         for autotuner in list(self.tuners):
+            autotuner.__dict__.pop(GATES_ATTR, None)
             lock = autotuner.__dict__[LOCK_ATTR] = threading.RLock()
             state = autotuner.__dict__.get(STATE_ATTR)
             if isinstance(state, TunerState):
