@@ -94,4 +94,4 @@ k[lambda meta: (triton.cdiv(64, meta["BLOCK"]),)](x, 64)
     proc = run(f"import runpy; runpy.run_path({str(tmp_path / 'prog.py')!r}, run_name='__main__')", AUTOTUNE_MODE=mode,
                **paths)
     assert "not governed" not in proc.stderr and "outside any autotuner" not in proc.stderr, proc.stderr
-    assert "made 1 autotune choices" in proc.stderr, proc.stderr
+    assert "made 1 autotune choice, digest" in proc.stderr, proc.stderr

@@ -1,0 +1,81 @@
+"""What a newcomer meets (issue 34), in real processes under TRITON_INTERPRET=1: a pinned key the
+tables lack is named (never silently slow), the exit says what was chosen, and an on-purpose
+refusal (AUTOTUNE_ON_MISS=error) reads as a refusal under a 2-rank torchrun."""
+
+import json
+import os
+import re
+
+import pytest
+
+from support import TESTS, clean_env, last_json, run_python, torchrun
+from test_pinned import interpret_table
+
+RUN = """
+import json, torch, autotune_guard
+from kernels import demo
+x = torch.randn(400)
+for n in (100, 200, 300):
+    demo.add(x[:n], x[:n])
+demo.scale(x[:100], 2.0)
+print(json.dumps({"log": autotune_guard.choice_log()}))
+"""
+
+SCALE_ONLY = interpret_table({"kernels.demo.scale_kernel": {"*": {"kwargs": {"BLOCK": 32}}}})
+ONE_ADD_KEY = interpret_table({"kernels.demo.add_kernel": {"no such key": {"kwargs": {"BLOCK": 64}}}})
+
+
+def _tables(tmp_path, case):
+    """AUTOTUNE_TABLE_PATH for one of the ways a table can lack a key, and the words that must name it."""
+    tables = tmp_path / "tables"
+    tables.mkdir()
+    if case == "no table":
+        return None, "no AUTOTUNE_TABLE_PATH was given"
+    if case == "empty directory":
+        return str(tables), f"{tables}: no file for this arch (interpret.json); the directory holds no table"
+    if case == "table without the kernel":
+        (tables / "interpret.json").write_text(json.dumps(SCALE_ONLY))
+        return str(tables), f"{tables / 'interpret.json'}: no entry for this kernel (1 other kernel)"
+    if case == "table without the key":
+        (tables / "interpret.json").write_text(json.dumps(ONE_ADD_KEY))
+        return str(tables), f"{tables / 'interpret.json'}: no entry for this key (1 other key of the kernel)"
+    if case == "another arch's file":
+        (tables / "sm90.json").write_text(json.dumps(interpret_table({}, "sm90")))
+        return str(tables), f"{tables}: no file for this arch (interpret.json); it holds sm90.json"
+    assert case == "another arch's table named"
+    (tables / "sm90.json").write_text(json.dumps(interpret_table({}, "sm90")))
+    return str(tables / "sm90.json"), f"{tables / 'sm90.json'}: for arch sm90, this process runs interpret"
+
+
+def _fallback_lines(stderr, kernel):
+    return [line for line in stderr.splitlines() if "fallback (" in line and kernel in line and "pinned runs" in line]
+
+
+@pytest.mark.parametrize("case", ["no table", "empty directory", "table without the kernel", "table without the key",
+                                  "another arch's file", "another arch's table named"])
+def test_pinned_names_every_fallback_once_per_kernel(tmp_path, case):
+    table_path, why = _tables(tmp_path, case)
+    env = clean_env(AUTOTUNE_MODE="pinned", **({"AUTOTUNE_TABLE_PATH": table_path} if table_path else {}))
+    proc = run_python(RUN, env=env)
+    assert len(last_json(proc.stdout)["log"]) == 4
+    lines = _fallback_lines(proc.stderr, "kernels.demo.add_kernel")
+    assert len(lines) == 1, proc.stderr  # once per kernel, for its three keys
+    assert " WARNING: " in lines[0] and "min_cost fallback (the smallest tile" in lines[0], lines[0]
+    assert why in lines[0], (why, lines[0])
+    assert "report merge runs/rec -o " in lines[0] and "AUTOTUNE_MODE=consensus" in lines[0]
+    falls = 3 if case == "table without the kernel" else 4  # the table serves scale_kernel there
+    exit_line = [line for line in proc.stderr.splitlines() if "made 4 autotune choices" in line]
+    assert len(exit_line) == 1 and f"({falls} of them fallbacks" in exit_line[0], proc.stderr
+    assert len(_fallback_lines(proc.stderr, "kernels.demo.scale_kernel")) == (falls == 4)
+
+
+def test_a_fallback_asked_for_is_said_at_info_and_a_table_hit_not_at_all(tmp_path):
+    env = clean_env(AUTOTUNE_MODE="pinned", AUTOTUNE_ON_MISS="first")
+    lines = _fallback_lines(run_python(RUN, env=env).stderr, "kernels.demo.add_kernel")
+    assert len(lines) == 1 and " INFO: " in lines[0] and "first fallback (the first declared config" in lines[0]
+    assert "To pin tuned configs" not in lines[0]
+    full = interpret_table({"kernels.demo.add_kernel": {"*": {"kwargs": {"BLOCK": 64}, "num_warps": 1}},
+                            "kernels.demo.scale_kernel": {"*": {"kwargs": {"BLOCK": 32}}}})
+    (tmp_path / "interpret.json").write_text(json.dumps(full))
+    proc = run_python(RUN, env=clean_env(AUTOTUNE_MODE="pinned", AUTOTUNE_TABLE_PATH=str(tmp_path)))
+    assert "fallback" not in proc.stderr and "made 4 autotune choices, digest" in proc.stderr, proc.stderr
