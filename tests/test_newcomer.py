@@ -79,3 +79,41 @@ def test_a_fallback_asked_for_is_said_at_info_and_a_table_hit_not_at_all(tmp_pat
     (tmp_path / "interpret.json").write_text(json.dumps(full))
     proc = run_python(RUN, env=clean_env(AUTOTUNE_MODE="pinned", AUTOTUNE_TABLE_PATH=str(tmp_path)))
     assert "fallback" not in proc.stderr and "made 4 autotune choices, digest" in proc.stderr, proc.stderr
+
+
+MANY = """
+import torch
+from kernels import demo
+x = torch.randn(400)
+for n in range(1, 24):
+    demo.add(x[:n], x[:n])
+demo.scale(x[:100], 2.0)
+"""
+
+
+def _summary(stderr):
+    lines = [line.split(" INFO: ", 1)[1] for line in stderr.splitlines() if " INFO: " in line]
+    start = [i for i, line in enumerate(lines) if line.startswith("what this process chose")]
+    return lines[start[0]:] if start else []
+
+
+def test_the_exit_summary_says_what_was_chosen_and_how(tmp_path):
+    full = interpret_table({"kernels.demo.scale_kernel": {"*": {"kwargs": {"BLOCK": 32}}}})
+    (tmp_path / "interpret.json").write_text(json.dumps(full))
+    prefix = tmp_path / "runs" / "choices"
+    env = clean_env(AUTOTUNE_MODE="pinned", AUTOTUNE_TABLE_PATH=str(tmp_path), AUTOTUNE_DIGEST_PATH=str(prefix))
+    summary = _summary(run_python(MANY, env=env).stderr)
+    assert summary[0] == "what this process chose (24 choices):" and summary[1].split() == ["kernel", "key", "config", "how"]
+    rows = summary[2:-1]
+    assert len(rows) == 20 and all(r.split()[0] == "kernels.demo.add_kernel" and r.endswith("fallback (min_cost)")
+                                   for r in rows), summary
+    assert rows[0].split()[2] == "BLOCK=32,num_warps=1,num_stages=3,num_ctas=1"
+    assert summary[-1] == f"  ... and 4 more: python -m autotune_guard.report show {prefix}"
+    shown = run_python(f"import sys; from autotune_guard.report.cli import main; sys.exit(main(['show', {str(prefix)!r}]))",
+                       env=clean_env()).stdout
+    assert "kernels.demo.scale_kernel" in shown and "(23," in shown  # the rest is there
+    # auto: timed; a small run's table is whole; AUTOTUNE_LOG_LEVEL=warning silences it
+    auto = _summary(run_python(RUN, env=clean_env(AUTOTUNE_MODE="auto")).stderr)
+    assert len(auto) == 6 and all(r.endswith("  timed") for r in auto[2:]), auto
+    quiet = run_python(RUN, env=clean_env(AUTOTUNE_MODE="auto", AUTOTUNE_LOG_LEVEL="warning")).stderr
+    assert "what this process chose" not in quiet and "autotune choices" not in quiet
