@@ -117,3 +117,29 @@ def test_the_exit_summary_says_what_was_chosen_and_how(tmp_path):
     assert len(auto) == 6 and all(r.endswith("  timed") for r in auto[2:]), auto
     quiet = run_python(RUN, env=clean_env(AUTOTUNE_MODE="auto", AUTOTUNE_LOG_LEVEL="warning")).stderr
     assert "what this process chose" not in quiet and "autotune choices" not in quiet
+
+
+def test_a_refusal_under_torchrun_is_a_few_lines_a_rank_naming_every_key(tmp_path):
+    logs = tmp_path / "logs"
+    env = clean_env(AUTOTUNE_MODE="pinned", AUTOTUNE_ON_MISS="error", AUTOTUNE_TABLE_PATH=str(tmp_path))
+    proc = torchrun(os.path.join(TESTS, "progs", "refusal_job.py"), 2, env=env, check=False,
+                    extra=("--log-dir", str(logs), "--redirects", "3"))
+    assert proc.returncode != 0
+    for rank in (0, 1):
+        (found,) = [os.path.join(d, "stderr.log") for d, _, files in os.walk(logs)
+                    if "stderr.log" in files and os.path.basename(d) == str(rank)]
+        lines = [line.removeprefix(f"[rank{rank}]: ") for line in open(found).read().splitlines()]  # torch's tag
+        assert 3 <= len(lines) <= 10, lines
+        assert all(line.startswith(f"autotune_guard[rank {rank}] ") for line in lines), lines
+        text = "\n".join(lines)
+        assert "Traceback" not in text and "refused: kernel kernels.demo.scale_kernel key (100," in lines[0], text
+        assert "every key refused in this process (3):" in text
+        for kernel, n in (("add_kernel", 100), ("add_kernel", 200), ("scale_kernel", 100)):
+            assert re.search(rf"^autotune_guard\[rank {rank}\]   kernel kernels\.demo\.{kernel} key \({n},", text, re.M), text
+        assert f"tables: {tmp_path}: no file for this arch (interpret.json)" in text
+        assert f"report merge runs/rec -o {tmp_path / 'interpret.json'}" in text and "AUTOTUNE_TRACEBACK=1" in text
+    traced = run_python("import sys; sys.argv = ['job']; exec(open(sys.argv[0] if False else %r).read())"
+                        % os.path.join(TESTS, "progs", "refusal_job.py"), check=False,
+                        env=clean_env(AUTOTUNE_MODE="pinned", AUTOTUNE_ON_MISS="error", AUTOTUNE_TRACEBACK="1",
+                                      RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT="29533"))
+    assert "Traceback (most recent call last)" in traced.stderr and "SelectionError" in traced.stderr
