@@ -143,3 +143,25 @@ def test_a_refusal_under_torchrun_is_a_few_lines_a_rank_naming_every_key(tmp_pat
                         env=clean_env(AUTOTUNE_MODE="pinned", AUTOTUNE_ON_MISS="error", AUTOTUNE_TRACEBACK="1",
                                       RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT="29533"))
     assert "Traceback (most recent call last)" in traced.stderr and "SelectionError" in traced.stderr
+
+
+TIE_RUN = """
+import torch
+from kernels import ranked
+x = torch.randn(300)
+assert ranked.copy(x).equal(x)
+"""
+
+
+def test_a_merge_tie_of_two_recorded_ranks_goes_to_the_faster_config(tmp_path):
+    prefix = tmp_path / "runs" / "rec"
+    for rank in (0, 1):
+        run_python(TIE_RUN, env=clean_env(AUTOTUNE_RECORD_PATH=str(prefix), AUTOTUNE_RUN_ID="tie", RANK=rank,
+                                          WORLD_SIZE=2))
+    table = tmp_path / "interpret.json"
+    merge = run_python(f"import sys; from autotune_guard.report.cli import main; "
+                       f"sys.exit(main(['merge', {str(prefix)!r}, '-o', {str(table)!r}]))", env=clean_env())
+    assert "tie of 2 at 1 vote, broken by the faster median (1.05 against 5 ms)" in merge.stdout, merge.stdout
+    assert "WARNING" not in merge.stderr
+    (entry,) = json.loads(table.read_text())["kernels"]["kernels.ranked.copy_kernel"].values()
+    assert entry["kwargs"] == {"BLOCK": 256}  # not the smallest tile, rank 0's narrow winner
