@@ -165,3 +165,28 @@ def test_a_merge_tie_of_two_recorded_ranks_goes_to_the_faster_config(tmp_path):
     assert "WARNING" not in merge.stderr
     (entry,) = json.loads(table.read_text())["kernels"]["kernels.ranked.copy_kernel"].values()
     assert entry["kwargs"] == {"BLOCK": 256}  # not the smallest tile, rank 0's narrow winner
+
+
+def test_report_reads_a_table_directory_and_both_entry_points_say_their_version(tmp_path):
+    import subprocess
+    import sys
+
+    import autotune_guard
+
+    tables = tmp_path / "tables"
+    tables.mkdir()
+    (tables / "interpret.json").write_text(json.dumps(SCALE_ONLY))
+    (tables / "sm90.json").write_text(json.dumps(interpret_table({"pkg.mm": {"*": {"kwargs": {"BLOCK": 64}}}}, "sm90")))
+    console = os.path.join(os.path.dirname(sys.executable), "autotune-guard-report")
+    for command in ([sys.executable, "-m", "autotune_guard.report"], [console]):
+        shown = subprocess.run([*command, "show", str(tables)], capture_output=True, text=True, env=clean_env())
+        assert shown.returncode == 0 and "kernels.demo.scale_kernel" in shown.stdout and "pkg.mm" in shown.stdout, shown
+        version = subprocess.run([*command, "--version"], capture_output=True, text=True, env=clean_env())
+        assert version.returncode == 0 and version.stdout.strip() == f"autotune_guard {autotune_guard.__version__}"
+        usage = subprocess.run([*command, "--help"], capture_output=True, text=True, env=clean_env()).stdout
+        assert usage.startswith(f"usage: {'autotune-guard-report' if command == [console] else 'python -m autotune_guard.report'} ")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    refused = subprocess.run([sys.executable, "-m", "autotune_guard.report", "show", str(empty)], capture_output=True,
+                             text=True, env=clean_env())
+    assert refused.returncode == 2 and "is a directory holding no .json file" in refused.stderr
