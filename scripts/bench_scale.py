@@ -378,8 +378,8 @@ def bench_consensus(args, pool, server, stop_at):
         big, rate = 16384, max(r["requests_p50"] for r in polls) / args.tune_s
         print(f"  at {big} ranks: polling ~{rate * big:,.0f} requests/s while a key is tuned "
               f"(per waiter {rate:.0f}/s, whatever N); event-driven "
-              f"{4 * big:,} requests per key in all (4 per waiter) plus ~{2 / consensus.BEAT_S:.0f}/s from the one "
-              "watcher")
+              f"{4 * big:,} requests per key in all (4 per waiter) plus one beat read per waiting "
+              "node per eighth of AUTOTUNE_CONSENSUS_DEAD_AFTER where the claimer is on another machine")
     return rows, True
 
 

@@ -58,6 +58,7 @@ echo "  pytest: a few GB the first time); then runs the tests in each. It asks n
 ensure_chromium
 
 summary=() failed=0 ran=0
+long=1  # the first pair also runs the 10-minute claimer (tests/conftest.py: long_claimer), beside the suite
 for python in $PYTHONS; do
   for triton in $TRITONS; do
     echo "=== $python, Triton $triton"
@@ -69,8 +70,9 @@ for python in $PYTHONS; do
       *) summary+=("FAILED   $python, Triton $triton: set-up failed"); failed=1; continue ;;
     esac
     # From tests/, so that the installed package (not the source tree) is what gets imported.
-    (cd tests && TRITON_INTERPRET=1 "$VENV_PY" -m pytest -p no:cacheprovider -q "${pytest_args[@]}" .)
-    rc=$?
+    (cd tests && GUARD_LONG="${GUARD_LONG:-$long}" TRITON_INTERPRET=1 "$VENV_PY" -m pytest -p no:cacheprovider -q \
+      "${pytest_args[@]}" .)
+    rc=$? long=0
     took="$(( (SECONDS - start) / 60 ))m$(( (SECONDS - start) % 60 ))s"
     case $rc in
       0) summary+=("passed   $python, Triton $triton ($took)"); ran=1 ;;

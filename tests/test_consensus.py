@@ -93,8 +93,13 @@ def test_differing_candidates_claimer_failure_and_garbage_are_refused_with_names
     assert re.search(r"rank 7 \(pid \d+ on [^)]+\) claimed", consensus.timeout_message(WHAT, identity, 600))
     died = consensus.decode(consensus.encode_death(identity, 5.4), WHAT)
     with pytest.raises(ConsensusError, match=r"rank 7 \(pid \d+ on [^)]+\), which claimed this tuning, stopped "
-                                             r"signalling that it is alive \(5.4 s without a heartbeat\)"):
+                                             r"signalling that it is alive \(5.4 s without a heartbeat, "
+                                             r"AUTOTUNE_CONSENSUS_DEAD_AFTER\): it died, lost its host or lost the Store"):
         consensus.follow(died, SIGS, WHAT)
+    ended = consensus.decode(consensus.encode_death(identity, 0, "process"), WHAT)
+    with pytest.raises(ConsensusError, match=r"rank 7 \(pid \d+ on [^)]+\), which claimed this tuning, ended \(its "
+                                             r"process is gone, seen on its machine\) before publishing a winner"):
+        consensus.follow(ended, SIGS, WHAT)
 
 
 # --- consensus.decide against a real TCPStore, threads as ranks ----------------------------------
@@ -178,9 +183,9 @@ def test_decide_one_tunes_the_others_follow_with_4_requests_and_every_failure_is
     for status, (index, tuned_here, result), _ in out["agree"]:
         assert status == "ok" and tuned_here == (result is not None)
     assert [r[1][0] for r in out["agree"]] == [1, 1] * 4  # BLOCK=64 in either order
-    # event-driven: every waiter but the one watching the claimer's heartbeat made 4 requests,
-    # the claimer 5 (claim, first beat, candidates, result, announce), however long the tuning took
-    assert out["requests"][:7] == [4] * 6 + [5] and out["requests"][7] > 5, out["requests"]
+    # event-driven: every waiter made 4 requests (its watch thread none: the claimer is on this
+    # machine), the claimer 5 (claim, first beat, candidates, result, announce), however long it tuned
+    assert out["requests"] == [4] * 7 + [5], out["requests"]
     # the claimer's tuning raised: it sees its own error, the waiters its name and reason at once
     assert sum(r[0] == "RuntimeError" and "out of memory" in r[1] for r in out["failed"]) == 1
     for status, message, seconds in out["failed"]:
@@ -262,7 +267,7 @@ def test_a_rank_behind_the_claimer_learns_its_winners_in_one_batch():
     assert sum(n == 0 for n in out["requests"]) >= 5, out["requests"]
     # a failure is never learned: it is read where it was published, and named
     status, message, requests = out["failed"]
-    assert status == "ConsensusError" and "failed while timing" in message and "out of memory" in message and requests >= 4
+    assert status == "ConsensusError" and "failed while timing" in message and "out of memory" in message and requests >= 3
     # a learned winner whose candidate list differs from this rank's asks the Store, to name the difference
     status, message, requests = out["differ"]
     assert status == "ConsensusError" and "BLOCK=256" in message and requests >= 4
@@ -393,9 +398,9 @@ def test_a_claimer_that_dies_or_fails_at_any_point_is_named_within_seconds(tmp_p
         assert result["type"] == "ConsensusError" and not result["ran"]
         message = result["error"]
         assert "kernel __main__.victim_kernel key (1000,torch.float32,torch.float32) arch interpret" in message
-        assert re.search(r"rank 1 \(pid \d+ on [^)]+\), which claimed this tuning, stopped signalling that it is "
-                         r"alive \([\d.]+ s without a heartbeat\)", message), message
-        assert result["seconds"] < 12, result
+        assert re.search(r"rank 1 \(pid \d+ on [^)]+\), which claimed this tuning, ended \(its process is gone, "
+                         r"seen on its machine\)", message), message
+        assert result["seconds"] < 5, result
 
 
 def test_a_dead_store_host_fails_the_waiters_at_once(tmp_path):

@@ -267,6 +267,10 @@ class DictStore:
     def get(self, key):
         return self.values[key]
 
+    def wait(self, keys, timeout=None):
+        if not self.check(keys):
+            raise RuntimeError("wait timeout after 0ms")
+
 
 SIGS = ["BLOCK=16", "BLOCK=32"]
 GOOD = json.loads(consensus.encode_winner(0, "BLOCK=32", SIGS))

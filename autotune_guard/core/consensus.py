@@ -21,14 +21,14 @@ import logging
 import math
 import os
 import random
-import socket
 import threading
 import time
-import uuid
+from datetime import timedelta
 from typing import Callable, Sequence
 
 from . import consensus_batch as batch
-from .consensus_text import _few, claimer_rank, describe_claimer, store_lost_message, timeout_message
+from .consensus_liveness import DEFAULT_DEAD_AFTER_S, Beats, Watch, alive_here, claimer_identity, clone_of
+from .consensus_text import _few, claimer_rank, death_message, describe_claimer, store_lost_message, timeout_message
 from .errors import ConsensusError, StoreError
 
 logger = logging.getLogger("autotune_guard")
@@ -36,8 +36,7 @@ logger = logging.getLogger("autotune_guard")
 PAYLOAD_FORMAT = "autotune_guard.consensus/2"
 NAMESPACE = "consensus/"
 STORE_PREFIX = "autotune_guard/"
-BEAT_S = 0.5  # a claimer bumps its beat counter this often while it tunes
-DEAD_AFTER_S = 5.0  # no beat for this long: the claimer died (or lost the Store) before publishing
+FOREVER = timedelta(days=3650)  # a wait with no limit: the watch thread ends it if the claimer dies
 SPREAD_FROM = 32  # waiters of one decision beyond this many wake spread out, not in one instant
 SPREAD_S = 25e-6  # the n-th waiter reads the winner within n x this after it was published
 
@@ -71,15 +70,16 @@ def encode_failure(rank: int, error: str, relayed: bool = False) -> str:
     return json.dumps(payload, sort_keys=True)
 
 
-def encode_death(claimer: str, silent_s: float) -> str:
-    """What the watching waiter publishes when the claimer stopped beating: every waiter fails now."""
+def encode_death(claimer: str, silent_s: float, seen: str = "heartbeat") -> str:
+    """What a waiter publishes when the claimer died: every waiter fails now.  ``seen``:
+    ``process`` (its process is gone, seen on its machine) or ``heartbeat`` (silent ``silent_s``)."""
     return json.dumps({"format": PAYLOAD_FORMAT, "rank": claimer_rank(claimer), "claimer": claimer,
-                       "died": round(silent_s, 1)}, sort_keys=True)
+                       "died": round(silent_s, 1), "seen": seen}, sort_keys=True)
 
 
 # The fields of a published value a reader uses, and the types each may have.
 _FIELDS = {"rank": (int, str), "winner": (str,), "candidates_hash": (str,), "error": (str,), "claimer": (str,),
-           "died": (int, float), "relayed_by": (int,)}
+           "died": (int, float), "relayed_by": (int,), "seen": (str,)}
 
 
 def decode(text: str, what: str, key: str = "") -> dict:
@@ -129,10 +129,7 @@ def follow(payload: dict, signatures: Sequence[str], what: str, theirs: Sequence
     (``theirs``: the claimer's list, when it could be read, to name the differences)."""
     claimer = payload.get("rank", "?")
     if "died" in payload:
-        raise ConsensusError(f"autotune_guard consensus: {what}: {describe_claimer(payload.get('claimer', ''))}, which "
-                             f"claimed this tuning, stopped signalling that it is alive ({payload['died']:g} s without "
-                             "a heartbeat) before publishing a winner: it died or lost the Store. This rank will not "
-                             "pick a config of its own")
+        raise ConsensusError(death_message(what, payload))
     if "error" in payload and "relayed_by" in payload:
         raise ConsensusError(f"{payload['error']} (as rank {claimer} learned it from the job for this node)")
     if "error" in payload:
@@ -157,14 +154,16 @@ def follow(payload: dict, signatures: Sequence[str], what: str, theirs: Sequence
 # --- the protocol over the job's Store ----------------------------------------------------------
 # Per decision, under STORE_PREFIX + the attempt + the decision name:
 #   claim       compare_set from "" to the claimer's identity: claiming and naming are one request
-#   beat        the claimer's heartbeat counter, bumped every BEAT_S while it tunes
-#   waiters     add(1) by each waiter; the first one watches the beat, the others block in wait()
+#   beat        the claimer's heartbeat counter, bumped every BEAT_S while it tunes (consensus_liveness)
+#   waiters     add(1) by each waiter, which then blocks in wait() while a thread of its process
+#               looks at the claimer every BEAT_S (consensus_liveness.Watch)
 #   candidates  the claimer's candidate list (read only on a hash mismatch)
-#   result      the winner (or the claimer's error, or the watcher's death notice), set once
+#   result      the winner (or the claimer's error, or a waiter's death notice), set once
 # and, per attempt, ``announced``: the names of decided keys, appended by claimers (consensus_batch).
-# A waiter makes 4 requests per decision whatever the tuning time (claim, waiters, wait, get), none
-# for a key it learned in a batch, and now and then 3 for reading ``announced``;
-# only the watching waiter polls, once per BEAT_S.  Where the job's Store comes with a node's
+# A waiter makes 4 requests per decision whatever the tuning time (claim, waiters, wait, get), its
+# watch thread one beat read per BEAT_S where the claimer is on another machine (none on this one),
+# none for a key it learned in a batch, and now and then 3 for reading ``announced``.
+# Where the job's Store comes with a node's
 # (``store.node_store``: torchrun's local ranks, ``adapters.distributed.node``), the same protocol
 # runs twice: on the node's Store among its ranks, and on the job's by the node's first rank only.
 
@@ -175,13 +174,8 @@ def attempt_scope() -> str:
     return f"{os.environ.get('TORCHELASTIC_RUN_ID', 'none')}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
 
 
-def claimer_identity(rank: int) -> str:
-    """Unique per claim (two threads of one rank are two claimers), readable in errors."""
-    return f"{rank}|{os.getpid()}|{socket.gethostname()}|{uuid.uuid4().hex[:8]}"
-
-
-def decide(store, what: str, name: str, rank: int, signatures: Sequence[str], tune: Callable, timeout: float,
-           *, learn: bool = True):
+def decide(store, what: str, name: str, rank: int, signatures: Sequence[str], tune: Callable,
+           timeout: float | None = None, *, learn: bool = True, dead_after: float = DEFAULT_DEAD_AFTER_S):
     """One consensus decision: ``(index, tuned_here, tune_result)``.
 
     ``store``: the job's c10d Store.  ``what``: how errors name the decision (kernel, key, arch).
@@ -190,19 +184,21 @@ def decide(store, what: str, name: str, rank: int, signatures: Sequence[str], tu
     ``selection.signature`` text, in any order.  ``tune()``: times the candidates here and returns
     the winner's signature, or ``(signature, anything)``; it runs on exactly one thread of one rank
     per decision and attempt; what it raises is published to the waiters and re-raised here.
-    ``timeout``: seconds a waiter waits for a live claimer's winner.
+    ``timeout``: seconds a waiter waits for a live claimer's winner; None: as long as it lives.
+    ``dead_after``: seconds of heartbeat silence after which a claimer on another machine is dead.
 
     Returns the winner's index in ``signatures`` (None only when ``tune()``'s winner is not one of
     them, which is logged), whether ``tune()`` ran here, and what it returned (None when not).
     Raises :class:`ConsensusError`, never returning a config of this rank's own, when the claimer's
-    tuning failed, when the claimer died or lost the Store (within ``DEAD_AFTER_S`` seconds, named),
+    tuning failed, when the claimer died (``core.consensus_liveness``: named within ``BEAT_S`` on its
+    machine, ``dead_after`` + ``BEAT_S`` elsewhere),
     when a live claimer publishes nothing within ``timeout``, when the candidate lists differ, or
     when the Store fails.  Nothing here is a collective: ranks may decide in any order, or never.
     ``learn``: winners published ahead of this rank are learned in batches (``core.consensus_batch``).
     """
     node = getattr(store, "node_store", None)
     if node is not None:
-        return _for_the_node(store, node, what, name, rank, signatures, tune, timeout)
+        return _for_the_node(store, node, what, name, rank, signatures, tune, timeout, dead_after)
     prefix = f"{STORE_PREFIX}{attempt_scope()}"
     key = f"{prefix}/{name}"
     known = batch.learned.winner(store, prefix, name) if learn else None
@@ -219,7 +215,7 @@ def decide(store, what: str, name: str, rank: int, signatures: Sequence[str], tu
         return _tune_for_the_job(store, what, key, rank, signatures, tune, (prefix, name) if learn else None)
     try:
         asked = time.monotonic()
-        published = _wait_for_result(store, what, key, holder, timeout)
+        published = _wait_for_result(store, what, key, holder, timeout, dead_after)
         ahead = time.monotonic() - asked < batch.AHEAD_S  # published before this rank asked
         payload = decode(published, what, key + "/result")
         theirs = None
@@ -236,18 +232,19 @@ def decide(store, what: str, name: str, rank: int, signatures: Sequence[str], tu
     return follow(payload, signatures, what, theirs), False, None
 
 
-def _for_the_node(store, node, what, name, rank, signatures, tune, timeout):
+def _for_the_node(store, node, what, name, rank, signatures, tune, timeout, dead_after):
     """Node-level fan-in: the node's first rank to reach the decision takes it to the job's Store
     (``store.job``) as one waiter or the claimer; the node's others follow it through the node's
     Store (``node``), where its heartbeat is watched as a claimer's is. They wait as long as it
     does: it began waiting first, so its error, named, reaches them before their own timeout."""
 
     def for_the_node():
-        index, tuned_here, returned = decide(store.job, what, name, rank, signatures, tune, timeout)
+        index, tuned_here, returned = decide(store.job, what, name, rank, signatures, tune, timeout, dead_after=dead_after)
         winner = signatures[index] if index is not None else (returned if isinstance(returned, str) else returned[0])
         return winner, (index, tuned_here, returned)
 
-    index, here, returned = decide(node, what, name, rank, signatures, for_the_node, timeout, learn=False)
+    index, here, returned = decide(node, what, name, rank, signatures, for_the_node, timeout, learn=False,
+                                   dead_after=dead_after)
     return returned[1] if here else (index, False, None)
 
 
@@ -276,33 +273,28 @@ def _tune_for_the_job(store, what, key, rank, signatures, tune, announced):
             raise ConsensusError(f"autotune_guard consensus: {what}: tuned here but could not publish the winner: "
                                  f"{exc}") from exc
     finally:
-        _beats.stop(key + "/beat")
+        _beats.stop(store, key + "/beat")
     if signature not in signatures:
         logger.warning("consensus: %s: the tuner's winner %s is not among the candidates after pruning", what, signature)
         return None, True, returned
     return list(signatures).index(signature), True, returned
 
 
-def _wait_for_result(store, what, key, holder, timeout):
-    """The published value.  The first waiter watches the claimer's heartbeat and, when it stops,
-    publishes a death notice that wakes every waiter; the others block in ``wait`` on a clone of
-    the Store (a TCPStore client serves one request at a time: a blocking wait on the shared one
-    would hold up the process group's own requests)."""
-    from datetime import timedelta
-
+def _wait_for_result(store, what, key, holder, timeout, dead_after):
+    """The published value.  The waiter blocks in ``wait`` on a clone of the Store (a TCPStore
+    client serves one request at a time: a blocking wait on the shared one would hold up the
+    process group's own requests) while this process's watch thread looks at the claimer every
+    ``BEAT_S`` and, should it die, publishes a death notice, which wakes every waiter."""
     result = key + "/result"
     try:
         arrived = int(store.add(key + "/waiters", 1))
-        if arrived == 1:
-            return _watch(store, what, key, holder, timeout)
-        waiting = _clone(store)
-        try:
-            waiting.wait([result], timedelta(seconds=timeout))
-        except Exception as exc:
-            _forget_clone(store)
-            if "timeout" in str(exc).lower() and type(exc).__name__ != "DistNetworkError":
-                raise ConsensusError(timeout_message(what, holder, timeout)) from exc
-            raise StoreError(f"waiting for {result}: {exc}") from exc
+        with _watch.watching(store, key, holder, dead_after, encode_death):
+            try:
+                _clone(store).wait([result], FOREVER if timeout is None else timedelta(seconds=timeout))
+            except Exception as exc:
+                if "timeout" in str(exc).lower() and type(exc).__name__ != "DistNetworkError":
+                    raise ConsensusError(timeout_message(what, holder, timeout, alive_here(holder))) from exc
+                raise StoreError(f"waiting for {result}: {exc}") from exc
         if arrived > SPREAD_FROM:  # thousands of waiters must not read it in one instant
             time.sleep(random.uniform(0, arrived * SPREAD_S))
         return _text(store.get(result))
@@ -312,82 +304,17 @@ def _wait_for_result(store, what, key, holder, timeout):
         raise StoreError(f"waiting for {result}: {exc}") from exc
 
 
-def _watch(store, what, key, holder, timeout):
-    result, beat = key + "/result", key + "/beat"
-    start = time.monotonic()
-    last_beat, last_change = None, start
-    while True:
-        if store.check([result]):
-            return _text(store.get(result))
-        now = time.monotonic()
-        count = int(store.add(beat, 0))
-        if count != last_beat:
-            last_beat, last_change = count, now
-        elif now - last_change > DEAD_AFTER_S:
-            # compare_set: a winner published at this very moment is not overwritten
-            return _text(store.compare_set(result, "", encode_death(holder, now - last_change)))
-        if now - start > timeout:
-            raise ConsensusError(timeout_message(what, holder, timeout))
-        time.sleep(BEAT_S)
-
-
-class _Beats:
-    """One daemon thread per process bumps the beat counter of every decision this process is
-    tuning, on a clone of the Store (the tuning thread may hold the shared client)."""
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._keys: dict = {}  # beat key -> store
-        self._wake = threading.Event()
-        self._thread = None
-
-    def start(self, store, key: str) -> None:
-        store.add(key, 1)  # a first beat before tuning starts
-        with self._lock:
-            self._keys[key] = store
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="autotune_guard-consensus-beat", daemon=True)
-                self._thread.start()
-
-    def stop(self, key: str) -> None:
-        with self._lock:
-            self._keys.pop(key, None)
-
-    def _run(self):
-        clones: dict = {}
-        while True:
-            time.sleep(BEAT_S)
-            with self._lock:
-                keys = list(self._keys.items())
-            for key, store in keys:
-                try:
-                    beating = clones.get(id(store))
-                    if beating is None:
-                        beating = clones[id(store)] = _clone_of(store)
-                    beating.add(key, 1)
-                except Exception as exc:  # the Store is gone: the waiters will see the beat stop
-                    logger.debug("consensus: heartbeat %s failed: %s", key, exc)
-
-
-_beats = _Beats()
+_beats = Beats()
+_watch = Watch()
 _clones = threading.local()
-
-
-def _clone_of(store):
-    clone = getattr(store, "clone", None)
-    return clone() if clone is not None else store
 
 
 def _clone(store):
     cache = _clones.__dict__.setdefault("by_store", {})
-    clone = cache.get(id(store))
-    if clone is None:
-        clone = cache[id(store)] = _clone_of(store)
-    return clone
-
-
-def _forget_clone(store) -> None:
-    _clones.__dict__.get("by_store", {}).pop(id(store), None)
+    entry = cache.get(id(store))
+    if entry is None or entry[0] is not store:
+        entry = cache[id(store)] = (store, clone_of(store))
+    return entry[1]
 
 
 def _text(value) -> str:

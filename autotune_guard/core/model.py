@@ -26,7 +26,7 @@ EXTRA_FIELDS = {
     "ir_override": None,
 }
 # How a choice was made, as logs and files spell it.
-HOW = ("pinned", "timed", "consensus", "library", "cache hit", "pruned to one", "reused")
+HOW = ("pinned", "timed", "consensus", "table", "library", "cache hit", "pruned to one", "reused")
 
 
 class ChoiceKey(NamedTuple):

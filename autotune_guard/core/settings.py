@@ -15,12 +15,14 @@ from typing import Mapping, NamedTuple
 from .envfile import read_env_file
 from .errors import PolicyError
 from .settings_values import (parse_block_sizes, parse_bool, parse_choice, parse_file_path, parse_int_at_least,
-                              parse_mode, parse_names, parse_paths, parse_seconds, parse_token)
+                              parse_mode, parse_names, parse_paths, parse_seconds, parse_seconds_or_none,
+                              parse_token)
 
 MODES = ("auto", "pinned", "record", "consensus")
 ON_MISS = ("min_cost", "first", "error")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
-DEFAULT_CONSENSUS_TIMEOUT_S = 600.0
+DEFAULT_CONSENSUS_TIMEOUT_S = None  # a waiter waits as long as the claimer lives
+DEFAULT_CONSENSUS_DEAD_AFTER_S = 120.0  # heartbeat silence that means a claimer on another machine died
 DERIVED = "default"  # ``mode_from`` of a mode no setting chose: settled at the first launch
 
 
@@ -41,7 +43,8 @@ class AutotunePolicy:
     record_path: str | None = None
     verify_strict: bool = False
     run_id: str | None = None  # what the evidence files of one run share; derived when None (see writer.run_id)
-    consensus_timeout: float = DEFAULT_CONSENSUS_TIMEOUT_S
+    consensus_timeout: float | None = DEFAULT_CONSENSUS_TIMEOUT_S
+    consensus_dead_after: float = DEFAULT_CONSENSUS_DEAD_AFTER_S
     log_level: str = "INFO"
     env_file: str | None = field(default=None, compare=False)
     # Why the mode is what it is (logged at install); "default" means no setting chose it, so a
@@ -96,7 +99,8 @@ _VARIABLES = {
     "AUTOTUNE_DIGEST_PATH": ("digest_path", parse_file_path),
     "AUTOTUNE_RECORD_PATH": ("record_path", parse_file_path),
     "AUTOTUNE_VERIFY_STRICT": ("verify_strict", parse_bool),
-    "AUTOTUNE_CONSENSUS_TIMEOUT": ("consensus_timeout", parse_seconds),
+    "AUTOTUNE_CONSENSUS_TIMEOUT": ("consensus_timeout", parse_seconds_or_none),
+    "AUTOTUNE_CONSENSUS_DEAD_AFTER": ("consensus_dead_after", lambda var, v: parse_seconds(var, v, at_least=5.0)),
     "AUTOTUNE_RUN_ID": ("run_id", lambda var, v: parse_token(var, v)),
     "AUTOTUNE_LOG_LEVEL": ("log_level", lambda var, v: parse_choice(var, v, [l.lower() for l in LOG_LEVELS]).upper()),
 }
@@ -241,9 +245,10 @@ def ineffective_settings(policy: AutotunePolicy, startup: StartupSettings) -> li
         for var, value in pinned_only:
             found.append(f"{var}={_show(value)} has an effect in pinned mode only, and the mode is {policy.mode} "
                          f"(from {policy.mode_from}): it is ignored")
-    if policy.consensus_timeout != default.consensus_timeout and policy.mode != "consensus":
-        found.append(f"AUTOTUNE_CONSENSUS_TIMEOUT={policy.consensus_timeout:g} has an effect in consensus mode only, "
-                     f"and the mode is {policy.mode}: it is ignored")
+    for name in ("consensus_timeout", "consensus_dead_after"):
+        if getattr(policy, name) != getattr(default, name) and policy.mode != "consensus":
+            found.append(f"AUTOTUNE_{name.upper()}={getattr(policy, name):g} has an effect in consensus mode only, "
+                         f"and the mode is {policy.mode}: it is ignored")
     if policy.deterministic and policy.mode not in ("pinned",) and policy.mode_from == "AUTOTUNE_MODE":
         found.append(f"AUTOTUNE_DETERMINISTIC=1 with AUTOTUNE_MODE={policy.mode}: the explicit mode wins and choices "
                      "are not pinned")

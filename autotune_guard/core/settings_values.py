@@ -103,14 +103,26 @@ def parse_int_at_least(var: str, value, low: int) -> int:
     return number
 
 
-def parse_seconds(var: str, value) -> float:
+def parse_seconds(var: str, value, at_least: float = 0.0) -> float:
     try:
         number = float(str(value).strip())
     except ValueError:
         number = None
-    if number is None or not number > 0 or number == float("inf"):
-        raise PolicyError(f"{var}={value!r} is not allowed; allowed: a positive number of seconds")
+    if number is None or not number > 0 or number < at_least or number == float("inf"):
+        least = f" of at least {at_least:g}" if at_least else ""
+        raise PolicyError(f"{var}={value!r} is not allowed; allowed: a positive number of seconds{least}")
     return number
+
+
+def parse_seconds_or_none(var: str, value) -> float | None:
+    """A positive number of seconds, or ``none`` for no limit."""
+    if str(value).strip().lower() == "none":
+        return None
+    try:
+        return parse_seconds(var, value)
+    except PolicyError:
+        raise PolicyError(f"{var}={value!r} is not allowed; allowed: a positive number of seconds, or none "
+                          "(no limit)") from None
 
 
 def parse_token(var: str, value) -> str:

@@ -157,17 +157,19 @@ def _consensus(self, inductor_own, kernel, epoch, args, kwargs) -> None:
         index = _table_index(kernel, epoch)
         if index is not None:
             keep(self, index)
-            guard.note(epoch, key, Choice(signatures[index], "consensus"), _record(kernel, epoch, index))
+            guard.note(epoch, key, Choice(signatures[index], "table"), _record(kernel, epoch, index))
             return signatures[index]
         return _timed(self, inductor_own, kernel, epoch, args, kwargs, "consensus", for_job=True)
 
     index, tuned_here, _ = consensus.decide(
         store, key.what(), consensus.decision_name(key.arch, key.kernel, key.key),
-        guard.facts.ask("rank_now", (0, 1))[0], signatures, tune, epoch.policy.consensus_timeout)
+        guard.facts.ask("rank_now", (0, 1))[0], signatures, tune, epoch.policy.consensus_timeout,
+        dead_after=epoch.policy.consensus_dead_after)
     if tuned_here:
         return
     keep(self, index)
-    guard.note(epoch, key, Choice(signatures[index], "consensus"), _record(kernel, epoch, index))
+    how = "table" if _table_index(kernel, epoch) == index else "consensus"  # the job followed this rank's entry too
+    guard.note(epoch, key, Choice(signatures[index], how), _record(kernel, epoch, index))
 
 
 def _alone(self, inductor_own, kernel, epoch, args, kwargs) -> None:

@@ -324,7 +324,7 @@ def _consensus(self, own, selection: Selection, epoch, call, args, kwargs):
     def tune():  # on the claimer only
         if table is not None:
             box["result"] = _run_one(self, own, call, table, args, kwargs)
-            guard.note(epoch, key, Choice(signatures[table], "consensus"), _record(selection, epoch, table, "consensus", None))
+            guard.note(epoch, key, Choice(signatures[table], "table"), _record(selection, epoch, table, "table", None))
             return signatures[table]
         box["result"], index = _timed(self, own, selection, epoch, call, args, kwargs, "consensus", for_job=True)
         if index is None:
@@ -333,10 +333,12 @@ def _consensus(self, own, selection: Selection, epoch, call, args, kwargs):
 
     index, tuned_here, _ = consensus.decide(
         store, key.what(), consensus.decision_name(key.arch, key.kernel, key.key),
-        guard.facts.ask("rank_now", (0, 1))[0], signatures, tune, epoch.policy.consensus_timeout)
+        guard.facts.ask("rank_now", (0, 1))[0], signatures, tune, epoch.policy.consensus_timeout,
+        dead_after=epoch.policy.consensus_dead_after)
     if tuned_here:
         return box["result"]
-    guard.note(epoch, key, Choice(signatures[index], "consensus"), _record(selection, epoch, index, "consensus", None))
+    how = "table" if index == table else "consensus"  # the job followed this rank's table entry too
+    guard.note(epoch, key, Choice(signatures[index], how), _record(selection, epoch, index, how, None))
     return _run_one(self, own, call, index, args, kwargs)
 
 

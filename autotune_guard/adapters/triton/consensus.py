@@ -73,7 +73,7 @@ def _decide(autotuner, state, key, args, kwargs):
     name = consensus.decision_name(choice_key.arch, choice_key.kernel, choice_key.key)
     index, tuned_here, tuned = consensus.decide(
         store, choice_key.what(), name, guard.facts.ask("rank_now", (0, 1))[0], signatures, tune,
-        state.epoch.policy.consensus_timeout)
+        state.epoch.policy.consensus_timeout, dead_after=state.epoch.policy.consensus_dead_after)
     if tuned_here and tuned[1] is not None:
         winner_signature, (result, winner, timings) = tuned
         if index is not None:  # the live object, so that its hooks survive (not a disk-cache copy)
@@ -82,7 +82,9 @@ def _decide(autotuner, state, key, args, kwargs):
             tuned_for_job(autotuner, state, choice_key, winner)
         settle(autotuner, state, key, choice_key, winner, winner_signature, timings, "consensus")
         return _Launched(result)
-    settle(autotuner, state, key, choice_key, live[index], signatures[index], None, "consensus")
+    # "table": the job followed the entry this rank's table holds too (the claimer pinned it untimed)
+    settle(autotuner, state, key, choice_key, live[index], signatures[index], None,
+           "table" if index == from_table else "consensus")
     return live[index]
 
 

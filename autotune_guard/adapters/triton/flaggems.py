@@ -184,7 +184,7 @@ def _consensus(autotuner, state, key, original, args, kwargs):
         with state.lock:
             live = candidates(autotuner, args, kwargs)
         signatures = [signature(descriptor(c)) for c in live]
-        index = consensus.table_index(autotuner, state, choice_key, live)
+        index = from_table = consensus.table_index(autotuner, state, choice_key, live)
         store = guard.job_store(choice_key)
         if store is None:
             if index is not None:
@@ -205,11 +205,13 @@ def _consensus(autotuner, state, key, original, args, kwargs):
 
         name = protocol.decision_name(choice_key.arch, choice_key.kernel, choice_key.key)
         index, tuned_here, tuned = protocol.decide(store, choice_key.what(), name, guard.facts.ask("rank_now", (0, 1))[0],
-                                                   signatures, tune, state.epoch.policy.consensus_timeout)
+                                                   signatures, tune, state.epoch.policy.consensus_timeout,
+                                                   dead_after=state.epoch.policy.consensus_dead_after)
         if tuned_here and tuned[1] is not None:
             result, winner, timings = tuned[1]
             consensus.tuned_for_job(autotuner, state, choice_key, winner)
             consensus.settle(autotuner, state, key, choice_key, winner, tuned[0], timings, "consensus")
             return result
-        consensus.settle(autotuner, state, key, choice_key, live[index], signatures[index], None, "consensus")
+        how = "table" if index == from_table else "consensus"  # the job followed this rank's table entry too
+        consensus.settle(autotuner, state, key, choice_key, live[index], signatures[index], None, how)
     return original(autotuner, *args, **kwargs)

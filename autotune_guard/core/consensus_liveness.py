@@ -1,0 +1,208 @@
+"""Whether a consensus claimer is alive (``core.consensus``): a claimer is waited for as long as it
+lives, whatever its tuning takes, and one that died is named within a stated bound.
+
+Two rules, chosen per claimer:
+* On this machine (same boot and pid namespace, which the claimer's identity carries), its process
+  is looked at directly: dead when gone, a zombie, or a newer process under its pid.  A process that
+  is compiling, or blocked inside a C call that holds the GIL, is alive.  Found within one poll.
+* Elsewhere, its heartbeat: a counter in the Store that a daemon thread of the claimer's process
+  bumps every ``BEAT_S``; silent for ``dead_after`` seconds (AUTOTUNE_CONSENSUS_DEAD_AFTER, default
+  120) means it died, lost its host or lost the Store; named within ``dead_after`` and an eighth.
+  Only a C call that holds the GIL that long could be mistaken for a death.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+
+logger = logging.getLogger("autotune_guard")
+
+BEAT_S = 1.0  # a claimer bumps its beat counter this often while it tunes
+DEFAULT_DEAD_AFTER_S = 120.0  # a claimer on another machine silent this long died or lost the Store
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as file:
+            return file.read().strip()
+    except OSError:
+        return ""
+
+
+def _process_start(pid: int) -> str:
+    """The start time of ``pid`` in clock ticks since boot (field 22 of /proc/PID/stat), "" when
+    unknown; with the pid it names one process for the whole boot, pid reuse included."""
+    stat = _read(f"/proc/{pid}/stat")
+    fields = stat.rpartition(")")[2].split()
+    return fields[19] if len(fields) > 19 else ""
+
+
+def _process_state(pid: int) -> str:
+    fields = _read(f"/proc/{pid}/stat").rpartition(")")[2].split()
+    return fields[0] if fields else ""
+
+
+_here: list = []
+
+
+def machine_token() -> str:
+    """This boot and pid namespace, "" where the OS does not say (then heartbeats decide)."""
+    if not _here:
+        boot = _read("/proc/sys/kernel/random/boot_id").replace("-", "")[:12]
+        try:
+            namespace = str(os.stat("/proc/self/ns/pid").st_ino)
+        except OSError:
+            namespace = ""
+        _here.append(f"{boot}.{namespace}" if boot and namespace else "")
+    return _here[0]
+
+
+def claimer_identity(rank: int) -> str:
+    """Unique per claim (two threads of one rank are two claimers), readable in errors:
+    ``rank|pid|host|claim|machine.start``."""
+    pid = os.getpid()
+    return f"{rank}|{pid}|{socket.gethostname()}|{uuid.uuid4().hex[:8]}|{machine_token()}.{_process_start(pid)}"
+
+
+def alive_here(identity: str) -> bool | None:
+    """Whether the claimer ``identity`` names is alive, when it ran on this machine; None when it
+    did not (or the OS cannot tell), and its heartbeat must decide."""
+    parts = identity.split("|")
+    here = machine_token()
+    if len(parts) < 5 or not here or not parts[4].startswith(here + ".") or not parts[1].isdigit():
+        return None
+    pid, started = int(parts[1]), parts[4][len(here) + 1:]
+    if pid == os.getpid():
+        return True
+    now = _process_start(pid)
+    if not now:  # gone, or /proc unreadable: ask the kernel
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except OSError:  # EPERM: a process of another user holds the pid, alive
+            pass
+        return True if not started else None
+    if started and now != started:
+        return False  # the pid was reused: the claimer is gone
+    return _process_state(pid) not in ("Z", "X")
+
+
+class _Ticker:
+    """A daemon thread that, every ``period`` seconds, visits each registered entry with a clone
+    of the entry's Store (the thread that registered it may be blocked on the shared client)."""
+
+    period = BEAT_S
+    name = "autotune_guard-consensus"
+
+    def __init__(self):
+        self._renew()
+        if hasattr(os, "register_at_fork"):  # a child has none of the parent's threads, waits or claims
+            os.register_at_fork(after_in_child=self._renew)
+
+    def _renew(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: dict = {}  # handle -> entry; an entry's [0] is its Store, kept so its id stays its own
+        self._thread = None
+
+    def _add(self, handle, entry) -> None:
+        with self._lock:
+            self._entries[handle] = entry
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+                self._thread.start()
+
+    def _remove(self, handle) -> None:
+        with self._lock:
+            self._entries.pop(handle, None)
+
+    def _run(self):
+        clones: dict = {}  # id(store) -> (store, clone)
+        while True:
+            time.sleep(self.period)
+            with self._lock:
+                entries = list(self._entries.items())
+            for gone in set(clones) - {id(entry[0]) for _, entry in entries}:
+                del clones[gone]
+            for handle, entry in entries:
+                store = entry[0]
+
+                def clone(store=store):  # opened at the first request: a watch on this machine makes none
+                    if id(store) not in clones:
+                        clones[id(store)] = (store, clone_of(store))
+                    return clones[id(store)][1]
+
+                try:
+                    self._visit(handle, entry, clone)
+                except Exception as exc:  # the Store is gone: the waiters' own requests fail and say so
+                    clones.pop(id(store), None)
+                    logger.debug("consensus: %s: %s failed: %s", self.name, handle, exc)
+
+    def _visit(self, handle, entry, clone) -> None:
+        """``clone()``: this thread's clone of the entry's Store."""
+        raise NotImplementedError
+
+
+class Beats(_Ticker):
+    """The claimer's side: bumps the beat counter of every decision this process is tuning.  A
+    beat is named by its Store and key: the node's and the job's protocols use the same key."""
+
+    name = "autotune_guard-consensus-beat"
+
+    def start(self, store, key: str) -> None:
+        store.add(key, 1)  # a first beat before tuning starts
+        self._add((id(store), key), (store, key))
+
+    def stop(self, store, key: str) -> None:
+        self._remove((id(store), key))
+
+    def _visit(self, handle, entry, clone) -> None:
+        clone().add(entry[1], 1)
+
+
+class Watch(_Ticker):
+    """The waiters' side: while threads of this process wait for decisions, looks at each one's
+    claimer: on this machine every ``period``, elsewhere its heartbeat every eighth of ``dead_after``
+    (thousands of node leaders may wait on one claimer).  When it died, it publishes
+    ``notice(holder, silent_s, seen)`` as the decision's result, which wakes every waiter of every
+    rank (compare_set: never over a winner)."""
+
+    name = "autotune_guard-consensus-watch"
+
+    @contextlib.contextmanager
+    def watching(self, store, key: str, holder: str, dead_after: float, notice):
+        """The claimer ``holder`` of ``key`` is watched while this is open."""
+        handle = object()
+        self._add(handle, (store, key, holder, dead_after, notice, [None, time.monotonic(), 0.0]))
+        try:
+            yield
+        finally:
+            self._remove(handle)
+
+    def _visit(self, handle, entry, clone) -> None:
+        store, key, holder, dead_after, notice, last = entry
+        alive = alive_here(holder)
+        if alive is False:
+            death = notice(holder, 0.0, "process")
+        elif alive is None and time.monotonic() >= last[2]:
+            count, now = int(clone().add(key + "/beat", 0)), time.monotonic()
+            last[2] = now + dead_after / 8  # a dead claimer is named within dead_after and an eighth
+            if count != last[0]:
+                last[0], last[1] = count, now
+            death = notice(holder, now - last[1], "heartbeat") if now - last[1] > dead_after else None
+        else:
+            death = None
+        if death is not None:
+            clone().compare_set(key + "/result", "", death)
+            self._remove(handle)
+
+
+def clone_of(store):
+    clone = getattr(store, "clone", None)
+    return clone() if clone is not None else store

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# The GPU acceptance run: programs nobody wrote for the tests, under the guard, on a CUDA machine.
+# Run it whenever a change touches a mode, consensus, the launch path or torch.compile; its dated
+# figures go into docs/benchmarks.md.
+#
+#   PHASES="train" bash scripts/gpu/acceptance.sh          # results in $OUT (default: a new temp dir)
+#
+# Phases (default: all, in this order; each prints its own summary):
+#   train     a 4-layer LM on fla-core's RMSNorm and SwiGLU kernels, each block under torch.compile,
+#             4 torchrun ranks: plain, the README's command twice (consensus + a table directory),
+#             pinned from that table
+#   record    the same program: record -> report merge -> pinned from the merged table
+#   flaggems  FlagGems mm/softmax/layer_norm (scripts/gpu/flaggems_proof.sh)
+#   mm        a max-autotune mm under torch.compile (scripts/gpu/templates_proof.py)
+#   liger     Liger-Kernel's own tests for autotuned ops, at the installed version: plain, pinned, the
+#             README's command twice; each must pass the same tests
+#
+# Wheels in .whl/ (no network there): autotune_guard and python-dotenv (scripts/run_gpu_bench.sh),
+# .whl/lib/ (fla-core, liger-kernel), .whl/fg/ (FlagGems), .whl/liger/test (Liger's tests at its tag).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+REPO=$(pwd)
+OUT="${OUT:-$(mktemp -d)}"; mkdir -p "$OUT"
+PHASES="${PHASES:-train record flaggems mm liger}"
+STEPS="${TRAIN_STEPS:-30}"
+W=/tmp/accept; mkdir -p "$W"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+
+setup() {
+  echo "=== setup ($(date -u '+%Y-%m-%d %H:%M:%S UTC'))"
+  STEPS="" OUT="$W/setup" bash scripts/run_gpu_bench.sh > "$W/setup.txt" 2>&1
+  PY=/tmp/ag-gpu-venv/bin/python
+  "$PY" -c "import autotune_guard" || { cat "$W/setup.txt"; return 1; }
+  SITE=$("$PY" -c "import sysconfig; print(sysconfig.get_path('purelib'))")
+  python3 -m pip install -q --no-index --no-deps --target "$SITE" .whl/lib/*.whl || return 1
+  "$PY" -c "import fla, liger_kernel, torch, triton; print('fla-core', fla.__version__, '| torch', torch.__version__, '| triton', triton.__version__)"
+}
+
+# run NAME SETTINGS...: one 4-rank job of train_lm.py, its RESULT lines and benchmark calls under $W/NAME
+run() {
+  local name=$1; shift
+  rm -rf "$W/$name"; mkdir -p "$W/$name"
+  local start=$SECONDS
+  env ACCEPT_CALLS="$W/$name" PYTHONPATH="$REPO/scripts/gpu/acceptance/counting" TORCHINDUCTOR_CACHE_DIR="$W/$name/inductor" \
+    TRITON_CACHE_DIR="$W/$name/triton" "$@" timeout 420 "$PY" -m torch.distributed.run --standalone --nproc-per-node 4 \
+    scripts/gpu/acceptance/train_lm.py "$STEPS" > "$W/$name/log.txt" 2>&1
+  local rc=$?
+  echo "$name: exit $rc in $((SECONDS - start)) s; $(grep -c '^RESULT' "$W/$name/log.txt") ranks finished"
+  [ $rc = 0 ] || tail -25 "$W/$name/log.txt"
+  cp "$W/$name/log.txt" "$OUT/$name.log"
+}
+
+summary() {  # the runs named, as one table: calls, first step, steady step against plain, hashes
+  "$PY" "$REPO/scripts/gpu/acceptance/summarize.py" "$W" "$@" | tee -a "$OUT/summary.txt"
+}
+
+phase_train() {
+  run plain
+  mkdir -p "$W/tables" && rm -f "$W/tables"/*
+  run readme1 AUTOTUNE_MODE=consensus AUTOTUNE_TABLE_PATH="$W/tables"
+  run readme2 AUTOTUNE_MODE=consensus AUTOTUNE_TABLE_PATH="$W/tables"
+  run pinned AUTOTUNE_MODE=pinned AUTOTUNE_TABLE_PATH="$W/tables"
+  cp "$W/tables"/*.json "$OUT/" 2>/dev/null
+  summary plain readme1 readme2 pinned
+}
+
+phase_record() {
+  run record AUTOTUNE_RECORD_PATH="$W/rec/run"
+  mkdir -p "$W/merged" && rm -f "$W/merged"/*
+  "$PY" -m autotune_guard.report merge "$W/rec/run" -o "$W/merged/sm90.json" | tail -3
+  run from_record AUTOTUNE_MODE=pinned AUTOTUNE_ON_MISS=error AUTOTUNE_TABLE_PATH="$W/merged"
+  summary plain record from_record
+}
+
+phase_flaggems() {
+  OUT="$OUT/flaggems" bash scripts/gpu/flaggems_proof.sh 2>&1 | tail -20
+}
+
+phase_mm() {
+  timeout 420 "$PY" scripts/gpu/templates_proof.py --out "$OUT/mm" 2>&1 | tail -12
+}
+
+# liger NAME SETTINGS...: Liger's tests of its autotuned ops, in a fresh Triton cache
+liger() {
+  local name=$1; shift
+  local start=$SECONDS
+  (cd .whl/liger && env ACCEPT_CALLS="$W/liger-$name" PYTHONPATH="$REPO/scripts/gpu/acceptance/counting:." \
+    TRITON_CACHE_DIR="$W/liger-$name/triton" "$@" timeout 400 "$PY" -m pytest -q -p no:cacheprovider -x \
+    test/transformers/test_dyt.py test/transformers/test_grpo_loss.py 2>&1 | tail -1) > "$W/liger-$name.txt"
+  local calls
+  calls=$(cat "$W/liger-$name"/calls.*.json 2>/dev/null | "$PY" -c "import json,sys; print(sum(json.loads(l)['do_bench'] for l in sys.stdin.read().replace('}{','}\n{').splitlines() if l.strip()))")
+  echo "liger $name: $(cat "$W/liger-$name.txt") | $((SECONDS - start)) s | do_bench calls ${calls:-0}"
+}
+
+phase_liger() {
+  mkdir -p "$W/liger-tables" && rm -f "$W/liger-tables"/*
+  for name in plain pinned readme1 readme2; do mkdir -p "$W/liger-$name"; rm -f "$W/liger-$name"/calls.*; done
+  liger plain
+  liger pinned AUTOTUNE_MODE=pinned
+  liger readme1 AUTOTUNE_MODE=consensus AUTOTUNE_TABLE_PATH="$W/liger-tables"
+  liger readme2 AUTOTUNE_MODE=consensus AUTOTUNE_TABLE_PATH="$W/liger-tables"
+}
+
+main() {
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+  setup || return 1
+  for phase in $PHASES; do
+    echo; echo "=== $phase ($(date -u '+%H:%M:%S UTC'))"
+    "phase_$phase"
+  done
+}
+
+main 2>&1 | tee "$OUT/acceptance.txt"
