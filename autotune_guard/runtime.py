@@ -17,7 +17,8 @@ import threading
 from typing import Callable
 
 from .core import settings
-from .core.errors import ConsensusError, StoreError
+from .core import misses
+from .core.errors import ConsensusError, SelectionError, StoreError
 from .core.model import Choice, ChoiceKey, base_name, log_text
 from .core.pinned import Pick, pinned_pick
 from .core.tables import installed_version, load_tables, table_entry
@@ -82,6 +83,8 @@ class Epoch:
         self.warned: set[str] = set()
         self.launched: dict[str, set[str]] = {}  # kernel -> meta-parameter names, for the exit checks
         self.tuned: dict[ChoiceKey, dict] = {}  # winners this process tuned for its job (consensus): the table grows by them
+        self.picked: dict[ChoiceKey, str] = {}  # how pinned picked each key (``Pick.why``): the exit summary's words
+        self.refused: list[ChoiceKey] = []  # keys AUTOTUNE_ON_MISS=error refused, for the uncaught-error hook
         self._resolve = resolve
         self._policy = None
 
@@ -220,11 +223,31 @@ class Guard:
         policy = epoch.policy
         entry = self.table_entry(epoch, key.arch, key.kernel, key.key)
         rank = self.facts.get("rank_world")[0] if policy.chaos else 0
-        pick = pinned_pick(descriptors, table_entry=entry, policy=policy, what=key.what(), rank=rank,
-                           defaults=self.facts.get("config_defaults") or {})
+        try:
+            pick = pinned_pick(descriptors, table_entry=entry, policy=policy, what=key.what(), rank=rank,
+                               defaults=self.facts.get("config_defaults") or {})
+        except SelectionError:
+            if key not in epoch.refused:
+                epoch.refused.append(key)
+            raise
+        epoch.picked[key] = pick.why
         if pick.warning:
             self.warn_once(pick.warning, f"{pick.warning}; using {pick.why}")
+        if pick.why in misses.FALLBACKS:
+            self._fallback_said(epoch, key, pick.why)
         return pick
+
+    def _fallback_said(self, epoch: Epoch, key: ChoiceKey, rule: str) -> None:
+        """A key the tables lacked, pinned by the on-miss rule: named once per kernel, with why each
+        table did not serve (at INFO when AUTOTUNE_ON_MISS asked for this fallback)."""
+        tag = f"fallback {key.kernel}"
+        if tag in epoch.warned:
+            return
+        policy = epoch.policy
+        reasons = misses.miss_reasons(policy.table_path, key.arch, key.kernel, key.key)
+        message = misses.fallback_message(key.what(), rule, reasons, policy.on_miss_given,
+                                          misses.fix_hint(policy.table_path, key.arch))
+        self.warn_once(tag, message, logging.INFO if policy.on_miss_given else logging.WARNING)
 
     def job_store(self, key: ChoiceKey):
         """The job's c10d Store for a consensus decision on ``key``, or None when not distributed."""
@@ -273,6 +296,7 @@ class Guard:
         self.epoch.log = ChoiceLog()
         self.epoch.launched = {}  # the exit checks are the parent's to make
         self.epoch.tuned = {}  # the parent adds its own winners to the table
+        self.epoch.picked, self.epoch.refused = {}, []
         for listener in self._fork_listeners:
             listener()
 

@@ -2,7 +2,7 @@
 # The problem and the fix, on a CPU-only machine: an unmodified 3-rank torchrun program
 # (examples/train.py: a float32 row sum whose candidates add in different orders) under Triton's
 # interpreter, in each mode, with the evidence read back by `python -m autotune_guard.report`.
-#   bash scripts/demo.sh          (about 2 minutes on 2 cores, once the venv exists)
+#   bash scripts/demo.sh          (about 30 s on 2 cores once the venv exists; about 2 min the first time)
 # The venv is the tests' one for (python3, Triton 3.9.0) (scripts/venv.sh), made on first use.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -19,21 +19,26 @@ source scripts/venv.sh
 # The browser test (tests/test_report_html.py) opens a page in Debian's headless Chromium: installed
 # here when missing and this is root with apt-get; otherwise one line says why (the test then skips,
 # and fails where CI is set).
+# GUARD_CHROMIUM names the browser command (default chromium).
+CHROMIUM="${GUARD_CHROMIUM:-chromium}"
 ensure_chromium() {
-  command -v chromium >/dev/null 2>&1 && return 0
+  command -v "$CHROMIUM" >/dev/null 2>&1 && return 0
   if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
     echo "chromium: missing, and installing it needs root with apt-get: the browser test cannot run"
     return 0
   fi
   local log
   log=$(mktemp /tmp/autotune-guard-chromium.XXXXXX)
-  if { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium chromium-driver; } >"$log" 2>&1; then
-    echo "chromium: installed $(chromium --version 2>/dev/null) with apt-get"
+  echo "chromium: missing; installing Debian's chromium and chromium-driver with apt-get, for the browser test"
+  echo "  (about 1 minute, about 100 MB downloaded; apt-get's output: $log)"
+  if with_progress "$log" env DEBIAN_FRONTEND=noninteractive bash -c \
+      'apt-get update && apt-get install -y -o Dpkg::Use-Pty=0 chromium chromium-driver'; then
+    echo "chromium: installed $("$CHROMIUM" --version 2>/dev/null) with apt-get"
   else
     echo "chromium: apt-get install chromium failed (its output: $log): the browser test cannot run"
   fi
 }
-ensure_chromium
+
 
 ALL_TRITONS="3.3.1 3.4.0 3.5.1 3.6.0 3.7.1 3.8.0 3.9.0"
 TRITONS="${TRITONS:-3.9.0 3.3.1}"
@@ -46,6 +51,11 @@ for arg in "$@"; do
     *) pytest_args+=("$arg") ;;
   esac
 done
+
+echo "scripts/test.sh: installs chromium with apt-get when it is missing (root only); makes or reuses one venv per"
+echo "  (Python, Triton) for $PYTHONS x Triton $TRITONS in $VENVS (torch $TORCH, Triton, numpy,"
+echo "  pytest: a few GB the first time); then runs the tests in each. It asks no question."
+ensure_chromium
 
 summary=() failed=0 ran=0
 long=1  # the first pair also runs the 10-minute claimer (tests/conftest.py: long_claimer), beside the suite

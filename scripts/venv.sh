@@ -12,6 +12,33 @@ VENVS="${GUARD_VENVS:-${XDG_CACHE_HOME:-$HOME/.cache}/autotune_guard/venvs}"
 TORCH="${TORCH:-2.13.0}"
 VENV_DEPS=(numpy pytest hatchling wrapt python-dotenv)
 SKIPPED=3  # guard_venv's status for a pair the index has no wheel for
+PROGRESS_EVERY="${GUARD_PROGRESS_EVERY:-15}"  # seconds between the progress lines of a long step
+
+# with_progress LOG CMD...: run CMD with stdin from /dev/null (it can ask no question, and needs no
+# terminal) and its output in LOG; every PROGRESS_EVERY seconds one line says how long it has run
+# and LOG's last line; at the end, how long it took, or (on failure) LOG's last lines.
+with_progress() {
+  local log=$1 start=$SECONDS n=0 rc
+  shift
+  "$@" </dev/null >"$log" 2>&1 &
+  local pid=$!
+  while kill -0 "$pid" 2>/dev/null; do
+    sleep 1
+    n=$((n + 1))
+    if [ $((n % PROGRESS_EVERY)) = 0 ]; then
+      echo "    ... $((SECONDS - start)) s: $(tail -n 1 "$log" 2>/dev/null | cut -c1-110)"
+    fi
+  done
+  wait "$pid"
+  rc=$?
+  if [ $rc = 0 ]; then
+    echo "    done in $((SECONDS - start)) s"
+  else
+    echo "    failed (exit $rc) after $((SECONDS - start)) s; the last lines of $log:"
+    tail -n 5 "$log" | sed 's/^/      /'
+  fi
+  return $rc
+}
 
 # index_has PYTHON PACKAGE VERSION: whether the package index serves a wheel of PACKAGE==VERSION
 # that PYTHON can install (a local build label such as 2.13.0+cpu counts). When the index cannot
@@ -41,7 +68,7 @@ guard_venv() {
   want="torch==$TORCH triton==$triton ${VENV_DEPS[*]}"
   if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     mkdir -p "$VENVS" && "$python" -m venv --clear "$venv" || return 1
-    local pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
+    local pip=("$venv/bin/python" -m pip install --no-input --disable-pip-version-check)
     for wanted in "triton $triton" "torch $TORCH"; do
       if ! index_has "$venv/bin/python" $wanted; then
         rm -rf "$venv"
@@ -50,9 +77,14 @@ guard_venv() {
       fi
     done
     echo "--- setting up $venv ($want)"
-    "${pip[@]}" "torch==$TORCH" || return 1
-    "${pip[@]}" --no-deps "triton==$triton" || return 1
-    "${pip[@]}" "${VENV_DEPS[@]}" || return 1
+    local log="$venv/setup.log"
+    echo "  installing torch==$TORCH: the CPU build where the index or a wheel directory serves one (about 0.2 GB"
+    echo "  downloaded), else the CUDA build with its nvidia-* libraries (about 4 GB downloaded, 5 GB on disk)"
+    with_progress "$log" "${pip[@]}" --progress-bar off "torch==$TORCH" || return 1
+    echo "  installing triton==$triton (about 0.2 GB) over the Triton torch brought"
+    with_progress "$log" "${pip[@]}" --progress-bar off --no-deps "triton==$triton" || return 1
+    echo "  installing ${VENV_DEPS[*]}"
+    with_progress "$log" "${pip[@]}" --progress-bar off "${VENV_DEPS[@]}" || return 1
     echo "$want" >"$stamp"
   fi
   "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation --force-reinstall . \

@@ -168,8 +168,10 @@ def test_merge_tie_break_is_deterministic(capsys, tmp_path):
     tables = []
     for order in ((a, b), (b, a)):
         out_path = tmp_path / f"t{len(tables)}.json"
-        code, out, _ = run(capsys, "merge", *order, "-o", out_path)
-        assert code == 0 and "broken by static cost" in out
+        code, out, err = run(capsys, "merge", *order, "-o", out_path)
+        assert code == 0 and "no timings: broken by static cost" in out
+        assert (f"WARNING: kernel {K} key ({KEY}): a tie between {signature(cfg(32))} and {signature(cfg(64))} with no "
+                f"timings to break it; chose {signature(cfg(32))}") in err, err  # said loudly
         tables.append(schema.read_document(str(out_path))["kernels"])
     assert tables[0] == tables[1] == {K: {KEY: cfg(32)}}  # the lower static cost
 
@@ -191,8 +193,10 @@ def test_merge_fastest_takes_the_best_median_across_ranks(capsys, tmp_path):
     assert decisions[KEY2]["why"] == "no timings: by vote"
     assert schema.read_document(str(tmp_path / "fast.json"))["kernels"][K] == {KEY: cfg(32), KEY2: cfg(64)}
     assert schema.read_document(str(tmp_path / "fast.json"))["source"]["rule"] == "fastest"
-    assert run(capsys, "merge", tmp_path / "r", "-o", tmp_path / "vote.json")[0] == 0
-    assert schema.read_document(str(tmp_path / "vote.json"))["kernels"][K][KEY] == cfg(16)
+    code, out, err = run(capsys, "merge", tmp_path / "r", "-o", tmp_path / "vote.json")
+    assert code == 0 and "tie of 2 at 2 votes, broken by the faster median (1.05 against 5 ms)" in out, out
+    assert schema.read_document(str(tmp_path / "vote.json"))["kernels"][K][KEY] == cfg(32)  # the vote's tie: timings
+    assert "WARNING" not in err
 
 
 def test_merge_arch_selection(capsys, tmp_path):

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 
 import pytest
 
@@ -89,8 +90,12 @@ def test_the_page_of_a_real_3_rank_run_in_headless_chromium(tmp_path):
     assert len(cells) == 3 * rows and f'data-cells="{3 * rows}"' in dom
     assert sum(1 for c in cells if c[2]) == 1  # the script selected a cell and showed its details
     assert re.search(r'<aside id="ag-detail"><b>ranks? \d', dom)
-    assert len(re.findall(r'<tr class="ag-dissent"><th', dom)) >= 1  # a rank that differs, highlighted
-    assert sum(1 for c in cells if c[1]) >= 1  # and its cell outlined
+    # A rank that differs from the config most ranks chose is highlighted, and its cell outlined; on a
+    # key where the ranks tie (3 configs for 3 ranks) no rank is the one that differs.
+    counts = [sorted(Counter(c["config"] for c in row["choices"]).values()) for row in shown["keys"]]
+    clear = sum(1 for n in counts if len(n) > 1 and n[-1] > n[-2])
+    assert (len(re.findall(r'<tr class="ag-dissent"><th', dom)) >= 1) == (clear >= 1)
+    assert (sum(1 for c in cells if c[1]) >= 1) == (clear >= 1)
     assert all("chosen: timed" in c[4] for c in cells)
     assert dom.count('<svg class="ag-plot"') == 3 and "<circle" in dom and "ag-won" in dom
     assert "min-cost" in dom
@@ -171,3 +176,41 @@ def test_a_page_of_1024_ranks_by_2000_keys_stays_small():
     assert '<th title="rank 700; differs from the reference config on 5 keys">' in text
     assert text.count('<svg class="ag-plot"') == html.MAX_PLOTS
     assert text.count("<circle") <= html.MAX_PLOTS * 10 * 120
+
+
+LONG_KEY = "4096,4096,4096,torch.float16,torch.float16,torch.float32,True,False,row_major,split_k=1,stages=auto"
+
+
+def test_the_pages_letters_ties_headers_axis_and_legend_in_headless_chromium(tmp_path):
+    # 4 ranks: key A (a long key) 3 for BLOCK 32 and rank 3 for 64; key B a 2-2 tie (16 / 64); key C
+    # all 64. Per key, the letters are the text report's (64 is b on A and a on C); on the tie nobody
+    # differs; only rank 3 differs (on A); times 5.0-5.5 ms: the axis starts near 5 ms, not 0.
+    chosen = {"pkg.ops.mm": {LONG_KEY: (32, 32, 32, 64)}, "pkg.ops.sum": {"8": (16, 16, 64, 64), "9": (64,) * 4}}
+    for rank in range(4):
+        kernels = {k: {key: _entry(blocks[rank], [5.0, 5.2, 5.5]) for key, blocks in keys.items()}
+                   for k, keys in chosen.items()}
+        (tmp_path / f"rec.rank{rank}.json").write_text(json.dumps(_record(rank, kernels)))
+    page = tmp_path / "report.html"
+    assert report.main(["show", "--format", "html", "-o", str(page), str(tmp_path / "rec")]) == 0
+    dom = browse(page, "--dump-dom").stdout
+    shot = tmp_path / "letters.png"
+    browse(page, f"--screenshot={shot}", "--window-size=1200,1100")
+    assert re.search(r'<div id="ag-errors"></div>', dom) and f"<b>mm</b> {LONG_KEY}</div>" in dom  # whole
+    heads = re.findall(r'<th id="ag-k(\d+)"[^>]*title="pkg\.ops\.(\w+) \[([^\]]*)\]', dom)
+    column = {(kernel, key): index for index, kernel, key in heads}
+    rows = re.findall(r'<tr( class="ag-dissent")?><th title="([^"]*)">(.*?)</tr>', dom, re.S)
+    assert [r[1].split(" (")[0].split(";")[0] for r in rows] == ["ranks 0\u20131", "rank 2", "rank 3"], rows
+    assert [bool(r[0]) for r in rows] == [False, False, True]  # the tie on B marks nobody; rank 3 differs on A
+    letters = {(label.split(" (")[0].split(";")[0], c): code for _, label, body in rows
+               for c, code in re.findall(r'data-c="(\d+)"[^>]*>([a-z*])</td>', body, re.S)}
+    a, b, c = column[("mm", LONG_KEY)], column[("sum", "8")], column[("sum", "9")]
+    assert letters[("rank 3", a)] == "b" and letters[("rank 3", c)] == "a" and letters[("ranks 0\u20131", a)] == "a"
+    assert letters[("ranks 0\u20131", b)] == "a" and letters[("rank 2", b)] == "b"  # BLOCK=16 sorts first on the tie
+    text = subprocess.run([sys.executable, "-m", "autotune_guard.report", "show", str(tmp_path / "rec")],
+                                        capture_output=True, text=True, env=clean_env()).stdout
+    assert re.search(r"^   b rank 3 .*BLOCK=64", text.split(LONG_KEY)[1], re.M), text
+    assert "ag-x" not in "".join(body for _, label, body in rows if not label.startswith("rank 3"))
+    ticks = re.findall(r'class="ag-tick">([\d.]+) ms</text>', dom)
+    assert ticks and all(4.9 < float(t) < 5.6 for t in ticks), ticks  # the measured range, not from 0
+    assert "chose differently" not in dom  # no rank of several processes here: no legend entry for it
+    assert shot.stat().st_size > 10_000

@@ -59,3 +59,29 @@ def test_test_sh_skips_a_python_too_old_and_fails_when_nothing_ran(tmp_path):
     assert sum(line.startswith("  skipped ") for line in lines) == 4
     assert "no (Python, Triton) pair could run: nothing was tested" in proc.stderr
     assert not (tmp_path / "venvs").exists()  # nothing was set up for pairs that cannot run
+
+
+def test_test_sh_says_what_it_installs_shows_progress_and_needs_no_terminal(tmp_path):
+    # A stand-in apt-get (first on PATH) that takes 3 s; no browser by the name test.sh looks for; a
+    # Python that does not exist, so nothing else is set up. No terminal: a new session, stdin /dev/null.
+    if os.geteuid() != 0:
+        import pytest
+
+        pytest.skip("test.sh installs chromium only as root")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    stand_in(bin_dir, "apt-get", f'echo "apt-get $*" >>"{tmp_path}/apt.args"\n'
+             'if [ -t 0 ] || [ -t 1 ]; then echo "a terminal" >>"' + str(tmp_path) + '/apt.args"; fi\n'
+             'for i in 1 2 3; do echo "Get:$i fake chromium part $i"; sleep 1; done\n')
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "GUARD_CHROMIUM": "no-such-browser-for-test",
+           "GUARD_PROGRESS_EVERY": "1", "PYTHONS": str(tmp_path / "no-such-python"), "TRITONS": "3.9.0",
+           "GUARD_VENVS": str(tmp_path / "venvs")}
+    proc = subprocess.run(["bash", os.path.join(REPO, "scripts", "test.sh")], env=env, capture_output=True,
+                          text=True, timeout=60, stdin=subprocess.DEVNULL, start_new_session=True)
+    lines = proc.stdout.splitlines()
+    assert proc.returncode == 1 and lines[0].startswith("scripts/test.sh: installs chromium with apt-get"), proc.stdout
+    said = next(i for i, line in enumerate(lines) if line.startswith("chromium: missing; installing Debian's chromium"))
+    progress = [line for line in lines[said:] if line.startswith("    ... ") and "fake chromium part" in line]
+    assert progress and any(line.startswith("    done in ") for line in lines[said:]), proc.stdout
+    args = (tmp_path / "apt.args").read_text().splitlines()
+    assert args == ["apt-get update", "apt-get install -y -o Dpkg::Use-Pty=0 chromium chromium-driver"], args

@@ -106,7 +106,8 @@ def test_a_subclass_whose_run_never_reaches_tritons_is_named(guard, fresh, ag_lo
         seams.launch(kernel, _x(100))
     # A plain autotuner, and a subclass that calls Triton's run, are not named.
     guard({"AUTOTUNE_MODE": "pinned"})
-    before = len(ag_log.messages(logging.WARNING))
+    before = len([m for m in ag_log.messages(logging.WARNING) if "overrides run()" in m])
     seams.launch(seams.make(), _x(100))
     seams.launch(seams.make(cls=seams.CachedAutotuner), _x(100))
-    assert len(ag_log.messages(logging.WARNING)) == before
+    # (with no table each is named as a min_cost fallback, a warning of another kind)
+    assert len([m for m in ag_log.messages(logging.WARNING) if "overrides run()" in m]) == before

@@ -54,6 +54,8 @@ class AutotunePolicy:
     foreign: tuple[str, ...] = field(default=(), compare=False)
     # Start-up settings this policy was given, (variable, parsed value): applied only at start-up.
     startup_given: tuple[tuple[str, object], ...] = field(default=(), compare=False)
+    # Whether AUTOTUNE_ON_MISS was given: a fallback it asks for is said at INFO, not WARNING.
+    on_miss_given: bool = field(default=False, compare=False)
 
     def __post_init__(self):
         problems = []
@@ -191,7 +193,8 @@ def policy_from_settings(settings: Mapping, *, deterministic: bool = False, env_
         values["mode"], values["mode_from"] = "pinned", "AUTOTUNE_TABLE_PATH (tables are used by pinned mode)"
     else:
         values["mode_from"] = DERIVED  # pinned if torch's deterministic flag is on at the first launch
-    return AutotunePolicy(**values, env_file=env_file, foreign=tuple(sorted(foreign)), startup_given=tuple(startup))
+    return AutotunePolicy(**values, env_file=env_file, foreign=tuple(sorted(foreign)), startup_given=tuple(startup),
+                          on_miss_given="on_miss" in values)
 
 
 def policy_from_environment(environ: Mapping[str, str] | None = None, *, deterministic: bool = False) -> AutotunePolicy:

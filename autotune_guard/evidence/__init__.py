@@ -31,6 +31,7 @@ import time
 import uuid
 
 from . import journal as evidence_journal, paths as evidence_paths, signals as evidence_signals
+from . import summary as evidence_summary
 from ..core.debounced import DebouncedWriter
 from ..core.model import ChoiceKey, digest_of
 from ..core.schema import CHOICES_FORMAT, RECORD_FORMAT
@@ -276,12 +277,7 @@ def _at_exit() -> None:
     if policy is None or _exited:
         return  # (a spawn child may get here twice: multiprocessing's finalizer, then atexit)
     _exited = True
-    log = guard.epoch.log.snapshot()[0]
-    missed = dict(guard.ungoverned)
-    if log or missed:
-        logger.info("rank %d made %d autotune choices, digest %s%s", fix_rank()[0], len(log), digest_of(log),
-                    f"; {len(missed)} not governed: {', '.join(sorted(missed)[:5])}"
-                    f"{' ...' if len(missed) > 5 else ''}" if missed else "")
+    evidence_summary.say_at_exit(guard, fix_rank()[0], guard.epoch.settled_policy())
     for line in guard.exit_lines():
         logger.warning("%s", line)
     if policy.digest_path or policy.record_path:

@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 
+from .. import __version__
 from ..core.errors import GuardError
 from . import cache_import, diff, merge, readers, show
 from .output import Visible, write_atomically
@@ -13,13 +14,20 @@ from .output import Visible, write_atomically
 COMMANDS = ("show", "merge", "diff", "import")
 
 
+def _prog() -> str:
+    """How this command was called: the console script by its name, else the module."""
+    called = os.path.basename(sys.argv[0] if sys.argv else "")
+    return called if called.startswith("autotune-guard-report") else "python -m autotune_guard.report"
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
-        prog="python -m autotune_guard.report",
+        prog=_prog(),
         description="Read autotune_guard record and choices files; merge records into a table; compare runs. "
                     "FILES are files, glob patterns, or the prefix given to AUTOTUNE_RECORD_PATH/AUTOTUNE_DIGEST_PATH "
                     "(runs/rec reads runs/rec.rank*.json). Exit status: 0 done, 1 disagreement with --check, "
                     "2 unusable input.")
+    top.add_argument("--version", action="version", version=f"autotune_guard {__version__}")
     commands = top.add_subparsers(dest="command", metavar="{show,merge,diff,import}")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--json", action="store_true", help="machine-readable output")
@@ -64,7 +72,7 @@ def main(argv=None) -> int:
 
 def _main(argv) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] not in COMMANDS and argv[0] not in ("-h", "--help"):
+    if argv and argv[0] not in COMMANDS and argv[0] not in ("-h", "--help", "--version"):
         argv.insert(0, "show")  # `report FILES...`
     args = parser().parse_args(argv)
     if not getattr(args, "run", None):

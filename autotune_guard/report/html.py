@@ -35,7 +35,7 @@ def diff_page(sides, folds, statuses: dict, details) -> str:
 
 
 class Palette:
-    """A colour and a letter per config, the most chosen configs first; the rest share grey."""
+    """A colour per config, the most chosen configs first; the rest share grey (letters are per key: ``Column.letters``)."""
 
     def __init__(self, page: Page, columns):
         counts = Counter()
@@ -50,9 +50,6 @@ class Palette:
 
     def colour(self, sig) -> str:
         return PALETTE[self.index[sig]] if sig in self.index else OTHER_COLOUR
-
-    def code(self, sig) -> str:
-        return chr(ord("A") + self.index[sig]) if sig in self.index else "\u00b7"
 
     def style(self) -> str:
         rules = [f".ag-p{i}{{background:{c}}}" for i, c in enumerate(PALETTE)]
@@ -70,7 +67,7 @@ def render(page: Page, title: str, paths: list) -> str:
              f"<title>{escape(title)}</title><style>{CSS}{palette.style()}</style></head><body>",
              f"<div id=\"ag-errors\"></div><script>{ERROR_TRAP}</script><main>",
              f"<h1>{escape(title)}</h1>", summary_line(page), files_list(page, paths),
-             legend(palette), "<div class=\"ag-wrap\"><div class=\"ag-scroll\">",
+             legend(palette, _mixed(page, shown)), "<div class=\"ag-wrap\"><div class=\"ag-scroll\">",
              grid(page, shown, groups, palette), "</div>",
              "<aside id=\"ag-detail\"><b>Details</b>Click a cell: its ranks, config, how it was chosen, "
              "and what Triton measured.</aside></div>",
@@ -118,15 +115,24 @@ def files_list(page: Page, paths: list) -> str:
             f"<ul>{listed}{more}</ul></details>")
 
 
-def legend(palette: Palette) -> str:
-    items = [f"<span title=\"{escape(sig)}\"><span class=\"sw {palette.css_class(sig)}\">{palette.code(sig)}</span>"
+def legend(palette: Palette, mixed: bool) -> str:
+    """One colour per config across the page; letters are per key (a: that key's most chosen, as
+    in the text report). Only what the page shows is in it."""
+    items = [f"<span title=\"{escape(sig)}\"><span class=\"sw {palette.css_class(sig)}\"></span>"
              f"<code>{escape(_short(sig, 60))}</code> <span class=\"ag-n\">{palette.counts[sig]:,}</span></span>"
              for sig in palette.order[:len(PALETTE)]]
     rest = palette.order[len(PALETTE):]
     if rest:
-        items.append(f"<span><span class=\"sw ag-po\">\u00b7</span>{_plural(len(rest), 'other config')}</span>")
-    items.append("<span><span class=\"sw ag-mix\"></span>a rank whose processes chose differently</span>")
+        items.append(f"<span><span class=\"sw ag-po\"></span>{_plural(len(rest), 'other config')}</span>")
+    if mixed:
+        items.append("<span><span class=\"sw ag-mix\"></span>a rank whose processes chose differently</span>")
+    items.append("<span class=\"ag-n\">colour: the config, the same on every key; letter: a key's configs, "
+                 "most chosen first (a, b, ...), as in the text report</span>")
     return f"<div class=\"ag-legend\" id=\"ag-legend\">{''.join(items)}</div>"
+
+
+def _mixed(page: Page, shown) -> bool:
+    return any(cell and len({e["config"] for e in cell}) > 1 for i in shown for cell in page.columns[i].cells)
 
 
 def _short(text: str, limit: int) -> str:
@@ -157,8 +163,8 @@ def _key_header(page: Page, shown) -> str:
         info = f"{c.kernel} [{c.key}] arch {c.arch}\n{state}"
         cls = "" if c.agree else " class=\"ag-dis\""
         name = c.kernel.rsplit(".", 1)[-1]
-        cells.append(f"<th id=\"ag-k{i}\"{cls} title=\"{escape(info)}\"><div><b>{escape(_short(name, 24))}</b> "
-                     f"{escape(_short(c.key, 30))}</div></th>")
+        cells.append(f"<th id=\"ag-k{i}\"{cls} title=\"{escape(info)}\"><div><b>{escape(name)}</b> "
+                     f"{escape(c.key)}</div></th>")
     return f"<tr class=\"ag-keys\">{''.join(cells)}</tr>"
 
 
@@ -181,23 +187,26 @@ def _group_row(page: Page, shown, group, g_index: int, palette: Palette) -> str:
     first = group.members[0]
     for i in shown:
         column = page.columns[i]
-        cells.append(_cell(column.cells[first], column.reference, i, palette))
+        cells.append(_cell(column.cells[first], column, i, palette))
     cells.append("</tr>")
     return "".join(cells)
 
 
-def _cell(cell, mode, column_index: int, palette: Palette) -> str:
+def _cell(cell, column, column_index: int, palette: Palette) -> str:
     if not cell:
         return "<td class=\"ag-none\" title=\"no choice for this key\">\u00b7</td>"
+    mode = column.reference
     configs = sorted({e["config"] for e in cell})
-    odd = " ag-x" if any(sig != mode for sig in configs) else ""
+    odd = " ag-x" if mode is not None and any(sig != mode for sig in configs) else ""
     if len(configs) > 1:
         cls, code = "ag-mix", "*"
     else:
-        cls, code = palette.css_class(configs[0]), palette.code(configs[0])
+        cls, code = palette.css_class(configs[0]), column.letters[configs[0]]
     title = "\n".join(_entry_text(e) for e in cell)
     if odd:
-        title += f"\nnot the reference config {mode} (the most chosen; on a tie, the lowest rank's)"
+        title += f"\nnot the reference config {mode} (the one most ranks chose)"
+    elif mode is None and not column.agree:
+        title += "\nthe ranks tie: no config is the most chosen, so none is marked as differing"
     return f"<td class=\"{cls}{odd}\" data-c=\"{column_index}\" title=\"{escape(title)}\">{code}</td>"
 
 
@@ -242,7 +251,7 @@ def plots(page: Page, order, palette: Palette) -> str:
         if len(boxes) >= MAX_PLOTS:
             left += column.timed
             continue
-        svg = strip_plot(column, palette.colour, palette.code)
+        svg = strip_plot(column, palette.colour, lambda sig, letters=column.letters: letters.get(sig, " "))
         if not svg:
             continue
         state = "agree" if column.agree else (column.status or "DISAGREE")

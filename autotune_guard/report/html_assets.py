@@ -25,9 +25,9 @@ code,.ag-mono{font-family:ui-monospace,"DejaVu Sans Mono",Menlo,monospace;font-s
 table.ag-grid{border-collapse:separate;border-spacing:1px;font-size:11px}
 .ag-grid th{background:#fff;font-weight:normal;position:sticky}
 .ag-grid thead th{top:0;z-index:2}
-.ag-grid thead tr.ag-keys th{height:190px;vertical-align:bottom;padding:2px 0;border-bottom:2px solid #999}
-.ag-grid thead tr.ag-keys th div{writing-mode:vertical-rl;transform:rotate(180deg);max-height:186px;
- overflow:hidden;text-overflow:ellipsis;white-space:nowrap;margin:0 auto}
+.ag-grid thead tr.ag-keys th{min-height:190px;vertical-align:bottom;padding:2px 0;border-bottom:2px solid #999}
+.ag-grid thead tr.ag-keys th div{writing-mode:vertical-rl;transform:rotate(180deg);white-space:nowrap;
+ margin:0 auto}
 .ag-grid thead th.ag-corner{vertical-align:bottom;text-align:left;padding:2px 6px;color:#777}
 .ag-grid th.ag-dis,.ag-grid thead th.ag-dis div{color:#c62828;font-weight:700}
 .ag-grid tbody th{left:0;z-index:1;text-align:left;padding:0 8px 0 4px;white-space:nowrap}

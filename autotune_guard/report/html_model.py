@@ -54,13 +54,20 @@ class Column:
 
     @cached_property
     def reference(self):
-        """The reference config: the one most rows chose; on a tie, the one the first such row
-        (the lowest rank) chose. None for an empty column."""
+        """The reference config: the one most rows chose. None for an empty column, and on a tie
+        (no rank is the one that differs there)."""
         counts = self.counts
         if not counts:
             return None
         top = max(counts.values())
-        return next(e["config"] for cell in self.cells if cell for e in cell if counts[e["config"]] == top)
+        tied = [sig for sig, n in counts.items() if n == top]
+        return tied[0] if len(tied) == 1 else None
+
+    @cached_property
+    def letters(self) -> dict:
+        """A letter per config of this key, most chosen first, as the text report marks them (a, b, ...)."""
+        ordered = sorted(self.counts, key=lambda sig: (-self.counts[sig], sig))
+        return {sig: chr(ord("a") + i) if i < 26 else "+" for i, sig in enumerate(ordered)}
 
 
 @dataclass
@@ -168,6 +175,8 @@ def ordered_columns(page: Page) -> list[int]:
 
 def _dissenting_rows(column: Column) -> int:
     mode = column.reference
+    if mode is None:  # a tie: nobody differs
+        return 0
     return sum(1 for cell in column.cells if cell and any(e["config"] != mode for e in cell))
 
 
@@ -216,7 +225,7 @@ def row_groups(page: Page) -> list[RowGroup]:
         if last and last.side == row.side and last.nodes[-1] == row.node and prints[last.members[0]] == prints[r]:
             last.members.append(r)
             continue
-        dissent = sum(1 for c, mode in zip(prints[r], modes) if c is not None and c != (mode,))
+        dissent = sum(1 for c, mode in zip(prints[r], modes) if c is not None and mode is not None and c != (mode,))
         groups.append(RowGroup(row.side, [row.node], [r], dissent))
     per_node = Counter((row.side, row.node) for row in page.rows)
     merged: list[RowGroup] = []

@@ -64,7 +64,7 @@ def strip_plot(column, colour_of, code_of) -> str:
     order = sorted(times, key=lambda sig: (_typical(times[sig]), sig))
     shown, hidden = order[:MAX_CANDIDATES], len(order) - MAX_CANDIDATES
     finite = [ms for sig in shown for ms, _ in times[sig] if math.isfinite(ms)]
-    top = max(finite) * 1.05 if finite and max(finite) > 0 else 1.0
+    scale = _scale(finite)
     span = WIDTH - LEFT - RIGHT
     common = _common_parts(shown)
     notes = ([f"every candidate: {','.join(common)}"] if common else []) + \
@@ -75,9 +75,9 @@ def strip_plot(column, colour_of, code_of) -> str:
              f'viewBox="0 0 {WIDTH} {height}" role="img">',
              f'<title>{escape(column.kernel)} [{escape(column.key)}]: measured medians per candidate, '
              f'one dot per rank</title>']
-    parts += _axis(top, span, height)
+    parts += _axis(scale, span, height)
     for i, sig in enumerate(shown):
-        parts += _candidate_line(sig, _differing(sig, common), times[sig], TOP + LINE * i + LINE / 2, top, span,
+        parts += _candidate_line(sig, _differing(sig, common), times[sig], TOP + LINE * i + LINE / 2, scale, span,
                                  colour_of, code_of, sig in min_cost)
     for n, note in enumerate(notes):
         y = TOP + LINE * len(shown) + 15 * (n + 1)
@@ -86,12 +86,23 @@ def strip_plot(column, colour_of, code_of) -> str:
     return "".join(parts)
 
 
-def _axis(top: float, span: float, height: float) -> list:
+def _scale(finite: list) -> tuple[float, float]:
+    """The axis's (low, high): the measured range with a margin, not from 0 ms (the candidates
+    would clump at one edge); a single value gets ±10 %."""
+    if not finite:
+        return 0.0, 1.0
+    lo, hi = min(finite), max(finite)
+    margin = (hi - lo) * 0.05 if hi > lo else (abs(hi) * 0.1 or 1.0)
+    return max(lo - margin, 0.0), hi + margin
+
+
+def _axis(scale: tuple, span: float, height: float) -> list:
+    lo, hi = scale
     parts = [f'<line x1="{LEFT}" y1="{TOP - 4}" x2="{LEFT + span}" y2="{TOP - 4}" class="ag-axis"/>']
     for frac in (0, 0.5, 1):
         x = LEFT + span * frac
         parts.append(f'<line x1="{x:.1f}" y1="{TOP - 7}" x2="{x:.1f}" y2="{height - 4}" class="ag-grid"/>'
-                     f'<text x="{x:.1f}" y="{TOP - 10}" class="ag-tick">{_ms(top * frac)}</text>')
+                     f'<text x="{x:.1f}" y="{TOP - 10}" class="ag-tick">{_ms(lo + (hi - lo) * frac)}</text>')
     return parts
 
 
@@ -112,7 +123,7 @@ def _short(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "\u2026"
 
 
-def _candidate_line(sig, shown_as, points, y, top, span, colour_of, code_of, is_min_cost) -> list:
+def _candidate_line(sig, shown_as, points, y, scale, span, colour_of, code_of, is_min_cost) -> list:
     chosen = sum(1 for _, won in points if won)
     label = _short(shown_as, 32)
     mark = " (min-cost)" if is_min_cost else ""
@@ -123,7 +134,7 @@ def _candidate_line(sig, shown_as, points, y, top, span, colour_of, code_of, is_
     for ms, won in _sample(points):
         if not math.isfinite(ms):
             continue
-        x = LEFT + span * min(ms / top, 1.0)
+        x = LEFT + span * min(max((ms - scale[0]) / (scale[1] - scale[0]), 0.0), 1.0)
         if won:
             parts.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="4" fill="{colour_of(sig)}" class="ag-won"/>')
         else:

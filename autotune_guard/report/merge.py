@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import os
 import statistics
+import sys
 import time
 from collections import Counter
 
@@ -20,7 +21,7 @@ from .tally import Tally
 def run(args, out) -> int:
     """The ``merge`` command: read and check the records, decide each key, write the table, say what it did."""
     output = _output_path(args.output)
-    tally = Tally(timings=args.rule == "fastest")  # the files are read one at a time into it
+    tally = Tally(timings=True)  # the files are read one at a time into it; timings break the vote's ties
     used, arch, notes = _records(args, output, tally)
     decisions, kernels, library = _decide_all(tally.keys(used, arch), args.rule, tally.descriptors)
     table, version_notes = _table(used, arch, args.rule, kernels)
@@ -31,6 +32,12 @@ def run(args, out) -> int:
     except OSError as exc:
         raise InputError(f"{output}: cannot be written ({exc.strerror or exc})") from None
     disagree = [d for d in decisions if not d["agree"]]
+    for d in decisions:
+        if d.get("untimed_tie"):
+            print(f"autotune-guard-report: WARNING: kernel {d['kernel']} key ({d['key']}): a tie between "
+                  f"{' and '.join(d['untimed_tie'])} with no timings to break it; chose {d['chosen']}, the lowest "
+                  "static cost, which may be the slow one; record on more ranks, or pin the config you want",
+                  file=sys.stderr)
     if args.json:
         dump({"table": output, "arch": arch, "rule": args.rule, "files": [s.path for s in used], "notes": notes,
               "entries": [{k: v for k, v in d.items() if k != "descriptor"} for d in decisions],
@@ -161,8 +168,9 @@ def _refuse_foreign_winner(kernel: str, key: str, decision: dict, tally) -> None
 def decide(votes: dict[str, int], descriptors: dict[str, dict], measured: dict[str, list[float]], rule: str) -> dict:
     """One config for a (kernel, key) from what every rank chose (``votes``: signature -> ranks).
 
-    ``vote``: the config most ranks chose; a tie goes to the lowest static cost (the order
-    ``AUTOTUNE_ON_MISS=min_cost`` uses), so the same files always give the same table.
+    ``vote``: the config most ranks chose; a tie goes to the faster config by the measured times
+    across ranks, and without them to the lowest static cost (the order ``AUTOTUNE_ON_MISS=min_cost``
+    uses, said as a warning), so the same files always give the same table.
     ``fastest``: the config with the lowest median, across ranks, of Triton's measured medians
     (``measured``: signature -> each rank's median); ties, and keys no rank timed, as for ``vote``.
     """
@@ -181,15 +189,30 @@ def decide(votes: dict[str, int], descriptors: dict[str, dict], measured: dict[s
     top = max(votes.values())
     tied = [sig for sig, n in votes.items() if n == top]
     chosen = min(tied, key=lambda sig: static_cost(descriptors[sig]))
+    if len(tied) > 1 and not fallback:
+        return {**result, **_tie(tied, top, descriptors, measured, chosen)}
     if fallback:
         why = fallback
     elif len(votes) == 1:
         why = "unanimous"
-    elif len(tied) == 1:
-        why = f"majority {top} of {sum(votes.values())}"
     else:
-        why = f"tie of {len(tied)} at {top} vote{'s' * (top != 1)}, broken by static cost"
+        why = f"majority {top} of {sum(votes.values())}"
     return {**result, "chosen": chosen, "descriptor": descriptors[chosen], "why": why}
+
+
+def _tie(tied: list[str], top: int, descriptors: dict, measured: dict, by_cost: str) -> dict:
+    """A vote tie goes to the tied config with the lowest median of the measured times across ranks;
+    without timings of every tied config, to the lowest static cost, marked ``untimed_tie`` (said loudly)."""
+    medians = {sig: statistics.median(measured[sig]) for sig in tied if measured.get(sig)}
+    medians = {sig: ms for sig, ms in medians.items() if math.isfinite(ms)}
+    at = f"tie of {len(tied)} at {top} vote{'s' * (top != 1)}"
+    if len(medians) == len(tied):
+        chosen = min(tied, key=lambda sig: (medians[sig], static_cost(descriptors[sig])))
+        times = " against ".join(f"{medians[sig]:.4g}" for sig in sorted(tied, key=medians.get))
+        return {"chosen": chosen, "descriptor": descriptors[chosen], "median_ms": medians[chosen],
+                "why": f"{at}, broken by the faster median ({times} ms)"}
+    return {"chosen": by_cost, "descriptor": descriptors[by_cost], "untimed_tie": sorted(tied),
+            "why": f"{at}, no timings: broken by static cost"}
 
 
 def _common_versions(sources) -> tuple[dict, list[str]]:
@@ -215,7 +238,8 @@ def add_parser(commands, common) -> None:
     merge.add_argument("-o", "--output", required=True, metavar="TABLE.json", help="the table to write (atomically)")
     merge.add_argument("--arch", help="the arch to build the table for (needed when the records mix archs)")
     merge.add_argument("--rule", choices=("vote", "fastest"), default="vote",
-                       help="vote: the config most ranks chose, ties to the lowest static cost (default); "
+                       help="vote: the config most ranks chose, a tie to the faster by the recorded timings, else to the "
+                            "lowest static cost with a warning (default); "
                             "fastest: the lowest median of Triton's measured times across ranks")
     merge.add_argument("--allow-partial", action="store_true",
                        help="also merge records of ranks that did not exit normally (killed, a signal, an exception)")

@@ -75,7 +75,14 @@ class Source:
 
 def expand(arg: str) -> list[str]:
     """The files one command-line argument names: itself, ``ARG.rank*.json`` (read literally:
-    a prefix may hold ``[``, ``*`` or ``?``), else a glob's matches."""
+    a prefix may hold ``[``, ``*`` or ``?``), else a glob's matches. A directory (a table
+    directory, as AUTOTUNE_TABLE_PATH names it) gives the ``.json`` files in it."""
+    if os.path.isdir(arg):
+        found = sorted(p for p in glob.glob(os.path.join(glob.escape(arg), "*.json")) if os.path.isfile(p))
+        if not found:
+            raise InputError(f"{arg}: is a directory holding no .json file (a table directory holds <arch>.json; "
+                             f"a run's files are named by their prefix, like {os.path.join(arg, 'rec')})")
+        return _by_rank(found)
     if os.path.exists(arg):
         return [arg]
     found = [p for p in glob.glob(glob.escape(arg) + ".rank*.json") if _RANK_FILE.search(p[len(arg):])]

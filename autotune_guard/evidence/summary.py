@@ -1,0 +1,65 @@
+"""What a process says at exit about its choices: the exit line (count, fallbacks, digest, kernels
+not governed) and, at INFO on rank 0, a short table of what it chose and how (timed, table,
+consensus, fallback, ...), cut at ``ROWS`` rows with the report command for the rest.
+``AUTOTUNE_LOG_LEVEL=warning`` silences the table; a fallback's own warning was said when it
+happened."""
+
+from __future__ import annotations
+
+import logging
+
+from ..core.misses import FALLBACKS
+from ..core.model import digest_of, log_text
+
+logger = logging.getLogger("autotune_guard")
+
+ROWS = 20
+_WIDTHS = (40, 32, 48)  # kernel, key, config: longer texts are cut with '...'
+_PICKED = {"table": "table", "block_sizes": "AUTOTUNE_BLOCK_SIZES", "chaos": "chaos (on purpose)"}
+
+
+def how_of(choice, picked: str | None) -> str:
+    """The summary's word for how a choice was made."""
+    if picked in FALLBACKS:
+        return f"fallback ({picked})"
+    return _PICKED.get(picked, choice.how) if picked else choice.how
+
+
+def say_at_exit(guard, rank: int, policy) -> None:
+    """Log the exit line and, on rank 0, the table of what this process chose."""
+    epoch = guard.epoch
+    with epoch.log.lock:
+        entries = dict(epoch.log.entries)
+    picked = dict(epoch.picked)
+    missed = dict(guard.ungoverned)
+    if not entries and not missed:
+        return
+    fallbacks = sum(1 for key in entries if picked.get(key) in FALLBACKS)
+    logger.info("rank %d made %d autotune choice%s%s, digest %s%s", rank, len(entries), "s" * (len(entries) != 1),
+                f" ({fallbacks} of them fallbacks: keys the tables lacked)" if fallbacks else "",
+                digest_of(log_text(entries)),
+                f"; {len(missed)} not governed: {', '.join(sorted(missed)[:5])}"
+                f"{' ...' if len(missed) > 5 else ''}" if missed else "")
+    if rank == 0 and entries and logger.isEnabledFor(logging.INFO):
+        for line in table_lines(entries, picked, policy):
+            logger.info("%s", line)
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def table_lines(entries: dict, picked: dict, policy) -> list[str]:
+    """The rows (first choices first), a header, and where to find the rest."""
+    rows = [(key.kernel, key.key, choice.signature, how_of(choice, picked.get(key))) for key, choice in entries.items()]
+    shown = rows[:ROWS]
+    widths = [min(w, max(len(r[i]) for r in shown + [("kernel", "key", "config", "how")])) for i, w in enumerate(_WIDTHS)]
+    lines = [f"what this process chose ({len(rows)} choice{'s' * (len(rows) != 1)}):"]
+    for row in [("kernel", "key", "config", "how")] + shown:
+        lines.append("  " + "  ".join(_cut(text, w).ljust(w) for text, w in zip(row, widths)) + "  " + row[3])
+    prefix = policy.digest_path or policy.record_path
+    where = (f"python -m autotune_guard.report show {prefix}" if prefix else
+             "AUTOTUNE_DIGEST_PATH=runs/choices keeps them all, then python -m autotune_guard.report show runs/choices")
+    if len(rows) > ROWS:
+        lines.append(f"  ... and {len(rows) - ROWS} more: {where}")
+    return lines
