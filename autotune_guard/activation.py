@@ -140,12 +140,25 @@ def configure_logging(level: str) -> None:
     log = logging.getLogger("autotune_guard")
     log.setLevel(level)
     if not any(getattr(h, "autotune_guard", False) for h in log.handlers):
-        handler = logging.StreamHandler()
+        handler = _Stderr()
         handler.autotune_guard = True
         handler.addFilter(_tag_rank)
         handler.setFormatter(logging.Formatter("autotune_guard[rank %(ag_rank)s] %(levelname)s: %(message)s"))
         log.addHandler(handler)
         log.propagate = False
+
+
+class _Stderr(logging.StreamHandler):
+    """sys.stderr as it is when a line is written, not as it was when the guard started: a test
+    runner that captured stderr meanwhile closes its capture before the exit lines are written."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value):
+        pass
 
 
 def _tag_rank(record) -> bool:

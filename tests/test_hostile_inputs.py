@@ -153,10 +153,10 @@ def test_ctrl_c_of_the_report_is_one_line_and_status_130(tmp_path):
         document.update(rank=rank, world_size=1500, pid=1000 + rank)
         (run / f"rec.rank{rank}.host-{1000 + rank}.json").write_text(json.dumps(document))
     for jobs in ("1", "2"):
-        # stdout is a pipe nobody reads: the report blocks writing once it is full; Ctrl-C reaches
-        # the whole process group, as a terminal's does
+        # stdout is a pipe nobody reads: the report blocks writing once it is full (JSON lists every
+        # file: far more than a pipe holds); Ctrl-C reaches the whole process group, as a terminal's does
         proc = subprocess.Popen([sys.executable, "-m", "autotune_guard.report", "show", str(run / "rec"),
-                                 "--jobs", jobs], env=env_for(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 "--format", "json", "--jobs", jobs], env=env_for(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, start_new_session=True)
         time.sleep(4)
         assert proc.poll() is None, proc.stderr.read()

@@ -182,13 +182,17 @@ def test_sigterm_while_ranks_are_blocked_in_native_code_saves_and_ends_in_second
 def _ending(tmp_path, how, *args, sig=None):
     ch = tmp_path / "ch"
     proc = subprocess.Popen([sys.executable, os.path.join(PROGS, "reliability_endings.py"), how, *args],
-                            env=env_for(AUTOTUNE_DIGEST_PATH=ch), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            env=env_for(AUTOTUNE_DIGEST_PATH=ch, PYTHONFAULTHANDLER="1"), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
     try:
         if sig is not None:
             assert proc.stdout.readline().strip() == "ready"
             proc.send_signal(sig)
-        _, err = proc.communicate(timeout=200)
+        try:
+            _, err = proc.communicate(timeout=200)
+        except subprocess.TimeoutExpired:  # where every thread stood (faulthandler, on SIGABRT), to say why
+            proc.send_signal(signal.SIGABRT)
+            raise AssertionError(f"{how}: no exit within 200 s; its threads:\n{proc.communicate()[1][-6000:]}")
     finally:
         if proc.poll() is None:
             proc.kill()

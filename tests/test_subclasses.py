@@ -60,8 +60,9 @@ def test_record_keeps_what_the_library_chose_and_merge_leaves_it_out(guard, fres
     assert sorted(c["kwargs"]["BLOCK"] for c in entry["candidates"]) == [16, 32, 64, 128]
     capsys.readouterr()
     code = report.main(["merge", prefix, "-o", str(tmp_path / "interpret.json")])  # the library's key is left out, named
-    out = capsys.readouterr().out
-    assert code == 0 and "left out 1 key of kernel kernels.seams.double_body" in out and "library" in out
+    said = capsys.readouterr()
+    out = said.out
+    assert code == 0 and "left out 1 key of kernel kernels.seams.double_body" in out and "library" in out, said
 
 
 def test_pinned_leaves_the_librarys_choice_and_says_so_once_or_refuses(guard, fresh, ag_log):

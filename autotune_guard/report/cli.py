@@ -62,7 +62,9 @@ def main(argv=None) -> int:
     stderr = sys.stderr
     sys.stderr = Visible(stderr)
     try:
-        return _main(argv)
+        status = _main(argv)
+        sys.stdout.flush()  # here, not at exit: Ctrl-C while a full pipe holds the output is still one line
+        return status
     except KeyboardInterrupt:
         print("python -m autotune_guard.report: interrupted", file=stderr)
         return 130

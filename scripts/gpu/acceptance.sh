@@ -10,7 +10,8 @@
 #             4 torchrun ranks: plain, the README's command twice (consensus + a table directory),
 #             pinned from that table
 #   record    the same program: record -> report merge -> pinned from the merged table
-#   flaggems  FlagGems mm/softmax/layer_norm (scripts/gpu/flaggems_proof.sh)
+#   flaggems  FlagGems mm/softmax/layer_norm, cold processes: plain, pinned, the README's command twice
+#             (one process: consensus without a group times alone and grows the table)
 #   mm        a max-autotune mm under torch.compile (scripts/gpu/templates_proof.py)
 #   liger     Liger-Kernel's own tests for autotuned ops, at the installed version: plain, pinned, the
 #             README's command twice; each must pass the same tests
@@ -74,12 +75,28 @@ phase_record() {
   summary plain record from_record
 }
 
+# flaggems NAME SETTINGS...: one cold process of FlagGems' mm, softmax and layer_norm (its own cache)
+flaggems() {
+  local name=$1; shift
+  local start=$SECONDS
+  rm -rf "$W/fgc-$name"
+  env FLAGGEMS_CACHE_DIR="$W/fgc-$name" TRITON_CACHE_DIR="$W/fgc-$name/triton" "$@" timeout 200 "$PY" \
+    scripts/gpu/flaggems_worker.py "$OUT/flaggems-$name.json" > "$W/flaggems-$name.log" 2>&1
+  local rc=$?
+  echo "flaggems $name: exit $rc in $((SECONDS - start)) s: $("$PY" scripts/gpu/acceptance/flaggems_line.py "$OUT/flaggems-$name.json" 2>&1 | tail -1)"
+}
+
 phase_flaggems() {
-  OUT="$OUT/flaggems" bash scripts/gpu/flaggems_proof.sh 2>&1 | tail -20
+  "$PY" -c "import flag_gems" 2>/dev/null || python3 -m pip install -q --no-index --no-deps --target "$SITE" .whl/fg/*.whl
+  mkdir -p "$W/fg-tables" && rm -f "$W/fg-tables"/*
+  flaggems plain
+  flaggems pinned AUTOTUNE_MODE=pinned
+  flaggems readme1 AUTOTUNE_MODE=consensus AUTOTUNE_TABLE_PATH="$W/fg-tables"
+  flaggems readme2 AUTOTUNE_MODE=consensus AUTOTUNE_TABLE_PATH="$W/fg-tables"
 }
 
 phase_mm() {
-  timeout 420 "$PY" scripts/gpu/templates_proof.py --out "$OUT/mm" 2>&1 | tail -12
+  timeout 420 "$PY" scripts/gpu/templates_proof.py --processes 2 --out "$OUT/mm" 2>&1 | tail -12
 }
 
 # liger NAME SETTINGS...: Liger's tests of its autotuned ops, in a fresh Triton cache
