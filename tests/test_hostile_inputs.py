@@ -27,12 +27,19 @@ from kernels import demo
 demo.add(torch.arange(100.), torch.arange(100.))
 threading.Thread(target=sys.exit, args=(5,)).start()  # a thread's exit ends the thread only
 how = sys.argv[1]
-sys.exit(int(how) if how.lstrip("-").isdigit() else None if how == "none" else how)
+if how == "caught":  # argparse's exit, caught, and the program carries on and ends normally
+    try:
+        sys.exit(2)
+    except SystemExit:
+        pass
+    demo.add(torch.arange(300.), torch.arange(300.))  # a new choice: it went on
+else:
+    sys.exit(int(how) if how.lstrip("-").isdigit() else None if how == "none" else how)
 """
 
 
 @pytest.mark.parametrize("how, ended, code", [("3", "exit 3", 3), ("loss is NaN", "exit 1: loss is NaN", 1),
-                                              ("0", None, 0), ("none", None, 0)])
+                                              ("0", None, 0), ("none", None, 0), ("caught", None, 0)])
 def test_a_failing_sys_exit_is_recorded_as_such_and_merge_treats_it_as_partial(tmp_path, how, ended, code):
     rec, ch = tmp_path / "rec", tmp_path / "ch"
     proc = subprocess.run([sys.executable, "-c", ENDING, how], env=env_for(AUTOTUNE_RECORD_PATH=rec,
@@ -157,7 +164,8 @@ def test_ctrl_c_of_the_report_is_one_line_and_status_130(tmp_path):
         # file: far more than a pipe holds); Ctrl-C reaches the whole process group, as a terminal's does
         proc = subprocess.Popen([sys.executable, "-m", "autotune_guard.report", "show", str(run / "rec"),
                                  "--format", "json", "--jobs", jobs], env=env_for(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, start_new_session=True)
+                                text=True, start_new_session=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # not the shell's
         time.sleep(4)
         assert proc.poll() is None, proc.stderr.read()
         os.killpg(proc.pid, signal.SIGINT)

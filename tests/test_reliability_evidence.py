@@ -149,10 +149,18 @@ def _wait_for(predicate, timeout=240):
     return False
 
 
+def sigint_as_a_terminal_gives_it():
+    """In the child: SIGINT's default action. A suite started in the background by a shell
+    (``cmd &``) ignores SIGINT, every child inherits that, and Python then never raises
+    KeyboardInterrupt: Ctrl-C tests would test the shell, not the guard."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _launch(script, nproc, env, *args, extra=()):
     return subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone",
                              f"--nproc-per-node={nproc}", *extra, script, *map(str, args)],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=sigint_as_a_terminal_gives_it)
 
 
 def test_sigterm_while_ranks_are_blocked_in_native_code_saves_and_ends_in_seconds(tmp_path):
@@ -183,7 +191,7 @@ def _ending(tmp_path, how, *args, sig=None):
     ch = tmp_path / "ch"
     proc = subprocess.Popen([sys.executable, os.path.join(PROGS, "reliability_endings.py"), how, *args],
                             env=env_for(AUTOTUNE_DIGEST_PATH=ch, PYTHONFAULTHANDLER="1"), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=sigint_as_a_terminal_gives_it)
     try:
         if sig is not None:
             assert proc.stdout.readline().strip() == "ready"

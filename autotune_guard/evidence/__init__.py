@@ -220,6 +220,7 @@ _writer = DebouncedWriter(write_files, interval_s=0.2, thread_name="autotune_gua
 def _changed() -> None:
     """A new entry in the log: the rank is fixed at the first, and the files rewritten soon."""
     fix_rank()
+    evidence_signals.carried_on()
     policy = current().epoch.installed
     if policy is None or not (policy.digest_path or policy.record_path):
         return

@@ -30,6 +30,7 @@ _save: Callable[[str], None] | None = None
 # "SIGTERM" once that signal's save ran, "SIGINT" or "exception" once the main thread ended so:
 # every later write says so too (a program that ignores SIGTERM and runs on stays marked).
 _ended: str | None = None
+_exit_asked: str | None = None  # what the main thread's last failing sys.exit asked for, until the exit
 _previous_sigterm = None
 _handler_ran = threading.Event()
 _pipe: tuple[int, int] | None = None  # (read end, write end) of the wakeup fd
@@ -43,8 +44,8 @@ def ended() -> str | None:
 
 
 def reset() -> None:
-    global _ended
-    _ended = None
+    global _ended, _exit_asked
+    _ended = _exit_asked = None
 
 
 def watch(save: Callable[[str], None]) -> None:
@@ -227,15 +228,23 @@ def _wrap_exit() -> None:
 
 
 def note_exit(status) -> None:
-    """The main thread asks to exit with ``status`` (``sys.exit``'s argument)."""
-    global _ended
-    if _ended is not None or status is None or status == 0 or sys.flags.interactive or hasattr(sys, "ps1"):
-        return
-    if isinstance(status, int) and not isinstance(status, bool):
-        _ended = f"exit {status}"
+    """The main thread asks to exit with ``status`` (``sys.exit``'s argument).  Held until the
+    exit: a program may catch the ``SystemExit`` (argparse's, say) and carry on."""
+    global _exit_asked
+    if status is None or status == 0 or sys.flags.interactive or hasattr(sys, "ps1"):
+        _exit_asked = None
+    elif isinstance(status, int) and not isinstance(status, bool):
+        _exit_asked = f"exit {status}"
     else:  # a message: Python prints it and exits with status 1
         text = " ".join(str(status).split())
-        _ended = f"exit 1: {text[:200]}" if text else "exit 1"
+        _exit_asked = f"exit 1: {text[:200]}" if text else "exit 1"
+
+
+def carried_on() -> None:
+    """The main thread went on after a ``sys.exit`` it caught (it made a new choice): not an ending."""
+    global _exit_asked
+    if _exit_asked is not None and threading.current_thread() is threading.main_thread():
+        _exit_asked = None
 
 
 def note_uncaught(kind) -> None:
@@ -247,8 +256,12 @@ def note_uncaught(kind) -> None:
 
 
 def note_at_exit() -> None:
-    """The program replaced the hook after install: what the interpreter kept of an uncaught
-    exception (``sys.last_value``) still says how it ended."""
+    """At exit: a failing ``sys.exit`` asked for last says how it ended; and where the program
+    replaced the hook after install, what the interpreter kept of an uncaught exception
+    (``sys.last_value``) does."""
+    global _ended
+    if _ended is None and _exit_asked is not None:
+        _ended = _exit_asked
     if _ended is None and _hook_installed and not getattr(sys.excepthook, "_autotune_guard", False):
         last = getattr(sys, "last_value", None)
         if isinstance(last, BaseException) and not isinstance(last, SystemExit):
