@@ -27,9 +27,10 @@ from datetime import timedelta
 from typing import Callable, Sequence
 
 from . import consensus_batch as batch
-from .consensus_liveness import DEFAULT_DEAD_AFTER_S, Beats, Watch, alive_here, claimer_identity, clone_of
+from .consensus_liveness import Beats, Watch, alive_here, claimer_identity, clone_of
 from .consensus_text import _few, claimer_rank, death_message, describe_claimer, store_lost_message, timeout_message
 from .errors import ConsensusError, StoreError
+from .settings import DEFAULT_CONSENSUS_DEAD_AFTER_S
 
 logger = logging.getLogger("autotune_guard")
 
@@ -175,7 +176,7 @@ def attempt_scope() -> str:
 
 
 def decide(store, what: str, name: str, rank: int, signatures: Sequence[str], tune: Callable,
-           timeout: float | None = None, *, learn: bool = True, dead_after: float = DEFAULT_DEAD_AFTER_S,
+           timeout: float | None = None, *, learn: bool = True, dead_after: float = DEFAULT_CONSENSUS_DEAD_AFTER_S,
            from_table: str | None = None):
     """One consensus decision: ``(index, tuned_here, tune_result)``.
 

@@ -24,7 +24,6 @@ import uuid
 logger = logging.getLogger("autotune_guard")
 
 BEAT_S = 1.0  # a claimer bumps its beat counter this often while it tunes
-DEFAULT_DEAD_AFTER_S = 120.0  # a claimer on another machine silent this long died or lost the Store
 
 
 def _read(path: str) -> str:
@@ -35,17 +34,12 @@ def _read(path: str) -> str:
         return ""
 
 
-def _process_start(pid: int) -> str:
-    """The start time of ``pid`` in clock ticks since boot (field 22 of /proc/PID/stat), "" when
-    unknown; with the pid it names one process for the whole boot, pid reuse included."""
-    stat = _read(f"/proc/{pid}/stat")
-    fields = stat.rpartition(")")[2].split()
-    return fields[19] if len(fields) > 19 else ""
-
-
-def _process_state(pid: int) -> str:
+def _process_stat(pid: int) -> tuple[str, str]:
+    """The state and the start time of ``pid`` (fields 3 and 22 of /proc/PID/stat; start time in
+    clock ticks since boot), ("", "") when unknown. With the pid, the start time names one process
+    for the whole boot, pid reuse included."""
     fields = _read(f"/proc/{pid}/stat").rpartition(")")[2].split()
-    return fields[0] if fields else ""
+    return (fields[0], fields[19]) if len(fields) > 19 else ("", "")
 
 
 _here: list = []
@@ -67,7 +61,7 @@ def claimer_identity(rank: int) -> str:
     """Unique per claim (two threads of one rank are two claimers), readable in errors:
     ``rank|pid|host|claim|machine.start``."""
     pid = os.getpid()
-    return f"{rank}|{pid}|{socket.gethostname()}|{uuid.uuid4().hex[:8]}|{machine_token()}.{_process_start(pid)}"
+    return f"{rank}|{pid}|{socket.gethostname()}|{uuid.uuid4().hex[:8]}|{machine_token()}.{_process_stat(pid)[1]}"
 
 
 def alive_here(identity: str) -> bool | None:
@@ -80,7 +74,7 @@ def alive_here(identity: str) -> bool | None:
     pid, started = int(parts[1]), parts[4][len(here) + 1:]
     if pid == os.getpid():
         return True
-    now = _process_start(pid)
+    state, now = _process_stat(pid)
     if not now:  # gone, or /proc unreadable: ask the kernel
         try:
             os.kill(pid, 0)
@@ -91,7 +85,7 @@ def alive_here(identity: str) -> bool | None:
         return True if not started else None
     if started and now != started:
         return False  # the pid was reused: the claimer is gone
-    return _process_state(pid) not in ("Z", "X")
+    return state not in ("Z", "X")
 
 
 class _Ticker:
