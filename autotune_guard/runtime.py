@@ -147,6 +147,7 @@ class Guard:
         self._subscribers: list[Callable] = []
         self._epoch_listeners: list[Callable] = []
         self._fork_listeners: list[Callable] = []
+        self._held: dict[str, object] = {}  # name -> an adapter's registry or a writer's state (``held``)
 
     # --- epochs -----------------------------------------------------------------------------------
 
@@ -283,6 +284,19 @@ class Guard:
             return []
         return settings.unmatched_settings(epoch.settled_policy(), epoch.launched)
 
+    # --- what the adapters and writers keep ------------------------------------------------------
+
+    def held(self, name: str, factory: Callable):
+        """The process's one object ``name`` (an adapter's registry, a writer's state), made by
+        ``factory()`` at first need. After a fork its ``after_fork()`` runs, when it has one."""
+        found = self._held.get(name)
+        if found is None:
+            with self.lock:
+                found = self._held.get(name)
+                if found is None:
+                    found = self._held[name] = factory()
+        return found
+
     # --- forks -------------------------------------------------------------------------------------
 
     def on_fork(self, listener: Callable) -> None:
@@ -297,6 +311,10 @@ class Guard:
         self.epoch.launched = {}  # the exit checks are the parent's to make
         self.epoch.tuned = {}  # the parent adds its own winners to the table
         self.epoch.picked, self.epoch.refused = {}, []
+        for held in list(self._held.values()):
+            renew = getattr(held, "after_fork", None)
+            if callable(renew):
+                renew()
         for listener in self._fork_listeners:
             listener()
 

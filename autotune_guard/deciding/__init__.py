@@ -1,0 +1,14 @@
+"""The decision engine: one ``decide`` that carries out every mode for every autotuner family.
+
+A family (Triton's ``Autotuner``, FlagGems' ``LibTuner``, Inductor's tuning step and its template
+selection, ...) describes one pending choice as a :class:`Tunable`: its key, its live candidates,
+its provenance and how to tune them. :func:`decide` answers with a :class:`Decision`: which
+candidate, how it was chosen (pinned, timed, consensus, table), and, when this process tuned, what
+the tuning launch returned. The family then applies it (pins the config, keeps the launcher).
+
+This package sits on the runtime layer: it imports ``runtime`` and ``core``; adapters import it.
+"""
+
+from .engine import Decision, Tunable, Tuned, decide, noted, pinned, table_index
+
+__all__ = ["Decision", "Tunable", "Tuned", "decide", "noted", "pinned", "table_index"]

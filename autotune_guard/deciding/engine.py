@@ -1,0 +1,200 @@
+"""One ``decide`` for every family: pinned (with the provenance check), timed (auto and record),
+consensus (the table's entry, the job's Store, a process alone, table growth); every choice is
+noted in the epoch's choice log here, with its record entry in record mode.
+
+A family subclasses :class:`Tunable` for one pending choice and applies the :class:`Decision`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, NamedTuple, Sequence
+
+from ..core import consensus as protocol
+from ..core import tables
+from ..core.errors import SelectionError
+from ..core.model import Choice, ChoiceKey, record_entry, signature, tuned_winner
+from ..core.pinned import Pick
+from ..runtime import Epoch, current
+
+logger = logging.getLogger("autotune_guard")
+
+
+class Tuned(NamedTuple):
+    """What a family's tuning gave: the winner's descriptor; the live object it is (a Config, a
+    launcher; for the family's own use); the timings by signature (None: nothing timed here); what
+    the tuning launch returned; and ``how`` where the family knows better than the mode (Inductor's
+    autotune cache answered: ``cache hit``)."""
+
+    winner: dict
+    chosen: Any = None
+    timings: dict | None = None
+    result: Any = None
+    how: str | None = None
+
+
+class Decision(NamedTuple):
+    """The engine's answer. ``index``: the chosen candidate among the tunable's descriptors (None
+    when this process tuned and its winner is none of them, or the choice was deferred). ``tuned``:
+    set when this process tuned (its tuning launch already ran). ``noted``: False when another
+    policy was installed meanwhile (nothing was noted; the family chooses again under it)."""
+
+    index: int | None
+    how: str
+    tuned: Tuned | None = None
+    noted: bool = True
+
+
+class Tunable:
+    """One pending choice of one family. Subclasses set ``key`` and ``descriptors`` (the live
+    candidates after pruning) and implement ``tune``; the rest has defaults."""
+
+    key: ChoiceKey
+    descriptors: Sequence[dict] = ()
+    noun = "choices"  # how the engine's messages name this family's choices
+    uses_config_defaults = True  # a table entry matches with Triton's Config defaults filled in
+
+    def every(self) -> Sequence[dict]:
+        """Every candidate, before pruning: a record's ``candidates``."""
+        return self.descriptors
+
+    def provenance(self) -> dict | None:
+        """What the kernel is (source, candidates, options hashes), kept with a record or table entry."""
+        return None
+
+    def check_provenance(self) -> None:
+        """A table entry for this key exists: name it (or refuse it) when it was recorded against
+        another version of the kernel."""
+
+    def pick(self, epoch: Epoch) -> Pick:
+        """The pinned rule's candidate (table, block sizes, on-miss, chaos)."""
+        return current().pin(epoch, self.key, list(self.descriptors))
+
+    def tune(self, how: str) -> Tuned | None:
+        """Time the candidates here (the family's own tuner); None when the family's tuner deferred
+        the choice (it is noted later, by the family)."""
+        raise NotImplementedError
+
+
+def decide(epoch: Epoch, tunable: Tunable) -> Decision:
+    """Carry out ``epoch``'s mode for one choice. The caller has ruled out ``off`` (out of scope)."""
+    mode = epoch.policy.mode
+    if mode == "pinned":
+        return pinned(epoch, tunable)
+    if mode == "consensus":
+        return _consensus(epoch, tunable)
+    return timed(epoch, tunable, "timed")
+
+
+def pinned(epoch: Epoch, tunable: Tunable) -> Decision:
+    """The pinned rule, untimed, noted as ``pinned``."""
+    tunable.check_provenance()
+    pick = tunable.pick(epoch)
+    chosen = signature(tunable.descriptors[pick.index])
+    noted_here = current().note(epoch, tunable.key, Choice(chosen, "pinned"))
+    logger.debug("pinned %s -> %s (%s)", tunable.key.what(), chosen, pick.why)
+    return Decision(pick.index, "pinned", None, noted_here)
+
+
+def timed(epoch: Epoch, tunable: Tunable, how: str, for_job: bool = False) -> Decision:
+    """The family's tuner times the candidates here; the winner noted as ``how``. ``for_job``: it
+    was timed for the whole job, and a table directory grows by it."""
+    tuned = tunable.tune(how)
+    if tuned is None:
+        return Decision(None, how)
+    return Decision(_index_of(tunable, tuned.winner), tuned.how or how, tuned, noted(epoch, tunable, tuned, how, for_job))
+
+
+def noted(epoch: Epoch, tunable: Tunable, tuned: Tuned, how: str, for_job: bool = False) -> bool:
+    """Note a winner this process timed (a family whose own tuner runs unasked, as Triton's does
+    under auto and record, calls this when it sees the winner); False: another policy meanwhile."""
+    guard = current()
+    how = tuned.how or how
+    winner_signature = signature(tuned.winner)
+    provenance = tunable.provenance() if (epoch.policy.record_path or for_job) else None
+    record = None
+    if epoch.policy.record_path:
+        record = record_entry(tuned.winner, winner_signature, how, tuned.timings, list(tunable.every()), provenance)
+    if for_job and epoch.policy.table_path and len(tunable.descriptors) > 1:
+        guard.tuned_for_job(epoch, tunable.key, tuned_winner(tuned.winner, provenance))
+    return guard.note(epoch, tunable.key, Choice(winner_signature, how), record)
+
+
+def table_index(epoch: Epoch, tunable: Tunable) -> int | None:
+    """The live candidate AUTOTUNE_TABLE_PATH's tables hold for the key, matched as pinned mode
+    matches it; None without one. An entry recorded against another version of the kernel is named
+    (or refused) by the family; one that matches no candidate is said once, then tuned."""
+    if not epoch.policy.table_path:
+        return None
+    guard = current()
+    key = tunable.key
+    entry = guard.table_entry(epoch, key.arch, key.kernel, key.key)
+    if entry is None:
+        return None
+    tunable.check_provenance()
+    defaults = (guard.facts.get("config_defaults") or {}) if tunable.uses_config_defaults else {}
+    index = tables.table_index(entry, list(tunable.descriptors), defaults)
+    if index is None:
+        guard.warn_once(f"consensus table miss {key.text()}", f"the table entry for {key.what()} matches no live "
+                        "candidate; it is tuned instead")
+    return index
+
+
+def _consensus(epoch: Epoch, tunable: Tunable) -> Decision:
+    """One rank of the job tunes the key and publishes the winner; the others follow it untimed.
+    A table's entry goes with the claim and decides for the job untimed."""
+    guard = current()
+    key = tunable.key
+    table = table_index(epoch, tunable)
+    store = guard.job_store(key)
+    if store is None:
+        return _alone(epoch, tunable, table)
+    signatures = [signature(d) for d in tunable.descriptors]
+
+    def tune():  # on the claimer only, when its table lacks the key
+        tuned = tunable.tune("consensus")
+        if tuned is None:
+            raise SelectionError(f"autotune_guard consensus: {key.what()}: the tuner chose nothing")
+        return signature(tuned.winner), tuned
+
+    index, tuned_here, answer = protocol.decide(
+        store, key.what(), protocol.decision_name(key.arch, key.kernel, key.key),
+        guard.facts.ask("rank_now", (0, 1))[0], signatures, tune, epoch.policy.consensus_timeout,
+        dead_after=epoch.policy.consensus_dead_after, from_table=None if table is None else signatures[table])
+    if tuned_here and answer is not None and answer[1] is not None:
+        tuned = answer[1]
+        return Decision(index, tuned.how or "consensus", tuned, noted(epoch, tunable, tuned, "consensus", for_job=True))
+    how = "table" if index == table else "consensus"  # "table": the job followed the entry this rank holds too
+    record = None
+    if epoch.policy.record_path:
+        desc = tunable.descriptors[index]
+        record = record_entry(desc, signatures[index], how, None, list(tunable.every()), tunable.provenance())
+    logger.debug("consensus %s -> %s (%s)", key.what(), signatures[index], how)
+    return Decision(index, how, None, guard.note(epoch, key, Choice(signatures[index], how), record))
+
+
+def _alone(epoch: Epoch, tunable: Tunable, table: int | None) -> Decision:
+    """No process group at the moment of choice: the table's entry, else timed here as in auto (a
+    job of one process grows the table by it)."""
+    guard = current()
+    if table is not None:
+        chosen = signature(tunable.descriptors[table])
+        return Decision(table, "pinned", None, guard.note(epoch, tunable.key, Choice(chosen, "pinned")))
+    world = guard.facts.ask("rank_now", (0, 1))[1]
+    if world > 1:  # a distributed job that has not initialized its group yet: choices may differ
+        guard.warn_once("consensus: no process group", "AUTOTUNE_MODE=consensus but torch.distributed is not "
+                        f"initialized yet (world size {world} from the environment): choices made before "
+                        "init_process_group are this rank's own, timed as in auto mode")
+    else:
+        guard.warn_once(f"consensus alone: {tunable.noun}", "AUTOTUNE_MODE=consensus without a torch.distributed "
+                        f"process group: {tunable.noun} are timed by this process alone, as in auto mode",
+                        logging.INFO, scope="process")
+    return timed(epoch, tunable, "timed", for_job=world == 1)
+
+
+def _index_of(tunable: Tunable, winner: dict) -> int | None:
+    wanted = signature(winner)
+    for index, desc in enumerate(tunable.descriptors):
+        if signature(desc) == wanted:
+            return index
+    return None
