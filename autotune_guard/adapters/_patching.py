@@ -19,13 +19,17 @@ _in_force: dict[tuple[int, str], "Patch"] = {}
 class Patch:
     """One attribute replaced on ``owner``; ``undo()`` puts the original back."""
 
-    __slots__ = ("owner", "name", "original", "replacement", "had_own")
+    __slots__ = ("owner", "name", "original", "replacement", "had_own", "kept")
 
-    def __init__(self, owner, name: str, original, replacement, had_own: bool):
+    def __init__(self, owner, name: str, original, replacement, had_own: bool, kept: bool = True):
         self.owner, self.name, self.original, self.replacement, self.had_own = owner, name, original, replacement, had_own
+        self.kept = kept  # in the registry of patches in force (a shadow on an instance is not)
 
     def undo(self) -> None:
         with _lock:
+            if not self.kept:
+                self._undo_shadow()
+                return
             if _in_force.get((id(self.owner), self.name)) is not self:
                 return
             del _in_force[(id(self.owner), self.name)]
@@ -33,6 +37,15 @@ class Patch:
                 setattr(self.owner, self.name, self.original)
             else:
                 delattr(self.owner, self.name)
+
+    def _undo_shadow(self) -> None:
+        attrs = self.owner.__dict__
+        if attrs.get(self.name, _MISSING) is not self.replacement:  # replaced since: not ours to undo
+            return
+        if self.had_own:
+            attrs[self.name] = self.original
+        else:
+            del attrs[self.name]
 
 
 def patch(owner, name: str, replacement) -> Patch:
@@ -49,6 +62,16 @@ def patch(owner, name: str, replacement) -> Patch:
         setattr(owner, name, replacement)
         found = _in_force[(id(owner), name)] = Patch(owner, name, original, replacement, own is not _MISSING)
         return found
+
+
+def shadow(instance, name: str, value) -> Patch:
+    """Put ``value`` in ``instance.__dict__`` under ``name``, in front of what its class has (or
+    its own earlier value); the returned Patch undoes it. Instances come and go, so the registry
+    does not keep shadows: whoever made one keeps its Patch."""
+    attrs = instance.__dict__
+    own = attrs.get(name, _MISSING)
+    attrs[name] = value
+    return Patch(instance, name, None if own is _MISSING else own, value, own is not _MISSING, kept=False)
 
 
 def original(owner, name: str):
