@@ -1,7 +1,10 @@
 """Shared fixtures.  Every kernel in these tests runs on the CPU through Triton's interpreter."""
 
+import _posixsubprocess
+import contextlib
 import logging
 import os
+import subprocess
 
 import pytest
 
@@ -67,3 +70,49 @@ def long_claimer(request, tmp_path_factory):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+# The two tiers: `pytest -m "not slow"` runs the in-process tests (under a minute on 2 cores);
+# `pytest -m slow` the tests that start another process (a subprocess, torchrun, multiprocessing
+# workers, a fresh venv, a browser, a fork). A test is slow by its module's `pytestmark` or its own
+# `@pytest.mark.slow` (pyproject.toml registers the marker). So that the fast tier stays fast, a
+# test without the marker that starts a process fails, naming what it started.
+# subprocess keeps its own reference to fork_exec (Python 3.11+: `_fork_exec`); multiprocessing uses the module's.
+_STARTERS = ((subprocess, "_fork_exec"), (_posixsubprocess, "fork_exec"), (os, "fork"), (os, "posix_spawn"),
+             (os, "posix_spawnp"))
+
+
+@contextlib.contextmanager
+def _processes_started():
+    """Every process started (subprocess, multiprocessing's spawn and forkserver, os.fork,
+    posix_spawn) while the block runs, as short descriptions; each is still started."""
+    started, saved = [], []
+    for owner, name in _STARTERS:
+        original = getattr(owner, name, None)
+        if original is None:
+            continue
+
+        def starting(*args, _original=original, _name=name, **kwargs):
+            argv = args[0] if args and isinstance(args[0], (list, tuple)) else ()
+            started.append(" ".join(os.fsdecode(a) for a in argv)[:200] or _name)
+            return _original(*args, **kwargs)
+
+        saved.append((owner, name, original))
+        setattr(owner, name, starting)
+    try:
+        yield started
+    finally:
+        for owner, name, original in saved:
+            setattr(owner, name, original)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    if item.get_closest_marker("slow") is not None:
+        return (yield)
+    with _processes_started() as started:
+        result = yield
+    if started:
+        pytest.fail(f"{item.nodeid} started {len(started)} process(es), first {started[0]!r}: mark it "
+                    "@pytest.mark.slow (the fast tier, -m 'not slow', is the in-process tests)", pytrace=False)
+    return result

@@ -12,7 +12,11 @@ import sys
 import sysconfig
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
+
 from support import REPO, TESTS, clean_env, last_json, rank_file, run_python, torchrun
+
+pytestmark = pytest.mark.slow  # every test here starts a process (conftest.py: the slow tier)
 
 # What a cold interpreter has loaded of the guard and its heavy dependencies.
 LOADED = "sorted(m for m in sys.modules if m.split('.')[0] in ('autotune_guard', 'wrapt', 'dotenv'))"

@@ -173,6 +173,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow
 def test_decide_one_tunes_the_others_follow_with_4_requests_and_every_failure_is_named():
     out = last_json(run_python(DECIDE_RUN, env=env_for()).stdout)
     assert out["job_store"] == "None"
@@ -258,6 +259,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow
 def test_a_rank_behind_the_claimer_learns_its_winners_in_one_batch():
     out = last_json(run_python(BATCH_RUN, env=env_for()).stdout)
     assert [f[:2] for f in out["follow"]] == [[1, False]] * 8  # BLOCK=64 everywhere, tuned nowhere
@@ -277,6 +279,7 @@ def test_a_rank_behind_the_claimer_learns_its_winners_in_one_batch():
 
 # --- a real job: agreement, one timing pass per key, uneven coverage, records ------------------
 
+@pytest.mark.slow
 def test_ranks_agree_and_the_job_times_each_key_once(tmp_path):
     """3 gloo ranks; random timers; keys met in rotated orders by two threads per rank, a key per
     rank alone, a key on even ranks only; a control kernel left to Triton shows the ranks would
@@ -384,6 +387,7 @@ def _waiter(tmp_path, rank):
     return json.loads((tmp_path / f"rank{rank}.json").read_text())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point", ["kill_after_claim", "kill", "kill_before_publish", "publish_fails"])
 def test_a_claimer_that_dies_or_fails_at_any_point_is_named_within_seconds(tmp_path, point):
     """The timeout is 60 s: the waiters learn from the claimer's stopped heartbeat, not from it."""
@@ -403,6 +407,7 @@ def test_a_claimer_that_dies_or_fails_at_any_point_is_named_within_seconds(tmp_p
         assert result["seconds"] < 5, result
 
 
+@pytest.mark.slow
 def test_a_dead_store_host_fails_the_waiters_at_once(tmp_path):
     """The claimer is rank 0, which hosts the Store: the waiters lose the Store itself and say so
     immediately rather than polling a dead Store until the timeout."""
@@ -415,6 +420,7 @@ def test_a_dead_store_host_fails_the_waiters_at_once(tmp_path):
         assert result["seconds"] < 10
 
 
+@pytest.mark.slow
 def test_a_hung_claimer_under_torchrun_fails_the_waiters_within_the_timeout(tmp_path):
     """torchrun's agent hosts the Store here, as in production; rank 1 hangs in its timer."""
     proc = torchrun(os.path.join(PROGS, "consensus_claimer_lost.py"), 3, args=[str(tmp_path), "hang"],
@@ -449,6 +455,7 @@ print(json.dumps({"ok": ok, "timer_calls": len(demo.TIMER_CALLS), "log": autotun
 """
 
 
+@pytest.mark.slow
 def test_without_a_process_group_consensus_times_like_auto_and_says_so_once(tmp_path):
     proc = run_python(ALONE_RUN, env=env_for(AUTOTUNE_RECORD_PATH=tmp_path / "rec"))
     out = last_json(proc.stdout)
@@ -462,6 +469,7 @@ def test_without_a_process_group_consensus_times_like_auto_and_says_so_once(tmp_
     assert len(entries) == 3 and all(e["how"] == "timed" and e["timings"] for e in entries)
 
 
+@pytest.mark.slow
 def test_a_distributed_job_before_init_process_group_is_warned_about(tmp_path):
     code = "import torch\nfrom kernels import demo\ndemo.add(torch.ones(64), torch.ones(64))\n"
     proc = run_python(code, env=env_for(RANK=1, WORLD_SIZE=4))
@@ -471,6 +479,7 @@ def test_a_distributed_job_before_init_process_group_is_warned_about(tmp_path):
 
 # --- a restarted job starts clean ------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_after_the_claimer_is_sigkilled_a_max_restarts_restart_tunes_agrees_and_finishes(tmp_path):
     start = time.monotonic()
     proc = torchrun(os.path.join(PROGS, "consensus_restart.py"), 2, args=[str(tmp_path)], timeout=240,

@@ -87,6 +87,7 @@ def two_runs(tmp_path_factory):
     return {"dir": table_dir, "first": first, "second": second, "table_after_first": table_after_first}
 
 
+@pytest.mark.slow
 def test_the_first_run_tunes_each_key_once_for_the_job_and_the_next_pins_them_all(two_runs):
     first, second = two_runs["first"], two_runs["second"]
     keys = job_keys(first)  # add 1000, 2000, scale 500 on both ranks; add 7000 on rank 0 alone, 7001 on rank 1
@@ -115,6 +116,7 @@ def configs(choices: dict) -> dict:
     return {entry: text.rpartition(";")[0] for entry, text in choices.items()}
 
 
+@pytest.mark.slow
 def test_each_entry_names_the_job_that_added_it_and_report_show_says_so(two_runs):
     table = read_table(two_runs["dir"])
     runs = {who["run_id"] for keys in table[tables.ADDED].values() for who in keys.values()}
@@ -142,6 +144,7 @@ def test_each_entry_names_the_job_that_added_it_and_report_show_says_so(two_runs
     assert all(row["choices"][0]["added_by"].startswith("added by run torchelastic:") for row in rows)
 
 
+@pytest.mark.slow
 def test_two_jobs_growing_one_table_at_once_lose_nothing(tmp_path):
     table_dir = tmp_path / "tables"
     table_dir.mkdir()
@@ -187,6 +190,7 @@ GROW = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_processes_adding_to_one_table_at_once_lose_no_entry(tmp_path):
     # Four processes, 40 writes each, all at once: without the lock a re-read would miss another's
     # rename and lose its entries; the one key all of them add keeps its first writer's value.
@@ -207,6 +211,7 @@ def test_processes_adding_to_one_table_at_once_lose_no_entry(tmp_path):
 PROBE = "import triton; print('imported')"
 
 
+@pytest.mark.slow
 def test_a_table_directory_that_cannot_be_written_fails_at_start_up_naming_the_setting():
     # /proc is a directory that refuses new files even to root.
     proc = run_python(PROBE, env=env_for("/proc"), check=False)
@@ -214,6 +219,7 @@ def test_a_table_directory_that_cannot_be_written_fails_at_start_up_naming_the_s
     assert "AUTOTUNE_TABLE_PATH='/proc'" in proc.stderr and "cannot write files in /proc" in proc.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a chmod 0o500 directory; /proc covers root above")
 def test_a_read_only_table_directory_fails_at_start_up(tmp_path):
     table_dir = tmp_path / "tables"
@@ -238,6 +244,7 @@ ALONE = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_a_table_file_is_pinned_from_and_nowhere_to_write_is_said_once(tmp_path):
     table = tmp_path / "interpret.json"
     table.write_text(json.dumps({"format": schema.TABLE_FORMAT, "arch": "interpret", "kernels": {
@@ -252,6 +259,7 @@ def test_a_table_file_is_pinned_from_and_nowhere_to_write_is_said_once(tmp_path)
     assert table.read_text() == before and os.listdir(tmp_path) == ["interpret.json"]
 
 
+@pytest.mark.slow
 def test_a_job_of_one_process_grows_its_table_too(tmp_path):
     first = run_python(ALONE, env=env_for(tmp_path))
     assert json.loads(first.stdout.strip().splitlines()[-1])["timer_calls"] == 16

@@ -18,6 +18,8 @@ from support import TESTS, clean_env, last_json, rank_file, rank_files, torchrun
 
 from autotune_guard.core import schema as files
 
+pytestmark = pytest.mark.slow  # every test here starts a process (conftest.py: the slow tier)
+
 PROGS = os.path.join(TESTS, "progs")
 _RANK_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_JOB_ID",
               "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT")

@@ -8,10 +8,14 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 from support import TESTS, clean_env, rank_file
 
 from autotune_guard.core import schema
 from autotune_guard.core.jsonfile import read_journal
+
+pytestmark = pytest.mark.slow  # every test here starts a process (conftest.py: the slow tier)
 
 PROGS = os.path.join(TESTS, "progs")
 KEYS = 300  # a record of 300 entries is far past the size kept whole (16 KiB)

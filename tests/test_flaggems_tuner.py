@@ -52,6 +52,7 @@ def test_pinned_times_nothing_and_reads_no_database(guard, libtuner, ag_log):
     assert not [m for m in ag_log.messages() if "not govern" in m or "overrides run()" in m]
 
 
+@pytest.mark.slow
 def test_cold_pinned_processes_agree_and_never_time(tmp_path):
     results = [_job(tmp_path, AUTOTUNE_MODE="pinned") for _ in range(3)]
     assert {r["hash"] for r in results} == {results[0]["hash"]}
@@ -64,6 +65,7 @@ def test_cold_pinned_processes_agree_and_never_time(tmp_path):
     assert plain["timer_calls"] == 12 and plain["choices"] == {}
 
 
+@pytest.mark.slow
 def test_record_merge_pinned_round_trip(tmp_path, capsys):
     from autotune_guard import report
     from autotune_guard.core import schema
@@ -87,6 +89,7 @@ def test_record_merge_pinned_round_trip(tmp_path, capsys):
         assert run["choices"] == {k: v.replace(";timed", ";pinned") for k, v in recorded["choices"].items()}
 
 
+@pytest.mark.slow
 def test_auto_takes_the_librarys_stored_timings_not_its_stored_winner(tmp_path):
     first = _job(tmp_path, AUTOTUNE_MODE="auto")
     second = _job(tmp_path, AUTOTUNE_MODE="auto")
@@ -94,6 +97,7 @@ def test_auto_takes_the_librarys_stored_timings_not_its_stored_winner(tmp_path):
     assert second["choices"] == first["choices"] and all(v.endswith(";timed") for v in first["choices"].values())
 
 
+@pytest.mark.slow
 def test_consensus_tunes_once_per_job(tmp_path):
     out = tmp_path / "out"
     out.mkdir()

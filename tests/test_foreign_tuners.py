@@ -6,6 +6,8 @@ import pytest
 
 from support import clean_env, run_python
 
+pytestmark = pytest.mark.slow  # every test here starts a process (conftest.py: the slow tier)
+
 LAUNCH_BOTH = """
 import kernels.custom_tuners as ct, kernels.demo as demo
 import torch

@@ -180,6 +180,7 @@ SPECIFIC = {
 }
 
 
+@pytest.mark.slow
 def test_the_issues_cases_in_a_real_process(tmp_path):
     """As the issue reported them, through ``python -m``: one line naming the file, exit 2."""
     paths = []
@@ -202,6 +203,7 @@ def test_the_issues_cases_in_a_real_process(tmp_path):
                                     text=True, timeout=60, env=clean_env()).stderr
 
 
+@pytest.mark.slow
 def test_hostile_tables_on_the_path_are_skipped_by_a_pinned_program(tmp_path):
     hostile = {
         "deep.json": DEEP,

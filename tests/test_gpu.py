@@ -26,10 +26,10 @@ def _cuda_device():
         return False
 
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     not _cuda_device(),
     reason="no CUDA GPU on this machine: the GPU tier runs real kernels (bash scripts/run_gpu_bench.sh on a GPU machine)",
-)
+)]
 
 ROWSUM = "gpu_kernels.rowsum_body"
 ADD = "gpu_kernels.add_body"

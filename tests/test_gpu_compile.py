@@ -21,8 +21,8 @@ try:
 except Exception:
     HAS_CUDA = False
 
-pytestmark = pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU: torch.compile of Triton kernels needs one "
-                                "(bash scripts/run_gpu_bench.sh on a GPU machine)")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU: torch.compile of Triton kernels needs one "
+                                "(bash scripts/run_gpu_bench.sh on a GPU machine)")]
 
 PROG = os.path.join(TESTS, "progs", "compiled_rowsum.py")
 ROWSUM = "kernels.compiled.row_sum"

@@ -20,8 +20,8 @@ try:
 except Exception:
     HAS_CUDA = False
 
-pytestmark = pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU: max-autotune's Triton GEMM templates need one "
-                                "(scripts/gpu/templates_proof.py on a GPU machine)")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU: max-autotune's Triton GEMM templates need one "
+                                "(scripts/gpu/templates_proof.py on a GPU machine)")]
 
 PROOF = os.path.join(os.path.dirname(TESTS), "scripts", "gpu", "templates_proof.py")
 

@@ -18,6 +18,8 @@ from test_evidence import env_for, read, report
 
 from autotune_guard.core import schema
 
+pytestmark = pytest.mark.slow  # every test here starts a process (conftest.py: the slow tier)
+
 NOBODY = 65534
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as a second user")
 

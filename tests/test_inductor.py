@@ -335,6 +335,7 @@ def test_a_kernel_tuned_under_one_policy_notes_nothing_under_the_next(patched, g
     assert not [k for k in choice_log() if k.startswith(USER)]
 
 
+@pytest.mark.slow
 def test_the_compiled_launch_benchmark_runs():
     # scripts/bench_compiled_launch.py drives this adapter from generated-wrapper-shaped modules; it
     # asserts the pinned config, no wrapper for a literal key and the wrapper for a symbolic one.

@@ -55,6 +55,7 @@ def result_of(proc):
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_record_merge_then_pinned_makes_no_benchmark_and_the_recorded_choice(tmp_path):
     recorded = result_of(compile_in_a_cold_process(tmp_path, "record", AUTOTUNE_MODE="record",
                                                    AUTOTUNE_RECORD_PATH=tmp_path / "rec"))
@@ -78,12 +79,14 @@ def test_record_merge_then_pinned_makes_no_benchmark_and_the_recorded_choice(tmp
     assert pinned["hash"] == recorded["hash"] and not pinned["ungoverned"]
 
 
+@pytest.mark.slow
 def test_pinned_with_on_miss_error_refuses_a_selection_with_no_entry(tmp_path):
     proc = compile_in_a_cold_process(tmp_path, "refused", AUTOTUNE_MODE="pinned", AUTOTUNE_ON_MISS="error")
     assert proc.returncode != 0
     assert f"kernel {KERNEL} key ([('cpu'" in proc.stderr and "no table entry and AUTOTUNE_ON_MISS=error" in proc.stderr
 
 
+@pytest.mark.slow
 def test_pinned_without_an_entry_takes_inductors_deterministic_choice_untimed_and_says_so(tmp_path):
     proc = compile_in_a_cold_process(tmp_path, "default", AUTOTUNE_MODE="pinned")
     result = result_of(proc)

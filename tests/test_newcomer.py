@@ -11,6 +11,8 @@ import pytest
 from support import TESTS, clean_env, last_json, run_python, torchrun
 from test_pinned import interpret_table
 
+pytestmark = pytest.mark.slow  # every test here starts a process (conftest.py: the slow tier)
+
 RUN = """
 import json, torch, autotune_guard
 from kernels import demo

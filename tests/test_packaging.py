@@ -9,10 +9,14 @@ import subprocess
 import sys
 import zipfile
 
+import pytest
+
 from support import REPO, clean_env
 from test_activation import _copy_repo, _fresh_venv, _pip
 
 from autotune_guard.core import schema
+
+pytestmark = pytest.mark.slow  # every test here starts a process (conftest.py: the slow tier)
 
 
 def _wheel(tmp_path):

@@ -51,6 +51,7 @@ print(json.dumps({"timer_calls": len(demo.TIMER_CALLS), "log": autotune_guard.ch
 """
 
 
+@pytest.mark.slow
 def test_pinned_is_identical_across_cold_processes_and_auto_is_not():
     runs = [("pinned", i) for i in range(3)] + [("auto", i) for i in range(3)]
     with ThreadPoolExecutor(max_workers=3) as pool:
@@ -110,6 +111,7 @@ def _check_table_choices(log):
     assert log[entry("kernels.spine.copy_kernel", unary_key(100))].startswith("BLOCK=16,")
 
 
+@pytest.mark.slow
 def test_table_entries_are_obeyed_from_a_table_directory(tmp_path):
     (tmp_path / "interpret.json").write_text(json.dumps(TABLE))
     # Another arch's table in the same directory is not read.
@@ -152,6 +154,7 @@ print(json.dumps({"demo_timer": len(demo.TIMER_CALLS), "spine_timer": len(spine.
 """
 
 
+@pytest.mark.slow
 def test_scope_modules_and_config_invariant_leave_the_rest_to_timing():
     env = clean_env(AUTOTUNE_MODE="pinned", AUTOTUNE_MODULES="kernels.spine",
                     AUTOTUNE_CONFIG_INVARIANT="kernels.spine.hooked_body", AUTOTUNE_BLOCK_SIZES="BLOCK=32")
@@ -178,6 +181,7 @@ print(json.dumps({"log": autotune_guard.choice_log(), "digest": autotune_guard.c
 """
 
 
+@pytest.mark.slow
 def test_enumerate_exit_line_and_digest_file(tmp_path):
     prefix = tmp_path / "runs" / "choices"
     env = clean_env(AUTOTUNE_MODE="pinned", AUTOTUNE_ENUMERATE="1", AUTOTUNE_DIGEST_PATH=str(prefix),

@@ -163,6 +163,7 @@ def _bad_value_run(env_overrides, cwd):
     return run_python(code, env=clean_env(**env_overrides), check=False, cwd=cwd, timeout=120)
 
 
+@pytest.mark.slow
 def test_every_bad_value_fails_the_import_of_triton(tmp_path):
     with ThreadPoolExecutor(max_workers=4) as pool:
         procs = list(pool.map(lambda row: _bad_value_run(row[0], tmp_path), BAD))
@@ -189,11 +190,13 @@ def test_every_bad_value_fails_the_import_of_triton(tmp_path):
     assert not problems, "\n".join(problems)
 
 
+@pytest.mark.slow
 def test_a_bad_value_does_not_stop_a_program_that_never_imports_triton():
     proc = run_python("import json; print(json.dumps(1))", env=clean_env(AUTOTUNE_MODE="pined"))
     assert proc.returncode == 0 and proc.stderr == ""
 
 
+@pytest.mark.slow
 def test_a_retried_import_fails_again_and_a_fixed_setting_then_guards():
     code = """
 import json, os, sys
@@ -254,6 +257,7 @@ def test_a_bad_value_in_the_env_file_names_it(tmp_path):
         policy_from_environment({"AUTOTUNE_ENV_FILE": str(env_file)})
 
 
+@pytest.mark.slow
 def test_env_file_in_a_cold_process_and_no_implicit_dot_env(tmp_path):
     env_file = tmp_path / "job.env"
     env_file.write_text(ENV_FILE_TEXT)

@@ -6,7 +6,11 @@ of their own, changed between cold processes, under TRITON_INTERPRET=1."""
 import os
 import textwrap
 
+import pytest
+
 from support import clean_env, rank_file, run_python
+
+pytestmark = pytest.mark.slow  # every test here starts a process (conftest.py: the slow tier)
 
 KERNEL = "stale_kernels.scale_body"
 BODY = "tl.load(x_ptr + offs, mask=mask) * 2"

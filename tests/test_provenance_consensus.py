@@ -148,6 +148,7 @@ def restore(grown):
     (grown["root"] / "tables" / "interpret.json").write_text(grown["table"])
 
 
+@pytest.mark.slow
 def test_a_grown_table_carries_each_kernels_provenance_and_show_prints_it(grown, capsys):
     import triton
 
@@ -167,6 +168,7 @@ def test_a_grown_table_carries_each_kernels_provenance_and_show_prints_it(grown,
     assert f"triton {triton.__version__}, device interpret" in shown
 
 
+@pytest.mark.slow
 def test_the_same_kernel_in_a_later_job_is_named_nowhere(grown, restore):
     proc, ranks = _job(grown["root"], "same", "100,300")
     assert STALE not in proc.stderr and configs(ranks[0]["choices"]) == configs(grown["first"][0]["choices"])
@@ -178,6 +180,7 @@ def configs(choices: dict) -> dict:
     return {entry: text.rpartition(";")[0] for entry, text in choices.items()}
 
 
+@pytest.mark.slow
 def test_consensus_names_a_changed_kernel_on_each_rank_and_adds_none_of_its_winners(grown, restore):
     root = grown["root"]
     _version(root, body=BODY + " + 0")  # the source changed
@@ -197,6 +200,7 @@ def test_consensus_names_a_changed_kernel_on_each_rank_and_adds_none_of_its_winn
     assert len(left_out) == 1 and "its source changed" in left_out[0] and KERNEL in left_out[0]
 
 
+@pytest.mark.slow
 def test_consensus_refuses_a_changed_kernel_with_on_miss_error_on_every_rank(grown, restore):
     root = grown["root"]
     _version(root, blocks=(16, 32, 64))  # a candidate added
@@ -209,6 +213,7 @@ def test_consensus_refuses_a_changed_kernel_with_on_miss_error_on_every_rank(gro
     assert (root / "tables" / "interpret.json").read_text() == grown["table"]
 
 
+@pytest.mark.slow
 def test_pinned_mode_names_and_refuses_a_changed_kernel_on_a_grown_table(grown, restore):
     root = grown["root"]
     pinned = dict(AUTOTUNE_MODE="pinned", AUTOTUNE_TABLE_PATH=root / "tables")
@@ -225,6 +230,7 @@ def test_pinned_mode_names_and_refuses_a_changed_kernel_on_a_grown_table(grown, 
     assert "its candidate list changed" in refused.stderr and "refused with AUTOTUNE_ON_MISS=error" in refused.stderr
 
 
+@pytest.mark.slow
 def test_consensus_on_miss_error_without_a_table_is_still_said_to_be_ignored(tmp_path):
     proc = run_python("import triton", env=clean_env(AUTOTUNE_MODE="consensus", AUTOTUNE_ON_MISS="error"))
     assert "AUTOTUNE_ON_MISS=error has an effect in pinned mode only" in proc.stderr
@@ -256,6 +262,7 @@ def test_a_kernel_whose_entries_were_deleted_takes_this_jobs_provenance(guard, a
     assert set(table["kernels"]["m.k"]) == {"2"} and table[tables.PROVENANCE]["m.k"] == new
 
 
+@pytest.mark.slow
 def test_a_libtuners_grown_table_is_named_and_refused_once_the_kernel_changes(tmp_path):
     (tmp_path / "lib_worker.py").write_text(_worker(LIB_LAUNCH, 3))
     (tmp_path / "tables").mkdir()

@@ -20,6 +20,8 @@ import pytest
 from realistic import KERNEL, can_unshare, hand_job, torchrun_job
 from support import clean_env
 
+pytestmark = pytest.mark.slow  # every test here starts a process (conftest.py: the slow tier)
+
 def report(*args, env=None):
     proc = subprocess.run([sys.executable, "-m", "autotune_guard.report", *map(str, args)], env=env or clean_env(),
                           capture_output=True, text=True, timeout=300)

@@ -47,6 +47,7 @@ def log_as_records(log):
     return found
 
 
+@pytest.mark.slow
 def test_record_report_merge_pin_end_to_end(tmp_path):
     """Two gloo ranks record; report show lists every kernel/key; merge makes a table; two pinned
     ranks with AUTOTUNE_ON_MISS=error and that table run the table's configs without timing."""
@@ -111,6 +112,7 @@ def test_record_report_merge_pin_end_to_end(tmp_path):
         assert all(value.endswith(";pinned") for value in result["log"].values())
 
 
+@pytest.mark.slow
 def test_sigkilled_rank_leaves_its_choices_on_disk(tmp_path):
     rec = tmp_path / "rec"
     proc = subprocess.Popen([sys.executable, os.path.join(PROGS, "record_killed.py")],
@@ -145,6 +147,7 @@ def test_sigkilled_rank_leaves_its_choices_on_disk(tmp_path):
     assert {(k, key) for k, es in table["kernels"].items() for key in es} == KEYS
 
 
+@pytest.mark.slow
 def test_record_details(tmp_path):
     """Timings go to the key they were measured for; a disk-cache winner is recorded untimed;
     (the rank in file names: test_evidence.py)."""
@@ -177,6 +180,7 @@ BAD_PATHS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variable", ["AUTOTUNE_RECORD_PATH", "AUTOTUNE_DIGEST_PATH"])
 def test_bad_file_prefix_refused_at_import_triton(tmp_path, variable):
     (tmp_path / "afile").write_text("x")
@@ -195,6 +199,7 @@ def test_bad_file_prefix_refused_at_import_triton(tmp_path, variable):
     assert os.listdir(tmp_path) == ["afile"]  # nothing created, no probe file left
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a chmod 0o500 directory; /proc covers root above")
 def test_read_only_directory_refused_at_import_triton(tmp_path):
     locked = tmp_path / "locked"
@@ -207,6 +212,7 @@ def test_read_only_directory_refused_at_import_triton(tmp_path):
     assert proc.returncode != 0 and "cannot write files in" in proc.stderr
 
 
+@pytest.mark.slow
 def test_files_are_readable_like_any_file_the_user_writes(tmp_path):
     """Atomic writes go through mkstemp (mode 0600); records and tables must get the umask's mode."""
     proc = run_python(

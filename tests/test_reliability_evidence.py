@@ -19,6 +19,8 @@ import pytest
 from support import TESTS, rank_file, rank_files, torchrun
 from test_evidence import env_for, read, report
 
+pytestmark = pytest.mark.slow  # every test here starts a process (conftest.py: the slow tier)
+
 PROGS = os.path.join(TESTS, "progs")
 NOBODY = 65534
 

@@ -50,6 +50,7 @@ def shipped(tmp_path_factory):
 
 # --- 1. settings set inside the program ----------------------------------------------------------
 
+@pytest.mark.slow
 def test_the_inactive_start_imports_nothing_and_puts_one_name_check_on_meta_path(shipped):
     code = """
 import json, sys
@@ -74,6 +75,7 @@ print("launched", flush=True)
 """
 
 
+@pytest.mark.slow
 def test_settings_set_in_the_program_before_triton_are_honoured(shipped):
     proc = run_python(PINNED_IN_PROGRAM, python=shipped, env=clean_env(), check=False)
     assert "launching" in proc.stdout and "launched" not in proc.stdout, (proc.stdout, proc.stderr)
@@ -83,6 +85,7 @@ def test_settings_set_in_the_program_before_triton_are_honoured(shipped):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_settings_set_in_the_program_before_torch_reach_the_policy(shipped):
     code = """
 import json, os
@@ -100,6 +103,7 @@ print(json.dumps({"mode": autotune_guard.active_policy().mode, "log": autotune_g
     assert [v.split(",")[0] for v in result["log"].values()] == ["BLOCK=32"], result["log"]
 
 
+@pytest.mark.slow
 def test_a_lookup_of_triton_before_the_program_sets_its_settings_keeps_them_for_the_import(shipped):
     # transformers and accelerate look Triton up (find_spec) at their import: that is not the import
     lookup = "import importlib.util\nassert importlib.util.find_spec('triton') and importlib.util.find_spec('torch')\n"
@@ -123,6 +127,7 @@ def test_a_lookup_of_triton_before_the_program_sets_its_settings_keeps_them_for_
     assert "refused: kernel kernels.demo.add_kernel" in nested.stderr and "launched" not in nested.stdout, nested.stderr
 
 
+@pytest.mark.slow
 def test_settings_set_after_triton_was_imported_are_named_once(shipped):
     code = """
 import os
@@ -146,6 +151,7 @@ print("done")
 NEVER = "AUTOTUNE_VERIFY_EVERY=5 but no check ran: the program called torch.distributed.barrier 2 times"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strict", [False, True])
 def test_a_cadence_that_never_fired_is_named_at_exit(strict):
     env = clean_env(AUTOTUNE_MODE="pinned", AUTOTUNE_CHAOS=1, AUTOTUNE_VERIFY_EVERY=5,
@@ -163,6 +169,7 @@ def test_a_cadence_that_never_fired_is_named_at_exit(strict):
         assert "maybe_verify_choices" in lines[0]
 
 
+@pytest.mark.slow
 def test_a_cadence_that_fired_says_nothing_at_exit():
     env = clean_env(AUTOTUNE_MODE="pinned", AUTOTUNE_VERIFY_EVERY=2, AUTOTUNE_VERIFY_STRICT=1)
     proc = torchrun(os.path.join(PROGS, "allreduce_only.py"), 2, env=env, args=("2", "2"))
@@ -171,6 +178,7 @@ def test_a_cadence_that_fired_says_nothing_at_exit():
 
 # --- 3. a bad setting: one short message ----------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_bad_setting_is_one_short_message_and_a_caller_still_catches_it():
     proc = run_python("import triton", env=clean_env(AUTOTUNE_MODE="pined"), check=False)
     assert proc.returncode == 1
@@ -193,6 +201,7 @@ except Exception as exc:
     assert "Traceback" in full.stderr and "PolicyError: AUTOTUNE_MODE='pined'" in full.stderr
 
 
+@pytest.mark.slow
 def test_a_bad_setting_under_torchrun_shows_no_worker_traceback(tmp_path):
     script = tmp_path / "imports_triton.py"
     script.write_text("import torch.distributed\nimport triton\n")
@@ -204,6 +213,7 @@ def test_a_bad_setting_under_torchrun_shows_no_worker_traceback(tmp_path):
     assert "activation.py" not in proc.stderr and "wrapt/importer.py" not in proc.stderr, proc.stderr
 
 
+@pytest.mark.slow
 def test_an_uncaught_error_of_the_program_keeps_its_traceback():
     proc = run_python("import triton\nraise KeyError('the program')", env=clean_env(AUTOTUNE_MODE="pinned"),
                       check=False)
@@ -231,6 +241,7 @@ def copy_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
 '''
 
 
+@pytest.mark.slow
 def test_a_timing_mode_without_a_gpu_says_what_works(tmp_path):
     (tmp_path / "no_timer.py").write_text(NO_TIMER_KERNEL)
     code = """
@@ -254,6 +265,7 @@ no_timer.copy_kernel[lambda meta: (triton.cdiv(100, meta["BLOCK"]),)](x, torch.e
     assert "active drivers" not in pinned.stderr
 
 
+@pytest.mark.slow
 def test_the_interpreter_without_numpy_is_named_once_at_activation():
     code = "import sys\nsys.modules['numpy'] = None  # numpy cannot be imported\nimport triton\nprint('imported')"
     proc = run_python(code, env=clean_env(AUTOTUNE_MODE="pinned"), check=False)
@@ -342,6 +354,7 @@ def test_an_env_file_that_is_a_directory_or_a_fifo_is_named_and_never_waited_on(
         read_env_file(str(tmp_path / "absent.env"))
 
 
+@pytest.mark.slow
 def test_an_env_file_that_is_a_fifo_fails_the_import_of_triton_at_once(tmp_path):
     fifo = tmp_path / "job.env"
     os.mkfifo(fifo)
@@ -374,6 +387,7 @@ print("large shape ran", flush=True)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("on_miss", ["error", "min_cost"])
 def test_a_real_kernel_pruned_to_nothing_names_its_own_pruning(on_miss):
     proc = run_python(PRUNED_TO_NOTHING, env=clean_env(AUTOTUNE_MODE="pinned", AUTOTUNE_ON_MISS=on_miss,
@@ -388,6 +402,7 @@ def test_a_real_kernel_pruned_to_nothing_names_its_own_pruning(on_miss):
     assert "no table entry" not in proc.stderr, proc.stderr
 
 
+@pytest.mark.slow
 def test_a_retried_import_after_a_bad_setting_fails_again_never_unguarded():
     code = """
 for attempt in (1, 2):

@@ -341,6 +341,7 @@ def test_missing_inputs(capsys, tmp_path):
     assert run(capsys)[0] == 2  # no arguments at all: usage, exit 2
 
 
+@pytest.mark.slow
 def test_as_a_module_bad_input_has_no_traceback(tmp_path):
     bad = tmp_path / "bad.rank0.json"
     bad.write_text(_good_record_text()[:100])

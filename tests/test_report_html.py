@@ -56,6 +56,7 @@ def cli(*argv, cwd=None):
                           capture_output=True, text=True, timeout=120, cwd=cwd)
 
 
+@pytest.mark.slow
 def test_the_page_of_a_real_3_rank_run_in_headless_chromium(tmp_path):
     results = tmp_path / "results"
     results.mkdir()
@@ -181,6 +182,7 @@ def test_a_page_of_1024_ranks_by_2000_keys_stays_small():
 LONG_KEY = "4096,4096,4096,torch.float16,torch.float16,torch.float32,True,False,row_major,split_k=1,stages=auto"
 
 
+@pytest.mark.slow
 def test_the_pages_letters_ties_headers_axis_and_legend_in_headless_chromium(tmp_path):
     # 4 ranks: key A (a long key) 3 for BLOCK 32 and rank 3 for 64; key B a 2-2 tie (16 / 64); key C
     # all 64. Per key, the letters are the text report's (64 is b on A and a on C); on the tie nobody

@@ -18,6 +18,8 @@ import triton
 
 from support import clean_env, last_json, run_python
 
+pytestmark = pytest.mark.slow  # every test here starts a process (conftest.py: the slow tier)
+
 F32 = "torch.float32"
 
 

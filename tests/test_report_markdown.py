@@ -66,6 +66,7 @@ demo.scale(x, 2.0)
 """
 
 
+@pytest.mark.slow
 def test_show_reads_a_table_merged_from_a_real_record(tmp_path):
     run_python(RECORD_ONE, env=clean_env(AUTOTUNE_RECORD_PATH=str(tmp_path / "rec")))
     assert cli("merge", tmp_path / "rec", "-o", tmp_path / "interpret.json")[0] == 0
@@ -167,6 +168,7 @@ def _many_keys(tmp_path, prefix, disagree):
     return tmp_path / prefix
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("argv", [("show", "--check"), ("show", "--check", "--format", "markdown"),
                                   ("show", "--check", "--json"), ("diff", "--check")])
 def test_check_status_survives_a_reader_that_left(tmp_path, argv):

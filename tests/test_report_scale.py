@@ -126,7 +126,7 @@ def reference_keys(sources):
     return found
 
 
-JOBS = pytest.mark.parametrize("jobs", ["1", "2"])  # read here, and on two worker processes
+JOBS = pytest.mark.parametrize("jobs", ["1", pytest.param("2", marks=pytest.mark.slow)])  # here; on 2 worker processes
 
 
 @JOBS
@@ -187,6 +187,7 @@ def test_merge_of_many_files_votes_as_the_whole_files_say(capsys, many, tmp_path
             for k, e in merged.items()} == expected
 
 
+@pytest.mark.slow
 def test_merge_by_fastest_on_workers_is_what_one_process_merges(capsys, many, tmp_path):
     tables = {}
     for jobs, rule in (("1", "fastest"), ("2", "fastest"), ("1", "vote")):
@@ -199,6 +200,7 @@ def test_merge_by_fastest_on_workers_is_what_one_process_merges(capsys, many, tm
     assert tables["fastest", "1"]["kernels"] != tables["vote", "1"]["kernels"]  # Triton's times decided some keys
 
 
+@pytest.mark.slow
 def test_workers_read_in_other_processes_and_send_back_in_order(many, tmp_path):
     """Each worker leaves a mark per file it read (``whole_files.marking_digest``); the reading
     process reads none itself, and what comes back is in the files' order."""
@@ -213,6 +215,7 @@ def test_workers_read_in_other_processes_and_send_back_in_order(many, tmp_path):
     assert len(sources) == 41
 
 
+@pytest.mark.slow
 def test_a_worker_that_dies_is_named_with_the_file_it_held(capsys, many, tmp_path):
     folded = rows_module.Rows()
     folded.digest = whole_files.dying_digest

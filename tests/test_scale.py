@@ -10,6 +10,8 @@ import subprocess
 import sys
 import threading
 
+import pytest
+
 from support import TESTS, clean_env
 
 from autotune_guard.adapters.distributed.tree import children_of, depth, parent_of
@@ -53,6 +55,7 @@ def test_the_tree_spans_the_group_with_log_depth_and_degree():
         assert degree <= depth(size) + 1 and depth(size) == (size - 1).bit_length()
 
 
+@pytest.mark.slow
 def test_verification_across_two_nodes_names_the_ranks_of_each_value():
     # Node 1 runs chaos (each rank a different config), node 0 the pinned one: the check, over
     # the guard's tree across both torchrun agents, names ranks 0,1 and each rank of node 1.
@@ -72,6 +75,7 @@ def test_verification_across_two_nodes_names_the_ranks_of_each_value():
         assert "barrier 2 of this group: nothing new" in runs[node][2]
 
 
+@pytest.mark.slow
 def test_consensus_on_two_nodes_decides_once_with_one_rank_per_node_on_the_job_store(tmp_path):
     env = clean_env(AUTOTUNE_MODE="consensus")
     runs = two_nodes(os.path.join(PROGS, "consensus_nodes.py"), [str(tmp_path)], [env, env])
@@ -93,6 +97,7 @@ def test_consensus_on_two_nodes_decides_once_with_one_rank_per_node_on_the_job_s
     assert sum(r["job_requests"] == 0 for r in ranks) >= 1
 
 
+@pytest.mark.slow
 def test_a_killed_node_leader_is_named_on_both_nodes_within_seconds(tmp_path):
     """Rank 2, the first rank of node 1, claims the job's tuning and is SIGKILLed in its timer:
     its node's follower (through the node's Store) and both ranks of node 0 (through the job's

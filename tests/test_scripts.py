@@ -8,7 +8,11 @@ drive the scripts' own decisions with stand-in interpreters, so they need no net
 import os
 import subprocess
 
+import pytest
+
 from support import REPO
+
+pytestmark = pytest.mark.slow  # every test here starts a process (conftest.py: the slow tier)
 
 VENV_SH = os.path.join(REPO, "scripts", "venv.sh")
 

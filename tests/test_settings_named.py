@@ -41,6 +41,7 @@ def test_the_rule_for_unknown_names():
         assert policy_from_settings({foreign: "x"}).foreign == (foreign,)
 
 
+@pytest.mark.slow
 def test_another_tools_variable_is_a_notice_not_a_broken_triton():
     proc = run_python(RUN_DEMO, env=clean_env(AUTOTUNE_CACHE_DIR="/tmp/x"))
     assert last_json(proc.stdout)["mode"] == "auto"
@@ -48,6 +49,7 @@ def test_another_tools_variable_is_a_notice_not_a_broken_triton():
     assert len(notices) == 1 and "not autotune_guard settings" in notices[0]
 
 
+@pytest.mark.slow
 def test_settings_of_another_mode_are_named_at_start_up(tmp_path):
     (tmp_path / "t").mkdir()
     cases = {
@@ -80,6 +82,7 @@ def test_settings_of_another_mode_are_named_at_start_up(tmp_path):
     assert any("AUTOTUNE_ON_MISS=error has an effect in pinned mode only" in line for line in guard_lines(proc.stderr))
 
 
+@pytest.mark.slow
 def test_env_file_lines_dotenv_would_skip_or_empty_are_errors(tmp_path, monkeypatch):
     env_file = tmp_path / "job.env"
     env_file.write_text("AUTOTUNE_MODE=pinned\nthis is not a setting\n")
@@ -103,6 +106,7 @@ def test_env_file_lines_dotenv_would_skip_or_empty_are_errors(tmp_path, monkeypa
     assert proc.returncode != 0 and first.startswith("autotune_guard: error: ") and "NOT_SET_ANYWHERE" in first
 
 
+@pytest.mark.slow
 def test_disable_in_the_env_file_turns_the_guard_off(tmp_path):
     env_file = tmp_path / "job.env"
     env_file.write_text("AUTOTUNE_DISABLE=1\nAUTOTUNE_MODE=pinned\n")
@@ -114,6 +118,7 @@ def test_disable_in_the_env_file_turns_the_guard_off(tmp_path):
     assert any("AUTOTUNE_DISABLE=1 in AUTOTUNE_ENV_FILE" in line for line in guard_lines(proc.stderr))
 
 
+@pytest.mark.slow
 def test_modules_and_block_sizes_that_matched_nothing_are_named_at_exit():
     proc = run_python(RUN_DEMO, env=clean_env(AUTOTUNE_MODE="pinned", AUTOTUNE_MODULES="kernels.dmeo",
                                               AUTOTUNE_BLOCK_SIZES="BLOKC=64"))
@@ -131,6 +136,7 @@ def test_modules_and_block_sizes_that_matched_nothing_are_named_at_exit():
     assert not [line for line in guard_lines(proc.stderr) if "WARNING" in line]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("order", ["torch first, flag after triton", "triton first, flag later"])
 def test_a_determinism_request_after_triton_is_imported_pins(order):
     """``torch.use_deterministic_algorithms(True)`` imports Triton itself (torch 2.13) before it
@@ -150,6 +156,7 @@ def test_a_determinism_request_after_triton_is_imported_pins(order):
     assert plain["mode"] == "auto"
 
 
+@pytest.mark.slow
 def test_a_missing_dependency_fails_every_activation_the_same_way(tmp_path):
     broken = tmp_path / "shadow" / "wrapt"
     broken.mkdir(parents=True)

@@ -15,6 +15,8 @@ import pytest
 from support import TESTS, torchrun
 from test_consensus_table import WORKER, env_for, read_table
 
+pytestmark = pytest.mark.slow  # every test here starts a process (conftest.py: the slow tier)
+
 NOBODY = 65534
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as a second user")
 

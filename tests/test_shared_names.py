@@ -5,6 +5,8 @@ import json
 import os
 import re
 
+import pytest
+
 from support import TESTS, clean_env, last_json, rank_file, run_python, torchrun
 
 from autotune_guard.core.model import base_name, kernel_identity, key_text, shared_name
@@ -21,6 +23,7 @@ def kernels_of(choices):
     return sorted({entry.split("|")[1] for entry in choices})
 
 
+@pytest.mark.slow
 def test_two_kernels_of_one_name_are_logged_recorded_and_warned_apart(tmp_path):
     rec = tmp_path / "rec"
     proc = run_prog(AUTOTUNE_MODE="record", AUTOTUNE_RECORD_PATH=rec)
@@ -40,6 +43,7 @@ def test_two_kernels_of_one_name_are_logged_recorded_and_warned_apart(tmp_path):
     assert again == names
 
 
+@pytest.mark.slow
 def test_consensus_on_one_rank_decides_each_kernel_of_a_shared_name(tmp_path):
     env = clean_env(AUTOTUNE_MODE="consensus")
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
@@ -49,6 +53,7 @@ def test_consensus_on_one_rank_decides_each_kernel_of_a_shared_name(tmp_path):
     assert len(names) == 2 and "candidates differ" not in proc.stderr, proc.stderr
 
 
+@pytest.mark.slow
 def test_a_table_entry_for_the_plain_name_applies_to_a_shared_name_without_its_own(tmp_path):
     table = tmp_path / "interpret.json"
     table.write_text(json.dumps({"format": "autotune_guard.table/1", "arch": "interpret", "kernels": {

@@ -157,6 +157,7 @@ def test_version_mismatch_is_one_warning_per_file(tmp_path, packaged):
         assert f"pytest 0.0.1 (running {tables.installed_version('pytest')})" in warnings[0]
 
 
+@pytest.mark.slow
 def test_pinned_process_uses_tables_from_the_path(tmp_path):
     """A cold pinned process with AUTOTUNE_ON_MISS=error: a garbage file on the path is skipped
     with one warning, a stale table warns once, `*` and bare-name entries and omitted fields work."""
@@ -222,6 +223,7 @@ print(json.dumps({{"mode": os.stat(target).st_mode & 0o777, "modes": modes, "tex
 """
 
 
+@pytest.mark.slow
 def test_atomic_write_sets_the_mode_through_the_descriptor(tmp_path):
     """The file gets what ``open()`` would give under the umask (mkstemp's 0o600 would hide a table
     from a colleague), set on the open descriptor, never by path; a symlink at the target is

@@ -480,6 +480,7 @@ print(json.dumps({"heard": [{"key": list(h["key"]), "block": h["best_config"].kw
 """
 
 
+@pytest.mark.slow
 def test_a_listener_hears_the_jobs_consensus_choice(tmp_path):
     """Triton 3.8+: a rank that pins the job's consensus winner tells the user's listener, once."""
     if not hasattr(triton, "knobs") or triton.__version__ < "3.8":
@@ -496,6 +497,7 @@ def test_a_listener_hears_the_jobs_consensus_choice(tmp_path):
     assert list(result["log"].values()) == ["BLOCK=128,num_warps=2,num_stages=3,num_ctas=1;consensus"]
 
 
+@pytest.mark.slow
 def test_a_child_forked_during_a_pinned_first_launch_launches_without_hanging(guard, fresh):
     """Another thread is inside a hooked kernel's first pinned launch (it holds the autotuner's
     lock) when the process forks: the child gets fresh locks and launches the kernel itself."""

@@ -107,6 +107,7 @@ def test_report_names_kernel_key_arch_each_rank_and_counts_the_rest():
 
 # --- real ranks ----------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_chaos_strict_stops_every_rank():
     # Both ranks raise at the same moment; a 1 s monitor interval keeps torchrun from stopping
     # the second one (SIGTERM) before its own error is out, when this machine is busy.
@@ -124,6 +125,7 @@ def test_chaos_strict_stops_every_rank():
     assert "autotune_guard[rank 0] ERROR" in proc.stderr and "autotune_guard[rank 1] ERROR" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_pinned_without_chaos_uneven_coverage_and_subgroups_agree():
     # Strict, so any false alarm fails the job.  Per group counting, every 2nd barrier: the pair
     # groups check at their 2nd barrier, the world at its 2nd and 4th (the 3rd is monitored).
@@ -147,6 +149,7 @@ def test_pinned_without_chaos_uneven_coverage_and_subgroups_agree():
     assert ("0", "0,1,2,3", "3") in agreed and all(rank in ("0", "2") for rank, _, _ in agreed), agreed
 
 
+@pytest.mark.slow
 def test_chaos_is_caught_in_the_world_check_between_ranks_of_different_subgroups():
     # Ranks 0 and 2 run the same kernel and key but are never in one pair group: only the world
     # check can see them disagree, and it must, although both entries travelled in pair checks.
@@ -160,6 +163,7 @@ def test_chaos_is_caught_in_the_world_check_between_ranks_of_different_subgroups
     assert re.search(r"rank 0: BLOCK=\d+[^;]*; rank 2: BLOCK=", text), text
 
 
+@pytest.mark.slow
 def test_api_semantics_on_two_ranks():
     proc = torchrun(prog("verify_api.py"), 2, env=verify_env(AUTOTUNE_CHAOS=1, AUTOTUNE_VERIFY_EVERY=3))
     results = {}
@@ -181,6 +185,7 @@ def test_api_semantics_on_two_ranks():
     assert re.search(rf"{ADD} key \(64,[^)]*\) arch interpret: an earlier check, rank 0: (\S+); rank 1: (\S+)", found[0])
 
 
+@pytest.mark.slow
 def test_two_nodes_on_localhost_are_one_job():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -210,6 +215,7 @@ def test_two_nodes_on_localhost_are_one_job():
 
 # --- one process: wrapping, cadence, no process group --------------------------------------------
 
+@pytest.mark.slow
 def test_cadence_counts_from_the_first_barrier_and_install_neither_resets_nor_changes_it():
     proc = run_python(open(prog("verify_inprocess.py")).read(), env=clean_env(AUTOTUNE_VERIFY_EVERY=2))
     out = last_json(proc.stdout)
@@ -225,6 +231,7 @@ def test_cadence_counts_from_the_first_barrier_and_install_neither_resets_nor_ch
     assert "start-up (2)" in proc.stderr
 
 
+@pytest.mark.slow
 def test_a_cadence_given_only_to_install_is_named_and_fires_nothing():
     # No AUTOTUNE_* at start-up: install() wraps the barriers (an alias taken before is rebound),
     # but a cadence that some ranks might not share is not applied.
@@ -243,6 +250,7 @@ def test_a_cadence_given_only_to_install_is_named_and_fires_nothing():
     assert "AUTOTUNE_VERIFY_EVERY=1 given to install() is not applied" in proc.stderr, proc.stderr
 
 
+@pytest.mark.slow
 def test_triton_imported_first_and_no_process_group():
     env = verify_env(AUTOTUNE_VERIFY_EVERY=1)
     proc = run_python(
@@ -263,6 +271,7 @@ def mixed(scenario, every, steps=6, **settings):
                     env=verify_env(AUTOTUNE_VERIFY_EVERY=every, AUTOTUNE_LOG_LEVEL="debug", **settings))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scenario,every", [("no_triton", 1), ("no_triton", 3), ("late", 1), ("late", 3),
                                             ("install_one", 1), ("install_one", 3)])
 def test_ranks_importing_triton_late_or_never_or_installing_alone_check_at_the_same_barriers(scenario, every):
@@ -286,6 +295,7 @@ def test_ranks_importing_triton_late_or_never_or_installing_alone_check_at_the_s
         assert ("AUTOTUNE_VERIFY_EVERY=1 given to install() is not applied" in proc.stderr) == (every != 1)
 
 
+@pytest.mark.slow
 def test_chaos_on_a_rank_that_imports_triton_late_is_still_caught():
     proc = mixed("late", 1, AUTOTUNE_CHAOS=1, AUTOTUNE_VERIFY_STRICT=1)
     assert proc.returncode != 0 and "WRONG" not in proc.stdout

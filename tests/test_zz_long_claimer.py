@@ -6,6 +6,8 @@ waits for it, however long, and none is declared dead; the job agrees and times 
 
 import pytest
 
+pytestmark = pytest.mark.slow  # every test here starts a process (conftest.py: the slow tier)
+
 
 def test_a_claimer_that_tunes_one_key_for_10_minutes_is_waited_for(long_claimer):
     if long_claimer is None:
