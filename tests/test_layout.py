@@ -1,11 +1,17 @@
 """The package's shape, read from its sources, counting every import node (inside functions too):
-no import circle; each foreign system touched by its one adapter; the core pure; adapters never
-importing the API or each other; the report reading only the core. See docs/architecture.md."""
+no import circle; each foreign system touched by its one adapter; the core pure; every root module
+in a layer, importing only what its layer may; adapters never importing the API or each other; the
+report reading only the core. And the house's limits, measured by scripts/house_metrics.py: no
+module over 400 lines, no function over 60, Triton's internals named in one module, fewer than 10
+module-level mutable names outside the Guard. See docs/architecture.md."""
 
 import ast
+import importlib.util
 import os
+import sys
 
-PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "autotune_guard")
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGE = os.path.join(REPO, "autotune_guard")
 
 # foreign module prefix -> the package of ours that may import it (or look it up in sys.modules)
 ADAPTERS = {
@@ -17,15 +23,38 @@ ADAPTERS = {
 }
 # Plain torch (tensors, the version, the deterministic flag): adapters only.
 TORCH_USERS = ("adapters.torch_flags", "adapters.distributed", "adapters.inductor")
-# layer -> the modules of ours it may import (prefixes); api, activation and _boot may import anything.
+ANYTHING = None
+# Every root module and package of ours ("" is the package's __init__): (its layer, the modules of
+# ours it may import, as prefixes; ANYTHING for the top layer). From the top down: top; the writers
+# (evidence files, table growth, the uncaught-error line); adapters; the runtime layer (the Guard,
+# and the decision engine the adapters' families implement); core; and beside them report and _watch.
 ALLOWED = {
-    "core": ("core",),
-    "runtime": ("core",),
-    "evidence": ("core", "runtime", "evidence"),  # the package and its paths and signals modules
-    "adapters": ("core", "runtime", "adapters._patching"),
-    "report": ("core", "report", ""),  # "": the package root, for its __version__ (it imports nothing)
-    "_watch": (),
+    "": ("top", ANYTHING),
+    "api": ("top", ANYTHING),
+    "activation": ("top", ANYTHING),
+    "_boot": ("top", ANYTHING),
+    "evidence": ("writers", ("core", "runtime", "evidence")),  # the package and its paths, signals, journal
+    "table_growth": ("writers", ("core", "runtime", "evidence")),  # evidence: the run id
+    "uncaught": ("writers", ("core", "runtime")),
+    "adapters": ("adapters", ("core", "runtime", "deciding", "adapters._patching")),  # + its own package
+    "deciding": ("runtime", ("core", "runtime", "deciding")),
+    "runtime": ("runtime", ("core",)),
+    "core": ("core", ("core",)),
+    "report": ("report", ("core", "report", "")),  # "": the package root, for its __version__ (it imports nothing)
+    "_watch": ("watch", ()),
 }
+# Beyond the standard library, the core may import python-dotenv where the env file is read.
+CORE_EXTRAS = {"core.envfile": ("dotenv",)}
+
+
+def _house_metrics():
+    spec = importlib.util.spec_from_file_location("house_metrics", os.path.join(REPO, "scripts", "house_metrics.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+house = _house_metrics()
 
 
 def _modules():
@@ -96,32 +125,40 @@ def test_each_foreign_system_is_touched_by_its_adapter_only():
     assert not offenders, offenders
 
 
+def test_every_root_module_and_package_has_a_layer():
+    roots = {module.split(".")[0] for module in MODULES}
+    assert not roots - set(ALLOWED), f"not in test_layout.ALLOWED (give each a layer): {sorted(roots - set(ALLOWED))}"
+    assert not set(ALLOWED) - roots, f"in ALLOWED but not in the package: {sorted(set(ALLOWED) - roots)}"
+
+
 def test_each_layer_imports_only_what_is_below_it():
     offenders = []
     for module, (is_package, tree) in MODULES.items():
-        layer = module.split(".")[0]
-        allowed = ALLOWED.get(layer)
-        if layer == "adapters" and module.count(".") >= 1:
+        root = module.split(".")[0]
+        layer, allowed = ALLOWED.get(root, (None, ()))
+        if allowed is ANYTHING:
+            continue
+        if root == "adapters" and module.count(".") >= 1:
             own = ".".join(module.split(".")[:2])  # an adapter may import its own package
             allowed = allowed + (own,)
-        if allowed is None:
-            continue
         for target in _ours(module, is_package, tree):
-            if target == module or (layer == "adapters" and target == "adapters"):
+            if target == module or (root == "adapters" and target == "adapters"):
                 continue
             if not any(_within(target, prefix) for prefix in allowed):
-                offenders.append(f"{module} imports {target or 'autotune_guard'}")
+                offenders.append(f"{module} ({layer}) imports {target or 'autotune_guard'}")
     assert not offenders, offenders
 
 
 def test_the_core_imports_only_the_standard_library():
-    stdlib_or_dotenv = {"dotenv", "dotenv.parser"}
+    """A whitelist: the standard library as this interpreter names it, python-dotenv where the
+    env file is read, and the core's own modules."""
     offenders = []
     for module, (_, tree) in MODULES.items():
         if module.split(".")[0] == "core":
+            extras = CORE_EXTRAS.get(module, ())
             offenders += [f"{module} uses {name}" for name in _foreign(tree)
-                          if name.split(".")[0] in ("triton", "torch", "wrapt") or
-                          (name.startswith("dotenv") and name not in stdlib_or_dotenv)]
+                          if name.split(".")[0] not in sys.stdlib_module_names and name.split(".")[0] not in extras
+                          and not _within(name, "autotune_guard.core")]
     assert not offenders, offenders
 
 
@@ -144,5 +181,61 @@ def test_no_import_circle_counting_imports_inside_functions():
 
 def test_the_layers_exist():
     layers = {module.split(".")[0] for module in MODULES}
-    assert {"core", "runtime", "evidence", "adapters", "report", "api", "_boot"} <= layers
+    assert {"core", "runtime", "deciding", "evidence", "adapters", "report", "api", "_boot"} <= layers
     assert {"adapters.triton", "adapters.inductor", "adapters.distributed", "adapters._patching"} <= set(MODULES)
+
+
+# The house's limits (issue 33), measured as scripts/house_metrics.py measures them.
+def test_no_module_is_over_400_lines():
+    assert not house.long_modules(), house.long_modules()
+
+
+def test_no_function_is_over_60_lines():
+    assert not house.long_functions(), house.long_functions()
+
+
+def test_tritons_internals_are_named_in_one_module_at_most():
+    found = house.triton_internals()
+    assert len(found) <= house.MAX_TRITON_MODULES, f"{len(found)} modules name {house.TRITON_INTERNALS}: {found}"
+
+
+def test_fewer_than_10_module_level_mutable_names_outside_the_guard():
+    names = house.mutable_names()
+    assert len(names) <= house.MAX_MUTABLE_NAMES, (
+        f"{len(names)} module-level mutable names (limit: under 10): "
+        + ", ".join(f"{m or '__init__'}.{n}" for m, n in names))
+
+
+def test_the_house_metrics_see_what_they_are_meant_to(tmp_path):
+    """The counter itself, on a small package: each rule found, each exception left out."""
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "runtime.py").write_text("class Guard:\n    pass\n_guard = Guard()\n")
+    (package / "sub" / "__init__.py").write_text("")
+    (package / "sub" / "state.py").write_text(
+        "import logging, re, threading\n"
+        "logger = logging.getLogger('x')\n"
+        "PATTERN = re.compile('a')\n"
+        "LIMIT = 3\n"
+        "_lock = threading.Lock()\n"
+        "_seen = set()\n"
+        "_table = {}\n"
+        "_flag = False\n"
+        "_untouched = []\n"
+        "class Box:\n"
+        "    def __init__(self):\n        self.n = 0\n"
+        "    def bump(self):\n        self.n += 1\n"
+        "class Frozen:\n"
+        "    def __init__(self):\n        self.n = 0\n"
+        "BOX = Box()\n"
+        "FROZEN = Frozen()\n"
+        "def f(k):\n"
+        "    global _flag\n"
+        "    _flag = True\n"
+        "    _seen.add(k)\n"
+        "    with _lock:\n        return len(_untouched) + LIMIT\n")
+    (package / "sub" / "other.py").write_text("from .state import _table\nfrom . import state\n"
+                                               "def g():\n    _table['k'] = 1\n    state.PATTERN = None\n")
+    names = {name for _, name in house.mutable_names(house.modules(str(package)))}
+    assert names == {"_seen", "_table", "_flag", "BOX", "PATTERN"}, names
