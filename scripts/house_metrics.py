@@ -333,7 +333,7 @@ def _text(figures):
     lines += [f"  {m}: lines {', '.join(map(str, ls))}" for m, ls in figures["triton_internals"].items()]
     lines.append(f"modules the plain grep ({TRITON_GREP.pattern}) finds: {len(figures['triton_internals_grep'])} "
                  "(comments, docstrings and argparse's nargs= included)")
-    lines += [f"  {m}: {n} lines" for m, n in figures["triton_internals_grep"].items()]
+    lines += [f"  {m}: {n} line{'s' if n != 1 else ''}" for m, n in figures["triton_internals_grep"].items()]
     return "\n".join(lines)
 
 
