@@ -77,7 +77,7 @@ def long_claimer(request, tmp_path_factory):
 # workers, a fresh venv, a browser, a fork). A test is slow by its module's `pytestmark` or its own
 # `@pytest.mark.slow` (pyproject.toml registers the marker). So that the fast tier stays fast, a
 # test without the marker that starts a process fails, naming what it started.
-# subprocess keeps its own reference to fork_exec (Python 3.11+: `_fork_exec`); multiprocessing uses the module's.
+# subprocess keeps its own reference to fork_exec (`_fork_exec`, Python 3.11+); multiprocessing uses the module's.
 _STARTERS = ((subprocess, "_fork_exec"), (_posixsubprocess, "fork_exec"), (os, "fork"), (os, "posix_spawn"),
              (os, "posix_spawnp"))
 
@@ -94,7 +94,8 @@ def _processes_started():
 
         def starting(*args, _original=original, _name=name, **kwargs):
             argv = args[0] if args and isinstance(args[0], (list, tuple)) else ()
-            started.append(" ".join(os.fsdecode(a) for a in argv)[:200] or _name)
+            started.append(" ".join(a.decode(errors="replace") if isinstance(a, bytes) else str(a)
+                                    for a in argv)[:200] or _name)
             return _original(*args, **kwargs)
 
         saved.append((owner, name, original))
