@@ -79,13 +79,23 @@ def long_claimer(request, tmp_path_factory):
 # test without the marker that starts a process fails, naming what it started.
 # subprocess keeps its own reference to fork_exec (`_fork_exec`, Python 3.11+); multiprocessing uses the module's.
 _STARTERS = ((subprocess, "_fork_exec"), (_posixsubprocess, "fork_exec"), (os, "fork"), (os, "posix_spawn"),
-             (os, "posix_spawnp"))
+             (os, "posix_spawnp"), (os, "system"))
+
+
+def _described(name, args) -> str:
+    """A process start's command line, short (the function's name where it has none)."""
+    if name == "system":
+        return str(args[0])[:200] if args else name
+    argv = args[1] if name.startswith("posix_spawn") and len(args) > 1 else args[0] if args else ()
+    if not isinstance(argv, (list, tuple)):
+        return name
+    return " ".join(a.decode(errors="replace") if isinstance(a, bytes) else str(a) for a in argv)[:200] or name
 
 
 @contextlib.contextmanager
 def _processes_started():
     """Every process started (subprocess, multiprocessing's spawn and forkserver, os.fork,
-    posix_spawn) while the block runs, as short descriptions; each is still started."""
+    posix_spawn, os.system) while the block runs, as short descriptions; each is still started."""
     started, saved = [], []
     for owner, name in _STARTERS:
         original = getattr(owner, name, None)
@@ -93,9 +103,7 @@ def _processes_started():
             continue
 
         def starting(*args, _original=original, _name=name, **kwargs):
-            argv = args[0] if args and isinstance(args[0], (list, tuple)) else ()
-            started.append(" ".join(a.decode(errors="replace") if isinstance(a, bytes) else str(a)
-                                    for a in argv)[:200] or _name)
+            started.append(_described(_name, args))
             return _original(*args, **kwargs)
 
         saved.append((owner, name, original))
