@@ -17,10 +17,10 @@ import hashlib
 import os
 import re
 
-from ...core.errors import SelectionError
-from ...core.model import ChoiceKey, signature
-from ...core.pinned import chaos_shift
-from ...core.tables import PACKAGED_TABLES, table_index
+from ...core.model import ChoiceKey
+from ...core.pinned import Pick
+from ...core.pinned import pinned_pick as pinned_rule
+from ...core.tables import PACKAGED_TABLES
 
 KERNEL_PREFIX = "torch.compile template selection:"
 _COUNTER = re.compile(r"_\d+$")
@@ -65,22 +65,12 @@ def deterministic_index(extern_flags) -> int:
     return flags.index(True) if True in flags else 0
 
 
-def pinned_index(key: ChoiceKey, descs: list, extern_flags, entry, policy, rank: int = 0) -> tuple[int, str]:
-    """The pinned choice and why: the table's entry; else, with ``AUTOTUNE_ON_MISS=error``, a
-    refusal naming the key; else Inductor's deterministic choice (aten where offered): a template
-    selection has no static cost to rank by. ``AUTOTUNE_CHAOS`` shifts it by the rank."""
-    index = table_index(entry, descs, {})
-    why = "table"
-    if index is None:
-        reason = "its table entry matches no choice offered" if entry is not None else "no table entry"
-        if policy.on_miss == "error":
-            raise SelectionError(f"autotune_guard: {key.what()}: {reason} and AUTOTUNE_ON_MISS=error "
-                                 f"({len(descs)} choices: {', '.join(signature(d) for d in descs[:4])}"
-                                 f"{', ...' if len(descs) > 4 else ''})")
-        index, why = deterministic_index(extern_flags), f"{reason}: Inductor's deterministic choice"
-    if policy.chaos:
-        return chaos_shift(index, len(descs), rank), "chaos"
-    return index, why
+def pinned_pick(key: ChoiceKey, descs: list, extern_flags, entry, policy, rank: int = 0) -> Pick:
+    """The pinned rule (``core.pinned``) for a template selection: the table's entry; else, with
+    ``AUTOTUNE_ON_MISS=error``, a refusal naming the key; else Inductor's deterministic choice (aten
+    where offered: a template selection has no static cost to rank by). ``AUTOTUNE_CHAOS`` shifts it."""
+    return pinned_rule(descs, table_entry=entry, policy=policy, defaults={}, what=key.what(), rank=rank,
+                       deterministic=deterministic_index(extern_flags), called="choice offered")
 
 
 _HASHED: dict = {}  # (path, size, mtime_ns) -> content hash
