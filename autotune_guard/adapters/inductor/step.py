@@ -106,14 +106,14 @@ def keep(self, index: int, release: bool = True) -> None:
     self.launchers = [chosen]
 
 
-def follow_keys(self, kernel, candidates, epoch) -> None:
+def follow_keys(self, kernel, candidates, epoch):
     """Follow the tuning key of a kernel compiled for dynamic shapes on its own launches: pinned
     switches to the launcher pinned for each new key (``candidates``: every launcher); other modes
     note each new key with the launcher Inductor kept, as ``reused``. New keys are chosen under
     ``epoch``, the one the kernel was tuned under. A decided key's launch is Inductor's steady
-    path written out with the key's launcher in it (``keyed.follow``)."""
+    path written out with the key's launcher in it (``keyed.follow``); returns its Patch."""
     first = self.launchers[0]
-    keyed.follow(self, kernel.key_of, lambda key: _launcher_for_key(kernel, key, candidates, first, epoch))
+    return keyed.follow(self, kernel.key_of, lambda key: _launcher_for_key(kernel, key, candidates, first, epoch))
 
 
 def _launcher_for_key(kernel, key: str, candidates, first, epoch):

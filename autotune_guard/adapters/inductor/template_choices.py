@@ -21,6 +21,7 @@ from ...core.model import ChoiceKey
 from ...core.pinned import Pick
 from ...core.pinned import pinned_pick as pinned_rule
 from ...core.tables import PACKAGED_TABLES
+from .state import state
 
 KERNEL_PREFIX = "torch.compile template selection:"
 _COUNTER = re.compile(r"_\d+$")
@@ -73,9 +74,6 @@ def pinned_pick(key: ChoiceKey, descs: list, extern_flags, entry, policy, rank: 
                        deterministic=deterministic_index(extern_flags), called="choice offered")
 
 
-_HASHED: dict = {}  # (path, size, mtime_ns) -> content hash
-
-
 def tables_fingerprint(table_path) -> str:
     """A hash of every table a pinned selection may read (``AUTOTUNE_TABLE_PATH`` and the packaged
     ones), by content: two processes with equal fingerprints pin every selection alike."""
@@ -95,9 +93,10 @@ def _content_hash(path: str) -> str:
     try:
         stat = os.stat(path)
         tag = (path, stat.st_size, stat.st_mtime_ns)
-        if tag not in _HASHED:
+        hashed = state().hashed  # a table is read once per version of it
+        if tag not in hashed:
             with open(path, "rb") as handle:
-                _HASHED[tag] = hashlib.sha256(handle.read()).hexdigest()
-        return _HASHED[tag]
+                hashed[tag] = hashlib.sha256(handle.read()).hexdigest()
+        return hashed[tag]
     except OSError as exc:
         return f"unreadable {exc.errno}"

@@ -31,7 +31,6 @@ import inspect
 import logging
 import math
 import sys
-import threading
 
 from ... import deciding
 from ...core.errors import SelectionError
@@ -40,20 +39,9 @@ from ...core.pinned import Pick
 from ...runtime import current
 from .. import _patching
 from . import template_choices as tc
+from .state import state
 
 logger = logging.getLogger("autotune_guard")
-
-
-class _Seam:
-    call_signature = None  # of Inductor's own __call__, once patched
-    tuning_signature = None  # of its do_autotuning
-    governed = False  # the selection seam is in force in this process
-    tried = False  # the seam was looked for, in the whole module
-
-
-SEAM = _Seam()
-_local = threading.local()  # .active: the selection this thread decides now; .timings: what Inductor measured
-_pending: dict = {}  # (op, inputs key) -> Template: a choice Inductor deferred to its scheduler (auto)
 
 
 class Selection:
@@ -112,21 +100,23 @@ class Template(deciding.Tunable):
         None: it deferred the choice to its scheduler (auto: noted by ``_deferred``)."""
         selector, own, call, args, kwargs = self.context
         here = self.epoch.policy.mode != "auto"
-        bound = SEAM.call_signature.bind(selector, *call, *args, **kwargs)
-        parameters = SEAM.call_signature.parameters
+        seam = state()
+        bound = seam.call_signature.bind(selector, *call, *args, **kwargs)
+        parameters = seam.call_signature.parameters
         asked = bool(bound.arguments.get("return_choice", False))
         if "return_choice" in parameters:  # torch 2.11: the choice comes back only when asked for
             bound.arguments["return_choice"] = True
         if here and "return_multi_template" in parameters:
             bound.arguments["return_multi_template"] = False
         before = _benchmarks()
-        _local.active, _local.timings = self.key, None
+        local = seam.local
+        local.active, local.timings = self.key, None
         try:
             with _caches_off(here):
                 result = own(*bound.args, **bound.kwargs)
-            timings = _local.timings
+            timings = local.timings
         finally:
-            _local.active = _local.timings = None
+            local.active = local.timings = None
         self.returned, chosen = result, None
         if isinstance(result, tuple) and len(result) == 2:
             chosen = result[1]
@@ -156,9 +146,10 @@ AFTER_SELECTOR = (SELECTOR_MODULE, "torch._inductor.kernel.mm", "torch._inductor
 def on_import(_module=None) -> None:
     """Post-import hook of the modules of ``AFTER_SELECTOR``: patch the selector once it is whole."""
     module = sys.modules.get(SELECTOR_MODULE)
-    if module is None or SEAM.tried or getattr(getattr(module, "__spec__", None), "_initializing", False):
+    seam = state()
+    if module is None or seam.tried or getattr(getattr(module, "__spec__", None), "_initializing", False):
         return
-    SEAM.tried = True
+    seam.tried = True
     patch_selection(module)
 
 
@@ -176,9 +167,10 @@ def patch_selection(module) -> list:
                             "(select_algorithm.AlgorithmSelectorCache) has no seam autotune_guard knows; each "
                             "selection is named as not governed when it times its choices", logging.INFO, scope="process")
         return []
-    SEAM.call_signature, SEAM.tuning_signature = inspect.signature(own), inspect.signature(tuning)
+    seam = state()
+    seam.call_signature, seam.tuning_signature = inspect.signature(own), inspect.signature(tuning)
     patches = [_patching.patch(cls, "__call__", _call_of(cls)), _patching.patch(cls, "do_autotuning", _tuning_of(cls))]
-    SEAM.governed = True
+    seam.governed = True
     return patches
 
 
@@ -191,13 +183,13 @@ def _takes(function, names) -> bool:
 
 
 def governed() -> bool:
-    return SEAM.governed
+    return state().governed
 
 
 def timing_now() -> bool:
     """Whether this thread is inside a selection the guard governs while Inductor times its choices
     (a candidate's own tuning then is part of that timing, not a choice of its own)."""
-    return getattr(_local, "active", None) is not None
+    return getattr(state().local, "active", None) is not None
 
 
 def _call_of(cls):
@@ -212,10 +204,11 @@ def _tuning_of(cls):
     def do_autotuning(self, *args, **kwargs):
         timings = _patching.original(cls, "do_autotuning")(self, *args, **kwargs)
         if isinstance(timings, dict):
-            if getattr(_local, "active", None) is not None:
-                _local.timings = timings
+            seam = state()
+            if getattr(seam.local, "active", None) is not None:
+                seam.local.timings = timings
             else:
-                bound = SEAM.tuning_signature.bind(self, *args, **kwargs).arguments
+                bound = seam.tuning_signature.bind(self, *args, **kwargs).arguments
                 _deferred(bound.get("name"), bound.get("inputs_key"), timings)
         return timings
 
@@ -274,7 +267,9 @@ def _unseen(selector, template: Template):
     if getattr(config, "deterministic", False) and callable(getattr(selector, "pick_deterministic_choice", None)):
         return selection.index_of(selector.pick_deterministic_choice(selection.offered))
     if mode == "auto":
-        _pending[(selection.key.kernel, selection.key.key)] = template
+        adapter = state()
+        with adapter.lock:
+            adapter.pending[(selection.key.kernel, selection.key.key)] = template
         return None
     raise SelectionError(f"autotune_guard: {selection.key.what()}: Inductor did not say which choice it selected, so "
                          f"{mode} mode cannot note it; this torch's select_algorithm is not one the guard knows")
@@ -283,7 +278,9 @@ def _unseen(selector, template: Template):
 def _deferred(name, inputs_key, timings) -> None:
     """Timings of a selection Inductor deferred to its scheduler (benchmark fusion, auto mode): the
     fastest is noted as timed (the scheduler may still prefer another once it fuses an epilogue)."""
-    template = _pending.pop((tc.kernel_name(str(name)), inputs_key), None)
+    adapter = state()
+    with adapter.lock:
+        template = adapter.pending.pop((tc.kernel_name(str(name)), inputs_key), None)
     if template is None:
         return
     selection = template.selection
