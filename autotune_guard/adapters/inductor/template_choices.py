@@ -17,7 +17,8 @@ import hashlib
 import os
 import re
 
-from ...core.model import ChoiceKey
+from ...core.errors import SelectionError
+from ...core.model import ChoiceKey, signature
 from ...core.pinned import Pick
 from ...core.pinned import pinned_pick as pinned_rule
 from ...core.tables import PACKAGED_TABLES
@@ -70,8 +71,12 @@ def pinned_pick(key: ChoiceKey, descs: list, extern_flags, entry, policy, rank: 
     """The pinned rule (``core.pinned``) for a template selection: the table's entry; else, with
     ``AUTOTUNE_ON_MISS=error``, a refusal naming the key; else Inductor's deterministic choice (aten
     where offered: a template selection has no static cost to rank by). ``AUTOTUNE_CHAOS`` shifts it."""
-    return pinned_rule(descs, table_entry=entry, policy=policy, defaults={}, what=key.what(), rank=rank,
-                       deterministic=deterministic_index(extern_flags), called="choice offered")
+    try:
+        return pinned_rule(descs, table_entry=entry, policy=policy, defaults={}, what=key.what(), rank=rank,
+                           deterministic=deterministic_index(extern_flags), called="choice offered")
+    except SelectionError as exc:  # a refusal names the first choices: their texts say what was offered
+        listed = ", ".join(signature(d) for d in descs[:4]) + (", ..." if len(descs) > 4 else "")
+        raise SelectionError(f"{exc} ({len(descs)} choices: {listed})") from None
 
 
 def tables_fingerprint(table_path) -> str:
