@@ -118,13 +118,14 @@ EXTERNS = [False, True, False]
 
 def test_the_pinned_rule_takes_the_table_entry_else_refuses_or_takes_aten():
     entry = {"kwargs": {"choice": "triton_mm(BLOCK_M=128)"}}
-    assert tc.pinned_index(KEY, DESCS, EXTERNS, entry, AutotunePolicy(mode="pinned")) == (2, "table")
-    index, why = tc.pinned_index(KEY, DESCS, EXTERNS, None, AutotunePolicy(mode="pinned"))
-    assert index == 1 and why.startswith("no table entry")
+    assert tc.pinned_pick(KEY, DESCS, EXTERNS, entry, AutotunePolicy(mode="pinned"))[:2] == (2, "table")
+    pick = tc.pinned_pick(KEY, DESCS, EXTERNS, None, AutotunePolicy(mode="pinned"))
+    assert pick.index == 1 and pick.why == "deterministic" and pick.warning is None
     stale = {"kwargs": {"choice": "triton_mm(BLOCK_M=256)"}}
+    assert "matches no choice offered" in tc.pinned_pick(KEY, DESCS, EXTERNS, stale, AutotunePolicy(mode="pinned")).warning
     with pytest.raises(SelectionError, match=r"template selection:mm key .* its table entry matches no choice offered"):
-        tc.pinned_index(KEY, DESCS, EXTERNS, stale, AutotunePolicy(mode="pinned", on_miss="error"))
-    assert tc.pinned_index(KEY, DESCS, [False] * 3, None, AutotunePolicy(mode="pinned"))[0] == 0  # no aten: the first
+        tc.pinned_pick(KEY, DESCS, EXTERNS, stale, AutotunePolicy(mode="pinned", on_miss="error"))
+    assert tc.pinned_pick(KEY, DESCS, [False] * 3, None, AutotunePolicy(mode="pinned")).index == 0  # no aten: the first
 
 
 def test_the_fingerprint_follows_the_tables_contents(tmp_path):

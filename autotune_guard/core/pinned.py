@@ -1,8 +1,10 @@
 """The pinned rule: which candidate a pinned kernel runs for one key, from plain arguments.
 
-One rule for every adapter (an eager launch, a kernel compiled by Inductor), so the two can never
-pick differently: the table entry, else ``AUTOTUNE_BLOCK_SIZES``, else ``AUTOTUNE_ON_MISS``; then
-``AUTOTUNE_CHAOS``.
+One rule for every adapter (an eager launch, a kernel compiled by Inductor, a template selection),
+so they can never pick differently: the table entry, else ``AUTOTUNE_BLOCK_SIZES``, else
+``AUTOTUNE_ON_MISS``; then ``AUTOTUNE_CHAOS``. A family with no static cost to rank by (Inductor's
+template selection) gives its own deterministic candidate, which a miss takes in place of
+``min_cost``/``first`` (the ``deterministic`` variant); ``error`` still refuses.
 """
 
 from __future__ import annotations
@@ -55,8 +57,11 @@ def pick_on_miss(on_miss: str, indices: Sequence[int], candidates: Sequence[Mapp
 
 
 def select(candidates: Sequence[Mapping], *, table_entry: Mapping | None, block_sizes: Sequence[tuple[str, int]],
-           on_miss: str, defaults: Mapping, what: str) -> Pick:
-    """The candidate to run. ``what`` names kernel, key and arch for the errors of ``on_miss=error``."""
+           on_miss: str, defaults: Mapping, what: str, deterministic: int | None = None,
+           called: str = "live candidate") -> Pick:
+    """The candidate to run. ``what`` names kernel, key and arch for the errors of ``on_miss=error``;
+    ``called``: what the messages call a candidate. ``deterministic``: the family's own choice on a
+    miss (why: ``deterministic``), in place of the on-miss rule's ranking."""
     if not candidates:  # whatever the table and on-miss rule say, there is nothing to choose from
         raise SelectionError(f"autotune_guard: {what}: the kernel's own pruning (early_config_prune, or "
                              "perf_model with top_k) left no candidate config; make it keep at least one")
@@ -65,7 +70,7 @@ def select(candidates: Sequence[Mapping], *, table_entry: Mapping | None, block_
         for i, desc in enumerate(candidates):
             if entry_matches(table_entry, desc, defaults):
                 return Pick(i, "table", None)
-        warning = f"the table entry for {what} matches no live candidate"
+        warning = f"the table entry for {what} matches no {called}"
     if block_sizes:
         obeying = block_size_matches(block_sizes, candidates)
         if obeying:
@@ -75,8 +80,10 @@ def select(candidates: Sequence[Mapping], *, table_entry: Mapping | None, block_
                 raise SelectionError(f"autotune_guard: AUTOTUNE_BLOCK_SIZES matches no candidate of {what}")
             warning = f"AUTOTUNE_BLOCK_SIZES matches no candidate of {what}"
     if on_miss == "error":
-        reason = "its table entry matches no live candidate" if table_entry is not None else "no table entry"
+        reason = f"its table entry matches no {called}" if table_entry is not None else "no table entry"
         raise SelectionError(f"autotune_guard: {what}: {reason} and AUTOTUNE_ON_MISS=error")
+    if deterministic is not None:
+        return Pick(deterministic, "deterministic", warning)
     return Pick(pick_on_miss(on_miss, range(len(candidates)), candidates), on_miss, warning)
 
 
@@ -86,11 +93,11 @@ def chaos_shift(index: int, count: int, rank: int) -> int:
 
 
 def pinned_pick(descriptors: Sequence[Mapping], *, table_entry: Mapping | None, policy, defaults: Mapping,
-                what: str, rank: int = 0) -> Pick:
+                what: str, rank: int = 0, deterministic: int | None = None, called: str = "live candidate") -> Pick:
     """The pinned decision under ``policy`` (its block sizes, on-miss rule and chaos setting);
-    ``rank`` matters only with ``AUTOTUNE_CHAOS``."""
+    ``rank`` matters only with ``AUTOTUNE_CHAOS``; ``deterministic`` and ``called`` as in ``select``."""
     pick = select(descriptors, table_entry=table_entry, block_sizes=policy.block_sizes, on_miss=policy.on_miss,
-                  defaults=defaults, what=what)
+                  defaults=defaults, what=what, deterministic=deterministic, called=called)
     if policy.chaos:
         return Pick(chaos_shift(pick.index, len(descriptors), rank), "chaos", pick.warning)
     return pick

@@ -16,16 +16,17 @@ from ...core.errors import SelectionError
 from ...runtime import current
 from .. import _patching
 from . import names, step, template_cache, templates
+from .state import state
 
 logger = logging.getLogger("autotune_guard")
 
-# Steps that re-time a kernel after its config was chosen: method -> (the flag Inductor sets on the
-# config once the step ran, what the step is).
-RETUNERS = {
-    "coordinate_descent_tuning": ("found_by_coordesc", "coordinate descent tuning "
-                                  "(torch._inductor.config.coordinate_descent_tuning)"),
-    "_combo_sequential_autotune": ("found_by_combo_autotune", "combo-kernel block-size tuning"),
-}
+# Steps that re-time a kernel after its config was chosen: (method, the flag Inductor sets on the
+# config once the step ran, what the step is); a tuple, so nothing at module level can change.
+RETUNERS = (
+    ("coordinate_descent_tuning", "found_by_coordesc", "coordinate descent tuning "
+     "(torch._inductor.config.coordinate_descent_tuning)"),
+    ("_combo_sequential_autotune", "found_by_combo_autotune", "combo-kernel block-size tuning"),
+)
 
 
 def patch(heuristics) -> list:
@@ -39,7 +40,7 @@ def patch(heuristics) -> list:
         return []
     patches = [_patching.patch(cls, "autotune_to_one_config", _autotune_of(cls)),
                _patching.patch(cls, "benchmark_all_configs", _benchmark_of(cls))]
-    for method, (flag, what) in RETUNERS.items():
+    for method, flag, what in RETUNERS:
         if callable(getattr(cls, method, None)):
             patches.append(_patching.patch(cls, method, _retuner_of(cls, method, flag, what)))
     cache_cls = getattr(heuristics, "AutotuneCache", None)  # imported there from .autotune_cache
@@ -49,26 +50,22 @@ def patch(heuristics) -> list:
         patches.append(_patching.patch(cache_cls, "read_best", _read_best_of(cache_cls)))
         if callable(getattr(cache_cls, "save", None)):
             patches.append(_patching.patch(cache_cls, "save", _save_of(cache_cls)))
-    current().on_fork(names.CACHES.renew)
     _watch_templates()
     return patches
-
-
-_templates_watched = False
 
 
 def _watch_templates() -> None:
     """max-autotune's template selection and the FX graph cache key (``templates``), patched when
     Inductor imports them (at once if it has)."""
-    global _templates_watched
-    if _templates_watched:
+    adapter = state()
+    if adapter.watched:
         return
     import wrapt
 
     for module in templates.AFTER_SELECTOR:
         wrapt.register_post_import_hook(templates.on_import, module)
     wrapt.register_post_import_hook(template_cache.patch_codecache, "torch._inductor.codecache")
-    _templates_watched = True
+    adapter.watched = True
 
 
 def seam_missing(what: str) -> None:

@@ -18,14 +18,17 @@ import sys
 
 from torch.autograd import profiler as autograd_profiler
 
+from .. import _patching
+
 MISSING = object()
 STEADY_CALL = "launcher(*args,**kwargs,stream=stream"  # Inductor's steady launch, blanks removed (2.6 ... 2.13)
 
 
-def follow(autotuner, key_of, launcher_for_key) -> str:
+def follow(autotuner, key_of, launcher_for_key) -> _patching.Patch:
     """Put the per-key run on ``autotuner`` (this one object); ``launcher_for_key(key_text)`` is
-    the launcher chosen for a key seen the first time. Returns 'written-out' or 'wrapped' (this
-    torch's run is not one the guard can write out: every launch goes through Inductor's run)."""
+    the launcher chosen for a key seen the first time. Returns the Patch that undoes it; the run
+    says how it follows (``how_followed``: 'written-out', or 'wrapped' when this torch's run is not
+    one the guard can write out, so every launch goes through Inductor's run)."""
     positions, text_of = key_of
     class_run = type(autotuner).run
     key_values = operator.itemgetter(*positions)  # C-level
@@ -65,11 +68,10 @@ def follow(autotuner, key_of, launcher_for_key) -> str:
         return slow(args, stream, kwargs)
 
     run.autotune_guard_keyed = "written-out"
-    autotuner.run = run
-    return run.autotune_guard_keyed
+    return _shadow_run(autotuner, run)
 
 
-def _wrap(autotuner, key_values, text_of, class_run, launcher_for_key) -> str:
+def _wrap(autotuner, key_values, text_of, class_run, launcher_for_key) -> _patching.Patch:
     """Every launch through Inductor's own run, the key's launcher put in ``launchers`` first."""
     table: dict = {}
     in_force = [autotuner.launchers[0]]
@@ -86,8 +88,14 @@ def _wrap(autotuner, key_values, text_of, class_run, launcher_for_key) -> str:
         return class_run(autotuner, *args, **kwargs)
 
     run.autotune_guard_keyed = "wrapped"
-    autotuner.run = run
-    return run.autotune_guard_keyed
+    return _shadow_run(autotuner, run)
+
+
+def _shadow_run(autotuner, run) -> _patching.Patch:
+    """``run`` in front of the class's run on this one kernel, through the patching idiom; the run
+    keeps its Patch, so whoever finds the run can undo it."""
+    run.autotune_guard_patch = _patching.shadow(autotuner, "run", run)
+    return run.autotune_guard_patch
 
 
 def can_write_out(autotuner) -> bool:

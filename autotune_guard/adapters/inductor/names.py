@@ -16,10 +16,10 @@ import linecache
 import logging
 import re
 import sys
-import threading
 from typing import Callable
 
 from ...core.model import ChoiceKey, TuningKey, descriptor, key_text
+from .state import state
 
 logger = logging.getLogger("autotune_guard")
 
@@ -44,20 +44,6 @@ class InductorKernel:
         return {name for desc in self.descriptors for name in desc["kwargs"]}
 
 
-class _Caches:
-    """The user-kernel matches (Dynamo's side table is scanned once per kernel source) and the parsed
-    generated programs; renewed in a forked child, since their lock may be held at the fork."""
-
-    def __init__(self):
-        self.renew()
-
-    def renew(self) -> None:
-        self.lock = threading.Lock()
-        self.user_kernels: dict = {}  # (function name, source hash) -> (qualified, autotuner or None)
-        self.programs: dict = {}  # file name -> parsed tree or None; a few at most
-
-
-CACHES = _Caches()
 _PROGRAMS_KEPT = 16
 _UNREAD = object()
 
@@ -116,12 +102,13 @@ def user_kernel(name: str, source: str, generated: str | None):
     by source with the kernels in Dynamo's side table (Inductor copies the source as it is). Not
     found: ``torch_compile.<Inductor's name>`` and None."""
     source_id = source_hash(source, name)
-    found = CACHES.user_kernels.get((name, source_id))
+    caches = state()  # Dynamo's side table is scanned once per kernel source
+    found = caches.user_kernels.get((name, source_id))
     if found is not None:
         return found
     found = _side_table_match(source_id) or (f"torch_compile.{generated or name}", None)
-    with CACHES.lock:
-        return CACHES.user_kernels.setdefault((name, source_id), found)
+    with caches.lock:
+        return caches.user_kernels.setdefault((name, source_id), found)
 
 
 def _side_table_match(source_id: str):
@@ -238,7 +225,8 @@ def _is_own(module: str | None, classes: set) -> bool:
 
 def _parsed(filename: str):
     """The parsed source of a generated program, once (one program launches many kernels)."""
-    programs = CACHES.programs
+    caches = state()
+    programs = caches.programs
     tree = programs.get(filename, _UNREAD)
     if tree is not _UNREAD:
         return tree
@@ -247,7 +235,7 @@ def _parsed(filename: str):
         tree = ast.parse("".join(lines), filename) if lines else None
     except (SyntaxError, ValueError):
         tree = None
-    with CACHES.lock:
+    with caches.lock:
         while len(programs) >= _PROGRAMS_KEPT:
             programs.pop(next(iter(programs)))
         programs[filename] = tree

@@ -61,7 +61,7 @@ def cache_tag() -> str | None:
         import torch._inductor.select_algorithm  # noqa: F401  (its post-import hook puts the seam in place)
     templates.on_import()
     policy = epoch.policy
-    if not templates.SEAM.governed or not policy.in_scope(tc.kernel_name("mm")):
+    if not templates.governed() or not policy.in_scope(tc.kernel_name("mm")):
         return None
     if policy.mode != "pinned":
         current().warn_once("fx cache bypass", f"torch.compile max-autotune, {policy.mode} mode: Inductor's FX graph "

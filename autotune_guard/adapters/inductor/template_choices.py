@@ -19,8 +19,10 @@ import re
 
 from ...core.errors import SelectionError
 from ...core.model import ChoiceKey, signature
-from ...core.pinned import chaos_shift
-from ...core.tables import PACKAGED_TABLES, table_index
+from ...core.pinned import Pick
+from ...core.pinned import pinned_pick as pinned_rule
+from ...core.tables import PACKAGED_TABLES
+from .state import state
 
 KERNEL_PREFIX = "torch.compile template selection:"
 _COUNTER = re.compile(r"_\d+$")
@@ -65,25 +67,16 @@ def deterministic_index(extern_flags) -> int:
     return flags.index(True) if True in flags else 0
 
 
-def pinned_index(key: ChoiceKey, descs: list, extern_flags, entry, policy, rank: int = 0) -> tuple[int, str]:
-    """The pinned choice and why: the table's entry; else, with ``AUTOTUNE_ON_MISS=error``, a
-    refusal naming the key; else Inductor's deterministic choice (aten where offered): a template
-    selection has no static cost to rank by. ``AUTOTUNE_CHAOS`` shifts it by the rank."""
-    index = table_index(entry, descs, {})
-    why = "table"
-    if index is None:
-        reason = "its table entry matches no choice offered" if entry is not None else "no table entry"
-        if policy.on_miss == "error":
-            raise SelectionError(f"autotune_guard: {key.what()}: {reason} and AUTOTUNE_ON_MISS=error "
-                                 f"({len(descs)} choices: {', '.join(signature(d) for d in descs[:4])}"
-                                 f"{', ...' if len(descs) > 4 else ''})")
-        index, why = deterministic_index(extern_flags), f"{reason}: Inductor's deterministic choice"
-    if policy.chaos:
-        return chaos_shift(index, len(descs), rank), "chaos"
-    return index, why
-
-
-_HASHED: dict = {}  # (path, size, mtime_ns) -> content hash
+def pinned_pick(key: ChoiceKey, descs: list, extern_flags, entry, policy, rank: int = 0) -> Pick:
+    """The pinned rule (``core.pinned``) for a template selection: the table's entry; else, with
+    ``AUTOTUNE_ON_MISS=error``, a refusal naming the key; else Inductor's deterministic choice (aten
+    where offered: a template selection has no static cost to rank by). ``AUTOTUNE_CHAOS`` shifts it."""
+    try:
+        return pinned_rule(descs, table_entry=entry, policy=policy, defaults={}, what=key.what(), rank=rank,
+                           deterministic=deterministic_index(extern_flags), called="choice offered")
+    except SelectionError as exc:  # a refusal names the first choices: their texts say what was offered
+        listed = ", ".join(signature(d) for d in descs[:4]) + (", ..." if len(descs) > 4 else "")
+        raise SelectionError(f"{exc} ({len(descs)} choices: {listed})") from None
 
 
 def tables_fingerprint(table_path) -> str:
@@ -105,9 +98,10 @@ def _content_hash(path: str) -> str:
     try:
         stat = os.stat(path)
         tag = (path, stat.st_size, stat.st_mtime_ns)
-        if tag not in _HASHED:
+        hashed = state().hashed  # a table is read once per version of it
+        if tag not in hashed:
             with open(path, "rb") as handle:
-                _HASHED[tag] = hashlib.sha256(handle.read()).hexdigest()
-        return _HASHED[tag]
+                hashed[tag] = hashlib.sha256(handle.read()).hexdigest()
+        return hashed[tag]
     except OSError as exc:
         return f"unreadable {exc.errno}"

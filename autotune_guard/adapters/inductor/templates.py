@@ -10,8 +10,13 @@ input_nodes, layout, ...)`` returns at once, timing nothing, when it is offered 
 * record: Inductor times as usual, deciding in the lowering (not deferred to benchmark fusion) and
   with its autotune caches off, so the winner recorded, with every choice's timing, is the one a
   pinned process runs; ``do_autotuning`` is wrapped to read the timings;
-* consensus: one rank times (as record), the others pass on its winner (``core.consensus.decide``);
+* consensus: one rank times (as record), the others pass on its winner;
 * auto: Inductor selects as it would; the choice is logged (``cache hit`` when its cache answered).
+
+A selection is a family of the decision engine (``deciding``): :class:`Template` picks with the
+template variant of the pinned rule and tunes through Inductor's own selection; the engine carries
+out the mode, and ``select`` passes on the one choice it made (or returns what Inductor's own
+selection returned, when that ran here).
 
 Inductor's FX graph and AOTAutograd caches would serve a compiled graph, template choices and all,
 without any selection: a max-autotune compile's cache key gets the pinned rule's fingerprint
@@ -26,29 +31,17 @@ import inspect
 import logging
 import math
 import sys
-import threading
 
-from ...core import consensus
+from ... import deciding
 from ...core.errors import SelectionError
-from ...core.model import Choice, ChoiceKey, record_entry, signature
-from ...core.tables import table_index
+from ...core.model import ChoiceKey, signature
+from ...core.pinned import Pick
 from ...runtime import current
 from .. import _patching
 from . import template_choices as tc
+from .state import state
 
 logger = logging.getLogger("autotune_guard")
-
-
-class _Seam:
-    call_signature = None  # of Inductor's own __call__, once patched
-    tuning_signature = None  # of its do_autotuning
-    governed = False  # the selection seam is in force in this process
-    tried = False  # the seam was looked for, in the whole module
-
-
-SEAM = _Seam()
-_local = threading.local()  # .active: the selection this thread decides now; .timings: what Inductor measured
-_pending: dict = {}  # (op, inputs key) -> (Selection, epoch): a choice Inductor deferred to its scheduler (auto)
 
 
 class Selection:
@@ -76,6 +69,74 @@ class Selection:
         return found
 
 
+class Template(deciding.Tunable):
+    """One selection as the engine sees it. ``context``: (the selector, Inductor's own ``__call__``,
+    the call's (name, offered, input_nodes, layout), its other args, its kwargs)."""
+
+    noun = "template selections"
+    uses_config_defaults = False  # a choice is its text: no Config fields to default
+
+    def __init__(self, selection: Selection, epoch, context):
+        self.selection, self.epoch, self.context = selection, epoch, context
+        self.key, self.descriptors = selection.key, selection.descs
+        self.returned = None  # what Inductor's own selection returned, once it ran here
+
+    def pick(self, epoch) -> Pick:
+        """The pinned rule's template variant (``tc.pinned_pick``); a miss is said once per key."""
+        guard = current()
+        key = self.key
+        entry = guard.table_entry(epoch, key.arch, key.kernel, key.key)
+        rank = (guard.facts.get("rank_world") or (0, 1))[0] if epoch.policy.chaos else 0
+        pick = tc.pinned_pick(key, self.descriptors, self.selection.externs, entry, epoch.policy, rank)
+        if pick.why == "deterministic":
+            reason = "its table entry matches no choice offered" if entry is not None else "no table entry"
+            guard.warn_once(f"template miss {key.text()}", f"torch.compile template selection {key.what()}: {reason}: "
+                            f"Inductor's deterministic choice, {signature(self.descriptors[pick.index])}, untimed; "
+                            "record and merge a table to pin a timed winner")
+        return pick
+
+    def tune(self, how: str) -> deciding.Tuned | None:
+        """Inductor selects. Outside auto it decides here, not deferred, with its autotune caches off;
+        None: it deferred the choice to its scheduler (auto: noted by ``_deferred``)."""
+        selector, own, call, args, kwargs = self.context
+        here = self.epoch.policy.mode != "auto"
+        seam = state()
+        bound = seam.call_signature.bind(selector, *call, *args, **kwargs)
+        parameters = seam.call_signature.parameters
+        asked = bool(bound.arguments.get("return_choice", False))
+        if "return_choice" in parameters:  # torch 2.11: the choice comes back only when asked for
+            bound.arguments["return_choice"] = True
+        if here and "return_multi_template" in parameters:
+            bound.arguments["return_multi_template"] = False
+        before = _benchmarks()
+        local = seam.local
+        local.active, local.timings = self.key, None
+        try:
+            with _caches_off(here):
+                result = own(*bound.args, **bound.kwargs)
+            timings = local.timings
+        finally:
+            local.active = local.timings = None
+        self.returned, chosen = result, None
+        if isinstance(result, tuple) and len(result) == 2:
+            chosen = result[1]
+            if "return_choice" in parameters and not asked:
+                self.returned = result[0]
+        selection = self.selection
+        index = selection.index_of(chosen) if chosen is not None else _unseen(selector, self)
+        if index is None:
+            return None
+        said = None
+        if _benchmarks() == before:  # nothing timed here: Inductor's autotune cache answered, or its own rule
+            said = "cache hit" if timings else "library"
+        return deciding.Tuned(selection.descs[index], index, selection.measured(timings), self.returned, said)
+
+    def run_one(self, index: int):
+        """Inductor's own selection, offered the one chosen choice: it returns at once, timing nothing."""
+        selector, own, (name, offered, input_nodes, layout), args, kwargs = self.context
+        return own(selector, name, [offered[index]], input_nodes, layout, *args, **kwargs)
+
+
 SELECTOR_MODULE = "torch._inductor.select_algorithm"
 # Modules that finish importing after the selector module has (they import it): its post-import hook
 # can fire while it is still half-imported (it imports Inductor's runtime, whose hook registers this one).
@@ -85,9 +146,10 @@ AFTER_SELECTOR = (SELECTOR_MODULE, "torch._inductor.kernel.mm", "torch._inductor
 def on_import(_module=None) -> None:
     """Post-import hook of the modules of ``AFTER_SELECTOR``: patch the selector once it is whole."""
     module = sys.modules.get(SELECTOR_MODULE)
-    if module is None or SEAM.tried or getattr(getattr(module, "__spec__", None), "_initializing", False):
+    seam = state()
+    if module is None or seam.tried or getattr(getattr(module, "__spec__", None), "_initializing", False):
         return
-    SEAM.tried = True
+    seam.tried = True
     patch_selection(module)
 
 
@@ -105,9 +167,10 @@ def patch_selection(module) -> list:
                             "(select_algorithm.AlgorithmSelectorCache) has no seam autotune_guard knows; each "
                             "selection is named as not governed when it times its choices", logging.INFO, scope="process")
         return []
-    SEAM.call_signature, SEAM.tuning_signature = inspect.signature(own), inspect.signature(tuning)
+    seam = state()
+    seam.call_signature, seam.tuning_signature = inspect.signature(own), inspect.signature(tuning)
     patches = [_patching.patch(cls, "__call__", _call_of(cls)), _patching.patch(cls, "do_autotuning", _tuning_of(cls))]
-    SEAM.governed = True
+    seam.governed = True
     return patches
 
 
@@ -120,13 +183,13 @@ def _takes(function, names) -> bool:
 
 
 def governed() -> bool:
-    return SEAM.governed
+    return state().governed
 
 
 def timing_now() -> bool:
     """Whether this thread is inside a selection the guard governs while Inductor times its choices
     (a candidate's own tuning then is part of that timing, not a choice of its own)."""
-    return getattr(_local, "active", None) is not None
+    return getattr(state().local, "active", None) is not None
 
 
 def _call_of(cls):
@@ -141,10 +204,11 @@ def _tuning_of(cls):
     def do_autotuning(self, *args, **kwargs):
         timings = _patching.original(cls, "do_autotuning")(self, *args, **kwargs)
         if isinstance(timings, dict):
-            if getattr(_local, "active", None) is not None:
-                _local.timings = timings
+            seam = state()
+            if getattr(seam.local, "active", None) is not None:
+                seam.local.timings = timings
             else:
-                bound = SEAM.tuning_signature.bind(self, *args, **kwargs).arguments
+                bound = seam.tuning_signature.bind(self, *args, **kwargs).arguments
                 _deferred(bound.get("name"), bound.get("inputs_key"), timings)
         return timings
 
@@ -173,11 +237,13 @@ def select(self, own, call, args, kwargs):
     if policy.enumerate:
         logger.info("torch.compile template selection %s: %d choices, %s", selection.key.what(), len(offered),
                     policy.mode)
-    if policy.mode == "pinned":
-        return _run_one(self, own, call, _pin(selection, epoch), args, kwargs)
-    if policy.mode == "consensus":
-        return _consensus(self, own, selection, epoch, call, args, kwargs)
-    return _timed(self, own, selection, epoch, call, args, kwargs, "timed")[0]
+    template = Template(selection, epoch, (self, own, call, args, kwargs))
+    decision = deciding.decide(epoch, template)
+    if decision.tuned is not None:  # Inductor's own selection ran here: what it returned
+        return decision.tuned.result
+    if decision.index is None:  # deferred to Inductor's scheduler (auto)
+        return template.returned
+    return template.run_one(decision.index)
 
 
 def _describe(kernel: str, offered, input_nodes, layout) -> Selection:
@@ -192,98 +258,38 @@ def _describe(kernel: str, offered, input_nodes, layout) -> Selection:
     return Selection(key, offered, tc.descriptors(texts), externs)
 
 
-def _pin(selection: Selection, epoch) -> int:
-    guard = current()
-    key = selection.key
-    entry = guard.table_entry(epoch, key.arch, key.kernel, key.key)
-    rank = (guard.facts.get("rank_world") or (0, 1))[0] if epoch.policy.chaos else 0
-    index, why = tc.pinned_index(key, selection.descs, selection.externs, entry, epoch.policy, rank)
-    chosen = signature(selection.descs[index])
-    if why not in ("table", "chaos"):
-        guard.warn_once(f"template miss {key.text()}", f"torch.compile template selection {key.what()}: {why}, "
-                        f"{chosen}, untimed; record and merge a table to pin a timed winner")
-    guard.note(epoch, key, Choice(chosen, "pinned"))
-    logger.debug("pinned (template selection) %s -> %s (%s)", key.what(), chosen, why)
-    return index
-
-
-def _run_one(self, own, call, index: int, args, kwargs):
-    """Inductor's own selection, offered the one chosen choice: it returns at once, timing nothing."""
-    name, offered, input_nodes, layout = call
-    return own(self, name, [offered[index]], input_nodes, layout, *args, **kwargs)
-
-
-def _timed(self, own, selection: Selection, epoch, call, args, kwargs, how: str, for_job: bool = False):
-    """Inductor selects; (what it returns to its caller, the index chosen or None). Outside auto it
-    decides here, not deferred, with its autotune caches off; the choice is noted with its timings."""
-    deciding = epoch.policy.mode != "auto"
-    bound = SEAM.call_signature.bind(self, *call, *args, **kwargs)
-    parameters = SEAM.call_signature.parameters
-    asked = bool(bound.arguments.get("return_choice", False))
-    if "return_choice" in parameters:  # torch 2.11: the choice comes back only when asked for
-        bound.arguments["return_choice"] = True
-    if deciding and "return_multi_template" in parameters:
-        bound.arguments["return_multi_template"] = False
-    before = _benchmarks()
-    _local.active, _local.timings = selection.key, None
-    try:
-        with _caches_off(deciding):
-            result = own(*bound.args, **bound.kwargs)
-        timings = _local.timings
-    finally:
-        _local.active = _local.timings = None
-    returned, chosen = result, None
-    if isinstance(result, tuple) and len(result) == 2:
-        chosen = result[1]
-        if "return_choice" in parameters and not asked:
-            returned = result[0]
-    index = selection.index_of(chosen) if chosen is not None else _unseen(self, selection, epoch)
-    if index is None:
-        return returned, None
-    winner = selection.descs[index]
-    if _benchmarks() == before:  # nothing timed here: Inductor's autotune cache answered, or its own rule
-        how = "cache hit" if timings else "library"
-    record = _record(selection, epoch, index, how, timings)
-    if for_job and epoch.policy.table_path:
-        current().tuned_for_job(epoch, selection.key, winner)
-    current().note(epoch, selection.key, Choice(signature(winner), how), record)
-    return returned, index
-
-
-def _unseen(self, selection: Selection, epoch):
+def _unseen(selector, template: Template):
     """The choice Inductor made without returning it: its deterministic pick (``config.deterministic``);
     else (auto) deferred to its scheduler, noted when that times it (``_deferred``)."""
     from torch._inductor import config
 
-    if getattr(config, "deterministic", False) and callable(getattr(self, "pick_deterministic_choice", None)):
-        return selection.index_of(self.pick_deterministic_choice(selection.offered))
-    if epoch.policy.mode == "auto":
-        _pending[(selection.key.kernel, selection.key.key)] = (selection, epoch)
+    selection, mode = template.selection, template.epoch.policy.mode
+    if getattr(config, "deterministic", False) and callable(getattr(selector, "pick_deterministic_choice", None)):
+        return selection.index_of(selector.pick_deterministic_choice(selection.offered))
+    if mode == "auto":
+        adapter = state()
+        with adapter.lock:
+            adapter.pending[(selection.key.kernel, selection.key.key)] = template
         return None
     raise SelectionError(f"autotune_guard: {selection.key.what()}: Inductor did not say which choice it selected, so "
-                         f"{epoch.policy.mode} mode cannot note it; this torch's select_algorithm is not one the guard knows")
+                         f"{mode} mode cannot note it; this torch's select_algorithm is not one the guard knows")
 
 
 def _deferred(name, inputs_key, timings) -> None:
     """Timings of a selection Inductor deferred to its scheduler (benchmark fusion, auto mode): the
     fastest is noted as timed (the scheduler may still prefer another once it fuses an epilogue)."""
-    found = _pending.pop((tc.kernel_name(str(name)), inputs_key), None)
-    if found is None:
+    adapter = state()
+    with adapter.lock:
+        template = adapter.pending.pop((tc.kernel_name(str(name)), inputs_key), None)
+    if template is None:
         return
-    selection, epoch = found
+    selection = template.selection
     finite = {c: t for c, t in timings.items() if math.isfinite(float(t)) and selection.index_of(c) is not None}
     if not finite:
         return
     index = selection.index_of(min(finite, key=finite.__getitem__))
-    current().note(epoch, selection.key, Choice(signature(selection.descs[index]), "timed"),
-                   _record(selection, epoch, index, "timed", timings))
-
-
-def _record(selection: Selection, epoch, index: int, how: str, timings):
-    if not epoch.policy.record_path:
-        return None
-    desc = selection.descs[index]
-    return record_entry(desc, signature(desc), how, selection.measured(timings), selection.descs)
+    tuned = deciding.Tuned(selection.descs[index], index, selection.measured(timings))
+    deciding.noted(template.epoch, template, tuned, "timed")
 
 
 def _benchmarks() -> int:
@@ -301,46 +307,3 @@ def _caches_off(deciding: bool):
 
     return config.patch({name: False for name in ("autotune_local_cache", "autotune_remote_cache")
                          if hasattr(config, name)})
-
-
-def _consensus(self, own, selection: Selection, epoch, call, args, kwargs):
-    """One rank of the job times the selection and publishes the winner; the others pass it on alone.
-    A table in AUTOTUNE_TABLE_PATH decides where it has the key."""
-    guard = current()
-    key = selection.key
-    table = _table_index(selection, epoch)
-    store = guard.job_store(key)
-    if store is None:
-        if table is not None:
-            guard.note(epoch, key, Choice(signature(selection.descs[table]), "pinned"))
-            return _run_one(self, own, call, table, args, kwargs)
-        guard.warn_once("template consensus alone", "AUTOTUNE_MODE=consensus without a torch.distributed process "
-                        "group: template selections are timed by this process alone", logging.INFO, scope="process")
-        alone = guard.facts.ask("rank_now", (0, 1))[1] == 1
-        return _timed(self, own, selection, epoch, call, args, kwargs, "timed", for_job=alone)[0]
-    signatures = [signature(d) for d in selection.descs]
-    box = {}
-
-    def tune():  # on the claimer only, when its table lacks the key (a table's entry goes with the claim)
-        box["result"], index = _timed(self, own, selection, epoch, call, args, kwargs, "consensus", for_job=True)
-        if index is None:
-            raise SelectionError(f"autotune_guard consensus: {key.what()}: Inductor's selection gave no choice")
-        return signatures[index]
-
-    index, tuned_here, _ = consensus.decide(
-        store, key.what(), consensus.decision_name(key.arch, key.kernel, key.key),
-        guard.facts.ask("rank_now", (0, 1))[0], signatures, tune, epoch.policy.consensus_timeout,
-        dead_after=epoch.policy.consensus_dead_after, from_table=None if table is None else signatures[table])
-    if tuned_here:
-        return box["result"]
-    how = "table" if index == table else "consensus"  # the job followed this rank's table entry too
-    guard.note(epoch, key, Choice(signatures[index], how), _record(selection, epoch, index, how, None))
-    return _run_one(self, own, call, index, args, kwargs)
-
-
-def _table_index(selection: Selection, epoch):
-    if not epoch.policy.table_path:
-        return None
-    key = selection.key
-    entry = current().table_entry(epoch, key.arch, key.kernel, key.key)
-    return table_index(entry, selection.descs, {})
