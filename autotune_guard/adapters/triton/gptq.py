@@ -1,0 +1,159 @@
+"""GPTQ-style ``custom_autotune`` (AutoGPTQ's ``CustomizedTritonAutoTuner``, GPTQ-triton's
+``Autotuner``, their copies in GPTQModel and model repositories), governed in every mode.
+
+Such a tuner is a ``triton.KernelInterface`` of its own. Its ``run`` computes its key from the
+arguments at ``key_idx`` (rounded to the nearest power of two with ``nearest_power_of_two``) and
+times what ``prune_configs`` leaves with ``_bench`` only when ``cache`` lacks the key. That
+``cache`` is the seam: the family decides a key's first launch per policy (``deciding.decide``):
+* pinned, a consensus followed, a table's entry: the chosen candidate goes into ``cache`` first,
+  so the tuner's run launches it and times nothing;
+* auto, record, the consensus claimer: an earlier epoch's entry is hidden and the tuner times in
+  this process; its winner (``cache[key]``) is noted with its timings (``configs_timings``).
+The tuner's own key is the key of the log and the tables: it is what the tuner decides per.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ... import deciding
+from ...core.errors import SelectionError
+from ...core.model import ChoiceKey, base_name, descriptor, key_text, provenance, provenance_differences, signature
+from ...core.tables import table_provenance
+from ...runtime import current
+from . import families
+from .foreign import kernel_of
+from .provenance import source_text
+from .tuner import MISSING, NAME_ATTR, REGISTRY
+
+DECIDED_ATTR = "_autotune_guard_gptq"  # on the tuner: (epoch generation, the keys decided under it)
+
+
+class GptqFamily(families.Family):
+    name = "GPTQ custom_autotune"
+
+    def shaped(self, owner) -> bool:
+        """custom_autotune's three methods, defined together by one class (a class with only some,
+        or that overrides one, may compute its key otherwise: it stays named as not governed)."""
+        return all(callable(owner.__dict__.get(n)) for n in ("run", "_bench", "prune_configs"))
+
+    def run(self, autotuner, original, args, kwargs):
+        epoch = current().epoch
+        if epoch.installed is None or len(getattr(autotuner, "configs", ())) < 2:
+            return original(autotuner, *args, **kwargs)  # no policy, or nothing to choose
+        try:
+            key = library_key(autotuner, args)
+        except (IndexError, TypeError, ValueError):  # the tuner's own run says what is wrong
+            return original(autotuner, *args, **kwargs)
+        if key in _decided(autotuner, epoch) and key in autotuner.cache:
+            return original(autotuner, *args, **kwargs)  # the steady state: the tuner's cached path
+        with REGISTRY.lock_of(autotuner):  # the tuner keeps per-launch state (nargs): one first launch at a time
+            decided = _decided(autotuner, epoch)
+            if key in decided and key in autotuner.cache:
+                return original(autotuner, *args, **kwargs)
+            qualified = kernel_name(autotuner)
+            policy = epoch.policy
+            if policy.mode == "off" or not policy.in_scope(base_name(qualified)):
+                decided.add(key)  # left to its own tuning (AUTOTUNE_MODULES, AUTOTUNE_CONFIG_INVARIANT)
+                return original(autotuner, *args, **kwargs)
+            current().launched(epoch, qualified, {k for c in autotuner.configs for k in c.kwargs})
+            tunable = GptqTunable(epoch, autotuner, original, args, kwargs, key, qualified)
+            decision = deciding.decide(epoch, tunable)
+            if decision.tuned is not None:  # the tuner's own launch decided it (and ran the kernel)
+                decided.add(key)
+                return decision.tuned.result
+            if not decision.noted:  # another policy was installed meanwhile: choose under it
+                return self.run(autotuner, original, args, kwargs)
+            autotuner.cache[key] = tunable.live[decision.index]
+            decided.add(key)
+        return original(autotuner, *args, **kwargs)
+
+
+def library_key(autotuner, args) -> tuple:
+    """The key custom_autotune's ``run`` decides by, computed as it computes it."""
+    key = tuple(args[i] for i in autotuner.key_idx)
+    if getattr(autotuner, "nearest_power_of_two", False):
+        key = tuple([2 ** int(math.log2(x) + 0.5) for x in key])
+    return key
+
+
+def kernel_name(autotuner) -> str:
+    """``module.function`` of the Python function under the tuner's ``fn`` (a JITFunction, or the
+    interpreter's function, whose own module is Triton's), kept on the tuner."""
+    name = autotuner.__dict__.get(NAME_ATTR)
+    if name is None:
+        name = autotuner.__dict__[NAME_ATTR] = kernel_of(autotuner) or f"{type(autotuner).__module__}.?"
+    return name
+
+
+def _decided(autotuner, epoch) -> set:
+    found = autotuner.__dict__.get(DECIDED_ATTR)
+    if found is None or found[0] != epoch.generation:  # a new policy decides every key again
+        found = autotuner.__dict__[DECIDED_ATTR] = (epoch.generation, set())
+    return found[1]
+
+
+class GptqTunable(deciding.Tunable):
+    """One key's first launch. The candidates are what the tuner's ``prune_configs`` leaves (its
+    pruner may make new Config objects): those its run would time, and those ``cache`` may hold."""
+
+    noun = "GPTQ custom_autotune choices"
+
+    def __init__(self, epoch, autotuner, original, args, kwargs, library_key, qualified):
+        self.epoch, self.autotuner, self.original, self.args, self.kwargs = epoch, autotuner, original, args, kwargs
+        self.library_key = library_key
+        self.key = ChoiceKey(current().facts.get("arch"), qualified, key_text(library_key))
+        autotuner.nargs = dict(zip(autotuner.arg_names, args))  # what pruning reads, as the tuner's run sets it
+        self.live = list(autotuner.prune_configs(kwargs))
+        self.descriptors = [descriptor(c) for c in self.live]
+
+    def every(self):
+        return [descriptor(c) for c in self.autotuner.configs]
+
+    def provenance(self) -> dict:
+        tuner, facts = self.autotuner, current().facts
+        options = {"key_idx": list(tuner.key_idx), "nearest_power_of_two": bool(getattr(tuner, "nearest_power_of_two", 0)),
+                   "prune": _named(getattr(tuner, "early_config_prune", None)),
+                   "perf_model": _named(getattr(tuner, "perf_model", None)), "top_k": getattr(tuner, "configs_top_k", None)}
+        return provenance(source_text(tuner), self.every(), options, facts.get("triton_version"), facts.get("arch"))
+
+    def check_provenance(self) -> None:
+        """A table entry for this key recorded against another version of the kernel (its source,
+        candidates, key or pruning): named once per kernel, refused with AUTOTUNE_ON_MISS=error."""
+        guard, epoch, key = current(), self.epoch, self.key
+        if guard.table_entry(epoch, key.arch, key.kernel, key.key) is None:
+            return
+        recorded = table_provenance(epoch.tables.get(key.arch) or {}, key.kernel)
+        differs = provenance_differences(recorded, self.provenance()) if isinstance(recorded, dict) else []
+        if not differs:
+            return
+        message = (f"kernel {key.kernel}: its table entries were recorded against another version of it "
+                   f"({', '.join(differs)}); record and merge it again")
+        if epoch.policy.on_miss == "error":
+            raise SelectionError(f"autotune_guard: {key.what()}: {message}; refused with AUTOTUNE_ON_MISS=error")
+        guard.warn_once(f"stale provenance {key.kernel}", message + "; its entries are used where a config still matches")
+
+    def tune(self, how: str) -> deciding.Tuned:
+        """The tuner's own run times the candidates (an entry of an earlier policy hidden first)."""
+        tuner, key = self.autotuner, self.library_key
+        earlier = tuner.cache.pop(key, MISSING)
+        before = tuner.__dict__.get("configs_timings")
+        try:
+            result = self.original(tuner, *self.args, **self.kwargs)
+        except BaseException:
+            if earlier is not MISSING:  # a failed launch leaves the tuner as it was
+                tuner.cache.setdefault(key, earlier)
+            raise
+        winner, timings = tuner.cache[key], tuner.__dict__.get("configs_timings")
+        measured = None
+        if isinstance(timings, dict) and timings is not before:
+            measured = {signature(descriptor(c)): [float(t) for t in (v if isinstance(v, (list, tuple)) else [v])]
+                        for c, v in timings.items()}
+        return deciding.Tuned(descriptor(winner), winner, measured, result)
+
+
+def _named(fn):
+    return None if fn is None else f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', '?')}"
+
+
+families.register(GptqFamily())
