@@ -1,10 +1,10 @@
 """GPTQ-style ``custom_autotune`` (AutoGPTQ's ``CustomizedTritonAutoTuner``, GPTQ-triton's
 ``Autotuner``, their copies in GPTQModel and model repositories), governed in every mode.
 
-Such a tuner is a ``triton.KernelInterface`` of its own. Its ``run`` computes its key from the
-arguments at ``key_idx`` (rounded to the nearest power of two with ``nearest_power_of_two``) and
-times what ``prune_configs`` leaves with ``_bench`` only when ``cache`` lacks the key. That
-``cache`` is the seam: the family decides a key's first launch per policy (``deciding.decide``):
+Such a tuner is a ``triton.KernelInterface`` of its own. Its ``run`` keys by the arguments at
+``key_idx`` (rounded to powers of two with ``nearest_power_of_two``) and times what
+``prune_configs`` leaves with ``_bench`` only when ``cache`` lacks the key. That ``cache`` is the
+seam: the family decides a key's first launch under each policy (``deciding.decide``):
 * pinned, a consensus followed, a table's entry: the chosen candidate goes into ``cache`` first,
   so the tuner's run launches it and times nothing;
 * auto, record, the consensus claimer: an earlier epoch's entry is hidden and the tuner times in
@@ -51,7 +51,8 @@ class GptqFamily(families.Family):
             decided = _decided(autotuner, epoch)
             if key in decided and key in autotuner.cache:
                 return original(autotuner, *args, **kwargs)
-            qualified = kernel_name(autotuner)
+            # module.function of the Python function under fn (the interpreter's function is Triton's own)
+            qualified = autotuner.__dict__.setdefault(NAME_ATTR, kernel_of(autotuner) or type(autotuner).__qualname__)
             policy = epoch.policy
             if policy.mode == "off" or not policy.in_scope(base_name(qualified)):
                 decided.add(key)  # left to its own tuning (AUTOTUNE_MODULES, AUTOTUNE_CONFIG_INVARIANT)
@@ -75,15 +76,6 @@ def library_key(autotuner, args) -> tuple:
     if getattr(autotuner, "nearest_power_of_two", False):
         key = tuple([2 ** int(math.log2(x) + 0.5) for x in key])
     return key
-
-
-def kernel_name(autotuner) -> str:
-    """``module.function`` of the Python function under the tuner's ``fn`` (a JITFunction, or the
-    interpreter's function, whose own module is Triton's), kept on the tuner."""
-    name = autotuner.__dict__.get(NAME_ATTR)
-    if name is None:
-        name = autotuner.__dict__[NAME_ATTR] = kernel_of(autotuner) or f"{type(autotuner).__module__}.?"
-    return name
 
 
 def _decided(autotuner, epoch) -> set:
@@ -112,9 +104,8 @@ class GptqTunable(deciding.Tunable):
 
     def provenance(self) -> dict:
         tuner, facts = self.autotuner, current().facts
-        options = {"key_idx": list(tuner.key_idx), "nearest_power_of_two": bool(getattr(tuner, "nearest_power_of_two", 0)),
-                   "prune": _named(getattr(tuner, "early_config_prune", None)),
-                   "perf_model": _named(getattr(tuner, "perf_model", None)), "top_k": getattr(tuner, "configs_top_k", None)}
+        options = {n: getattr(tuner, n, None) for n in ("key_idx", "nearest_power_of_two", "configs_top_k")}
+        options.update({n: _named(getattr(tuner, n, None)) for n in ("early_config_prune", "perf_model")})
         return provenance(source_text(tuner), self.every(), options, facts.get("triton_version"), facts.get("arch"))
 
     def check_provenance(self) -> None:
@@ -131,7 +122,7 @@ class GptqTunable(deciding.Tunable):
                    f"({', '.join(differs)}); record and merge it again")
         if epoch.policy.on_miss == "error":
             raise SelectionError(f"autotune_guard: {key.what()}: {message}; refused with AUTOTUNE_ON_MISS=error")
-        guard.warn_once(f"stale provenance {key.kernel}", message + "; its entries are used where a config still matches")
+        guard.warn_once(f"stale provenance {key.kernel}", f"{message}; its entries are used where a config matches")
 
     def tune(self, how: str) -> deciding.Tuned:
         """The tuner's own run times the candidates (an entry of an earlier policy hidden first)."""
@@ -145,10 +136,8 @@ class GptqTunable(deciding.Tunable):
                 tuner.cache.setdefault(key, earlier)
             raise
         winner, timings = tuner.cache[key], tuner.__dict__.get("configs_timings")
-        measured = None
-        if isinstance(timings, dict) and timings is not before:
-            measured = {signature(descriptor(c)): [float(t) for t in (v if isinstance(v, (list, tuple)) else [v])]
-                        for c, v in timings.items()}
+        measured = {signature(descriptor(c)): [float(t) for t in (v if isinstance(v, (list, tuple)) else [v])]
+                    for c, v in timings.items()} if isinstance(timings, dict) and timings is not before else None
         return deciding.Tuned(descriptor(winner), winner, measured, result)
 
 
