@@ -114,9 +114,7 @@ def test_each_new_policy_decides_again_in_one_process(guard):
     from autotune_guard import choice_log
     from kernels import gptq_autotune as gptq
 
-    tuner = gptq.CustomizedTritonAutoTuner(gptq.matmul_kernel.fn, gptq.matmul_kernel.arg_names, gptq.CONFIGS,
-                                           ["M", "N", "K"], None, {"early_config_prune": gptq.matmul248_kernel_config_pruner,
-                                                                   "perf_model": None, "top_k": None}, True)
+    tuner = gptq.new_tuner()  # a cache no other test filled
     a, b = torch.rand(32, 32), torch.rand(32, 32)
     calls = len(gptq.TIMER_CALLS)
     guard({"AUTOTUNE_MODE": "auto"})

@@ -152,19 +152,18 @@ def matmul248_kernel_config_pruner(configs, nargs):
                              "GROUP_SIZE_M": group_m}, num_stages=config.num_stages, num_warps=config.num_warps)
 
 
+def _config(m, n, k, group, stages, warps):
+    return triton.Config({"BLOCK_SIZE_M": m, "BLOCK_SIZE_N": n, "BLOCK_SIZE_K": k, "GROUP_SIZE_M": group},
+                         num_stages=stages, num_warps=warps)
+
+
 # Five declared candidates; for 32x32x32 the pruner shrinks the 64-row one onto the 32-row one: four are timed.
-CONFIGS = [
-    triton.Config({"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 16, "BLOCK_SIZE_K": 16, "GROUP_SIZE_M": 1}, num_stages=2, num_warps=1),
-    triton.Config({"BLOCK_SIZE_M": 32, "BLOCK_SIZE_N": 16, "BLOCK_SIZE_K": 16, "GROUP_SIZE_M": 2}, num_stages=2, num_warps=1),
-    triton.Config({"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 1}, num_stages=2, num_warps=2),
-    triton.Config({"BLOCK_SIZE_M": 32, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 16, "GROUP_SIZE_M": 1}, num_stages=3, num_warps=2),
-    triton.Config({"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 16, "GROUP_SIZE_M": 1}, num_stages=3, num_warps=2),
-]
-PRUNED_AT_32 = 4  # timer calls of one key of 32x32x32 (and of any key, as rounded, of 16..45)
+CONFIGS = [_config(16, 16, 16, 1, 2, 1), _config(32, 16, 16, 2, 2, 1), _config(16, 32, 32, 1, 2, 2),
+           _config(32, 32, 16, 1, 3, 2), _config(64, 32, 16, 1, 3, 2)]
+PRUNE = {"early_config_prune": matmul248_kernel_config_pruner, "perf_model": None, "top_k": None}
 
 
-@autotune(configs=CONFIGS, key=["M", "N", "K"], nearest_power_of_two=True,
-          prune_configs_by={"early_config_prune": matmul248_kernel_config_pruner, "perf_model": None, "top_k": None})
+@autotune(configs=CONFIGS, key=["M", "N", "K"], nearest_power_of_two=True, prune_configs_by=PRUNE)
 @triton.jit
 def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                   BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr, BLOCK_SIZE_K: tl.constexpr,
@@ -206,10 +205,12 @@ def matmul(a, b, tuner=matmul_kernel):
     return c
 
 
+def new_tuner(configs=CONFIGS):
+    """Another tuner over ``matmul_kernel``'s function, with a cache of its own."""
+    return CustomizedTritonAutoTuner(matmul_kernel.fn, matmul_kernel.arg_names, configs, ["M", "N", "K"], None, PRUNE,
+                                     True)
+
+
 def another_version():
     """The same kernel with one candidate more: what a table recorded against ``matmul_kernel`` was not."""
-    extra = triton.Config({"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 16, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 1},
-                          num_stages=2, num_warps=1)
-    return CustomizedTritonAutoTuner(matmul_kernel.fn, matmul_kernel.arg_names, CONFIGS + [extra], ["M", "N", "K"],
-                                     None, {"early_config_prune": matmul248_kernel_config_pruner,
-                                            "perf_model": None, "top_k": None}, True)
+    return new_tuner(CONFIGS + [_config(16, 16, 32, 1, 2, 1)])

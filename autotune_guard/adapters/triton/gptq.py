@@ -2,14 +2,13 @@
 ``Autotuner``, their copies in GPTQModel and model repositories), governed in every mode.
 
 Such a tuner is a ``triton.KernelInterface`` of its own. Its ``run`` keys by the arguments at
-``key_idx`` (rounded to powers of two with ``nearest_power_of_two``) and times what
-``prune_configs`` leaves with ``_bench`` only when ``cache`` lacks the key. That ``cache`` is the
-seam: the family decides a key's first launch under each policy (``deciding.decide``):
+``key_idx`` (rounded to powers of two with ``nearest_power_of_two``; that key is the key of the log
+and the tables) and times what ``prune_configs`` leaves with ``_bench`` only when ``cache`` lacks
+the key. That ``cache`` is the seam; the family decides a key's first launch (``deciding.decide``):
 * pinned, a consensus followed, a table's entry: the chosen candidate goes into ``cache`` first,
   so the tuner's run launches it and times nothing;
-* auto, record, the consensus claimer: an earlier epoch's entry is hidden and the tuner times in
+* auto, record, the consensus claimer: an earlier policy's entry is hidden and the tuner times in
   this process; its winner (``cache[key]``) is noted with its timings (``configs_timings``).
-The tuner's own key is the key of the log and the tables: it is what the tuner decides per.
 """
 
 from __future__ import annotations
@@ -45,7 +44,8 @@ class GptqFamily(families.Family):
             key = library_key(autotuner, args)
         except (IndexError, TypeError, ValueError):  # the tuner's own run says what is wrong
             return original(autotuner, *args, **kwargs)
-        if key in _decided(autotuner, epoch) and key in autotuner.cache:
+        found = autotuner.__dict__.get(DECIDED_ATTR, (None, ()))  # (read only: made under the lock)
+        if found[0] == epoch.generation and key in found[1] and key in autotuner.cache:
             return original(autotuner, *args, **kwargs)  # the steady state: the tuner's cached path
         with REGISTRY.lock_of(autotuner):  # the tuner keeps per-launch state (nargs): one first launch at a time
             decided = _decided(autotuner, epoch)
@@ -53,8 +53,7 @@ class GptqFamily(families.Family):
                 return original(autotuner, *args, **kwargs)
             # module.function of the Python function under fn (the interpreter's function is Triton's own)
             qualified = autotuner.__dict__.setdefault(NAME_ATTR, kernel_of(autotuner) or type(autotuner).__qualname__)
-            policy = epoch.policy
-            if policy.mode == "off" or not policy.in_scope(base_name(qualified)):
+            if epoch.policy.mode == "off" or not epoch.policy.in_scope(base_name(qualified)):
                 decided.add(key)  # left to its own tuning (AUTOTUNE_MODULES, AUTOTUNE_CONFIG_INVARIANT)
                 return original(autotuner, *args, **kwargs)
             current().launched(epoch, qualified, {k for c in autotuner.configs for k in c.kwargs})
@@ -78,7 +77,7 @@ def library_key(autotuner, args) -> tuple:
     return key
 
 
-def _decided(autotuner, epoch) -> set:
+def _decided(autotuner, epoch) -> set:  # the keys decided under ``epoch``; the caller holds the tuner's lock
     found = autotuner.__dict__.get(DECIDED_ATTR)
     if found is None or found[0] != epoch.generation:  # a new policy decides every key again
         found = autotuner.__dict__[DECIDED_ATTR] = (epoch.generation, set())
