@@ -108,6 +108,19 @@ def test_a_kernel_left_to_its_own_tuning_by_scope_is_timed_by_its_tuner_and_not_
     assert result["timer_calls"] == TUNED and result["choices"] == {} and "not governed" not in proc.stderr
 
 
+def test_a_tuner_class_defined_before_the_guard_is_installed_is_governed_too():
+    code = """
+import torch, autotune_guard, kernels.gptq_autotune as gptq
+assert not getattr(gptq.CustomizedTritonAutoTuner.run, "_autotune_guard", False)  # no policy at start: untouched
+autotune_guard.install({"AUTOTUNE_MODE": "pinned"})
+a, b = torch.rand(32, 32), torch.rand(32, 32)
+assert torch.allclose(gptq.matmul(a, b), a @ b, atol=1e-4)
+print(len(gptq.TIMER_CALLS), autotune_guard.choice_log())
+"""
+    proc = run_python(code, env=clean_env())
+    assert proc.stdout.startswith("0 ") and f"'{entry('32,32,32')}': '{SMALLEST};pinned'" in proc.stdout, proc.stdout
+
+
 def test_each_new_policy_decides_again_in_one_process(guard):
     import torch
 
