@@ -17,6 +17,7 @@ from ...core.model import OPTION_FIELDS
 from ...runtime import current
 from .. import _patching
 from . import foreign, guarded, library, observe
+from . import gptq  # noqa: F401  (a library family: it registers itself at import, families.register)
 from .tuner import REGISTRY, Capabilities, strategy_of
 
 __all__ = ["patch", "unpatch", "loaded_module", "provide_facts", "check_supported", "strategy_of", "watch_timers",

@@ -22,6 +22,7 @@ from ...core.errors import SelectionError
 from ...core.model import qualified_name
 from ...runtime import current
 from .. import _patching
+from . import families
 from .tuner import REGISTRY, STATE_ATTR, TunerState
 
 logger = logging.getLogger("autotune_guard")
@@ -56,6 +57,10 @@ def _wrap_if_foreign(cls) -> None:
     original = cls.__dict__.get("run")
     if (original is None or not callable(original) or getattr(original, "_autotune_guard", False)
             or issubclass(cls, REGISTRY.triton_classes) or cls.__module__.split(".")[0] in ("triton", "torch")):
+        return
+    family = families.family_of(cls)
+    if family is not None:  # a registered library family governs it (adapters/triton/families.py)
+        families.govern(cls, original, family)
         return
 
     @functools.wraps(original)
@@ -138,8 +143,10 @@ def _sentinel(original, timer: str):
 
 
 # Frames of code that accounts for the timing it runs: the guard's own timing passes (Triton's
-# guarded run; Inductor's step and benchmark, whose re-tuners it names itself).
-ACCOUNTED = ("autotune_guard.adapters.triton.guarded", "autotune_guard.adapters.inductor.")
+# guarded run; a governed library family's run, ``families.govern``, which notes its tuner's
+# timing itself; Inductor's step and benchmark, whose re-tuners it names itself).
+ACCOUNTED = ("autotune_guard.adapters.triton.guarded", "autotune_guard.adapters.triton.families",
+             "autotune_guard.adapters.inductor.")
 TEMPLATE_SELECTION = "torch._inductor.select_algorithm"
 
 

@@ -1,0 +1,147 @@
+"""GPTQ-style ``custom_autotune`` (AutoGPTQ's ``CustomizedTritonAutoTuner``, GPTQ-triton's
+``Autotuner``, their copies in GPTQModel and model repositories), governed in every mode.
+
+Such a tuner is a ``triton.KernelInterface`` of its own. Its ``run`` keys by the arguments at
+``key_idx`` (rounded to powers of two with ``nearest_power_of_two``; that key is the key of the log
+and the tables) and times what ``prune_configs`` leaves with ``_bench`` only when ``cache`` lacks
+the key. That ``cache`` is the seam; the family decides a key's first launch (``deciding.decide``):
+* pinned, a consensus followed, a table's entry: the chosen candidate goes into ``cache`` first,
+  so the tuner's run launches it and times nothing;
+* auto, record, the consensus claimer: an earlier policy's entry is hidden and the tuner times in
+  this process; its winner (``cache[key]``) is noted with its timings (``configs_timings``).
+"""
+
+from __future__ import annotations
+
+import math
+
+from ... import deciding
+from ...core.errors import SelectionError
+from ...core.model import ChoiceKey, base_name, descriptor, key_text, provenance, provenance_differences, signature
+from ...core.tables import table_provenance
+from ...runtime import current
+from . import families
+from .foreign import kernel_of
+from .provenance import source_text
+from .tuner import MISSING, NAME_ATTR, REGISTRY
+
+DECIDED_ATTR = "_autotune_guard_gptq"  # on the tuner: (epoch generation, the keys decided under it)
+
+
+class GptqFamily(families.Family):
+    name = "GPTQ custom_autotune"
+
+    def shaped(self, owner) -> bool:
+        """custom_autotune's three methods, defined together by one class (a class with only some,
+        or that overrides one, may compute its key otherwise: it stays named as not governed)."""
+        return all(callable(owner.__dict__.get(n)) for n in ("run", "_bench", "prune_configs"))
+
+    def run(self, autotuner, original, args, kwargs):
+        epoch = current().epoch
+        if epoch.installed is None or len(getattr(autotuner, "configs", ())) < 2:
+            return original(autotuner, *args, **kwargs)  # no policy, or nothing to choose
+        try:
+            key = library_key(autotuner, args)
+        except (IndexError, TypeError, ValueError):  # the tuner's own run says what is wrong
+            return original(autotuner, *args, **kwargs)
+        found = autotuner.__dict__.get(DECIDED_ATTR, (None, ()))  # (read only: made under the lock)
+        if found[0] == epoch.generation and key in found[1] and key in autotuner.cache:
+            return original(autotuner, *args, **kwargs)  # the steady state: the tuner's cached path
+        with REGISTRY.lock_of(autotuner):  # the tuner keeps per-launch state (nargs): one first launch at a time
+            decided = _decided(autotuner, epoch)
+            if key in decided and key in autotuner.cache:
+                return original(autotuner, *args, **kwargs)
+            # module.function of the Python function under fn (the interpreter's function is Triton's own)
+            qualified = autotuner.__dict__.setdefault(NAME_ATTR, kernel_of(autotuner) or type(autotuner).__qualname__)
+            if epoch.policy.mode == "off" or not epoch.policy.in_scope(base_name(qualified)):
+                decided.add(key)  # left to its own tuning (AUTOTUNE_MODULES, AUTOTUNE_CONFIG_INVARIANT)
+                return original(autotuner, *args, **kwargs)
+            current().launched(epoch, qualified, {k for c in autotuner.configs for k in c.kwargs})
+            tunable = GptqTunable(epoch, autotuner, original, args, kwargs, key, qualified)
+            decision = deciding.decide(epoch, tunable)
+            if decision.tuned is not None:  # the tuner's own launch decided it (and ran the kernel)
+                decided.add(key)
+                return decision.tuned.result
+            if not decision.noted:  # another policy was installed meanwhile: choose under it
+                return self.run(autotuner, original, args, kwargs)
+            autotuner.cache[key] = tunable.live[decision.index]
+            decided.add(key)
+        return original(autotuner, *args, **kwargs)
+
+
+def library_key(autotuner, args) -> tuple:
+    """The key custom_autotune's ``run`` decides by, computed as it computes it."""
+    key = tuple(args[i] for i in autotuner.key_idx)
+    if getattr(autotuner, "nearest_power_of_two", False):
+        key = tuple([2 ** int(math.log2(x) + 0.5) for x in key])
+    return key
+
+
+def _decided(autotuner, epoch) -> set:  # the keys decided under ``epoch``; the caller holds the tuner's lock
+    found = autotuner.__dict__.get(DECIDED_ATTR)
+    if found is None or found[0] != epoch.generation:  # a new policy decides every key again
+        found = autotuner.__dict__[DECIDED_ATTR] = (epoch.generation, set())
+    return found[1]
+
+
+class GptqTunable(deciding.Tunable):
+    """One key's first launch. The candidates are what the tuner's ``prune_configs`` leaves (its
+    pruner may make new Config objects): those its run would time, and those ``cache`` may hold."""
+
+    noun = "GPTQ custom_autotune choices"
+
+    def __init__(self, epoch, autotuner, original, args, kwargs, library_key, qualified):
+        self.epoch, self.autotuner, self.original, self.args, self.kwargs = epoch, autotuner, original, args, kwargs
+        self.library_key = library_key
+        self.key = ChoiceKey(current().facts.get("arch"), qualified, key_text(library_key))
+        autotuner.nargs = dict(zip(autotuner.arg_names, args))  # what pruning reads, as the tuner's run sets it
+        self.live = list(autotuner.prune_configs(kwargs))
+        self.descriptors = [descriptor(c) for c in self.live]
+
+    def every(self):
+        return [descriptor(c) for c in self.autotuner.configs]
+
+    def provenance(self) -> dict:
+        tuner, facts = self.autotuner, current().facts
+        options = {n: getattr(tuner, n, None) for n in ("key_idx", "nearest_power_of_two", "configs_top_k")}
+        options.update({n: _named(getattr(tuner, n, None)) for n in ("early_config_prune", "perf_model")})
+        return provenance(source_text(tuner), self.every(), options, facts.get("triton_version"), facts.get("arch"))
+
+    def check_provenance(self) -> None:
+        """A table entry for this key recorded against another version of the kernel (its source,
+        candidates, key or pruning): named once per kernel, refused with AUTOTUNE_ON_MISS=error."""
+        guard, epoch, key = current(), self.epoch, self.key
+        if guard.table_entry(epoch, key.arch, key.kernel, key.key) is None:
+            return
+        recorded = table_provenance(epoch.tables.get(key.arch) or {}, key.kernel)
+        differs = provenance_differences(recorded, self.provenance()) if isinstance(recorded, dict) else []
+        if not differs:
+            return
+        message = (f"kernel {key.kernel}: its table entries were recorded against another version of it "
+                   f"({', '.join(differs)}); record and merge it again")
+        if epoch.policy.on_miss == "error":
+            raise SelectionError(f"autotune_guard: {key.what()}: {message}; refused with AUTOTUNE_ON_MISS=error")
+        guard.warn_once(f"stale provenance {key.kernel}", f"{message}; its entries are used where a config matches")
+
+    def tune(self, how: str) -> deciding.Tuned:
+        """The tuner's own run times the candidates (an entry of an earlier policy hidden first)."""
+        tuner, key = self.autotuner, self.library_key
+        earlier = tuner.cache.pop(key, MISSING)
+        before = tuner.__dict__.get("configs_timings")
+        try:
+            result = self.original(tuner, *self.args, **self.kwargs)
+        except BaseException:
+            if earlier is not MISSING:  # a failed launch leaves the tuner as it was
+                tuner.cache.setdefault(key, earlier)
+            raise
+        winner, timings = tuner.cache[key], tuner.__dict__.get("configs_timings")
+        measured = {signature(descriptor(c)): [float(t) for t in (v if isinstance(v, (list, tuple)) else [v])]
+                    for c, v in timings.items()} if isinstance(timings, dict) and timings is not before else None
+        return deciding.Tuned(descriptor(winner), winner, measured, result)
+
+
+def _named(fn):
+    return None if fn is None else f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', '?')}"
+
+
+families.register(GptqFamily())
