@@ -7,6 +7,8 @@ keys (32,32,32 and 64,32,32, after its power-of-two rounding) times 4 + 5 pruned
 import json
 import os
 
+import pytest
+
 from support import TESTS, clean_env, last_json, rank_file, run_python, torchrun
 
 from autotune_guard.core.model import signature
@@ -47,6 +49,7 @@ def governed(result, proc):
     assert {entry(k): s for k, s in result["cached"].items()} == configs(result["choices"])
 
 
+@pytest.mark.slow
 def test_auto_lets_the_tuner_time_each_key_once_and_logs_its_winner():
     result, proc = job(AUTOTUNE_MODE="auto")
     assert result["timer_calls"] == TUNED and sorted(result["choices"]) == sorted(entry(k) for k in KEYS)
@@ -56,6 +59,7 @@ def test_auto_lets_the_tuner_time_each_key_once_and_logs_its_winner():
     governed(result, proc)
 
 
+@pytest.mark.slow
 def test_record_keeps_the_timings_merge_makes_a_table_and_pinned_follows_it_untimed(tmp_path):
     from autotune_guard import report
     from autotune_guard.core import schema
@@ -91,6 +95,7 @@ def test_record_keeps_the_timings_merge_makes_a_table_and_pinned_follows_it_unti
     assert "refused with AUTOTUNE_ON_MISS=error" in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_pinned_without_a_table_times_nothing_and_cold_processes_agree():
     runs = [job(AUTOTUNE_MODE="pinned") for _ in range(2)]
     for result, proc in runs:
@@ -103,11 +108,13 @@ def test_pinned_without_a_table_times_nothing_and_cold_processes_agree():
     assert "timer_calls" not in proc.stdout
 
 
+@pytest.mark.slow
 def test_a_kernel_left_to_its_own_tuning_by_scope_is_timed_by_its_tuner_and_not_named():
     result, proc = job(AUTOTUNE_MODE="pinned", AUTOTUNE_ON_MISS="error", AUTOTUNE_CONFIG_INVARIANT="matmul_kernel")
     assert result["timer_calls"] == TUNED and result["choices"] == {} and "not governed" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_a_tuner_class_defined_before_the_guard_is_installed_is_governed_too():
     code = """
 import torch, autotune_guard, kernels.gptq_autotune as gptq
@@ -142,6 +149,7 @@ def test_each_new_policy_decides_again_in_one_process(guard):
     assert len(gptq.TIMER_CALLS) - calls == 8 and hows(choice_log()) == {"timed"}
 
 
+@pytest.mark.slow
 def test_consensus_one_rank_times_each_key_for_the_job_and_a_table_makes_the_next_run_untimed(tmp_path):
     tables = tmp_path / "tables"
     tables.mkdir()
