@@ -22,6 +22,7 @@ from support import TESTS, clean_env, last_json, rank_file, run_python, torchrun
 
 from autotune_guard.core import consensus, schema as files
 from autotune_guard.core.errors import ConsensusError
+from autotune_guard.deciding import liveness
 
 PROGS = os.path.join(TESTS, "progs")
 F32 = "torch.float32"
@@ -89,7 +90,7 @@ def test_differing_candidates_claimer_failure_and_garbage_are_refused_with_names
     message = consensus.timeout_message(WHAT, 4, 2.5)
     assert WHAT in message and "rank 4" in message and "2.5 s" in message and "AUTOTUNE_CONSENSUS_TIMEOUT" in message
     assert "died before naming itself" in consensus.timeout_message(WHAT, None, 600)
-    identity = consensus.claimer_identity(7)
+    identity = liveness.claimer_identity(7)
     assert re.search(r"rank 7 \(pid \d+ on [^)]+\) claimed", consensus.timeout_message(WHAT, identity, 600))
     died = consensus.decode(consensus.encode_death(identity, 5.4), WHAT)
     with pytest.raises(ConsensusError, match=r"rank 7 \(pid \d+ on [^)]+\), which claimed this tuning, stopped "
@@ -108,7 +109,7 @@ DECIDE_RUN = """
 import collections, json, threading, time
 from datetime import timedelta
 import torch.distributed as dist
-from autotune_guard.core import consensus as c
+from autotune_guard.deciding import consensus as c
 from autotune_guard.adapters import distributed as d
 out = {"job_store": repr(d.job_store())}  # not distributed: no Store, and no error
 server = dist.TCPStore("127.0.0.1", 0, 1, True, timedelta(seconds=30), wait_for_workers=False)
@@ -211,7 +212,8 @@ BATCH_RUN = """
 import collections, json, os, threading
 from datetime import timedelta
 import torch.distributed as dist
-from autotune_guard.core import consensus as c
+from autotune_guard.core import consensus as rules
+from autotune_guard.deciding import consensus as c
 server = dist.TCPStore("127.0.0.1", 0, 1, True, timedelta(seconds=30), wait_for_workers=False)
 calls = collections.Counter()
 
@@ -227,7 +229,7 @@ class Counting:  # one client of the job's Store, counting its requests under th
         return call
 
 SIGS = ["BLOCK=32", "BLOCK=64", "BLOCK=128"]
-names = [c.decision_name("a", "k", str(n)) for n in range(10)]
+names = [rules.decision_name("a", "k", str(n)) for n in range(10)]
 claimer, follower = Counting(), Counting()
 for name in names[:8]:  # rank 0 is ahead: it tunes 8 keys before rank 1 reaches the first
     c.decide(claimer, "k", name, 0, SIGS, lambda: "BLOCK=64", 30)

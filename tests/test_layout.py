@@ -22,7 +22,8 @@ ALLOWED = {
     "core": ("core",),
     "runtime": ("core",),
     "evidence": ("core", "runtime", "evidence"),  # the package and its paths and signals modules
-    "adapters": ("core", "runtime", "adapters._patching"),
+    "deciding": ("core", "runtime", "deciding"),  # the decision engine and the consensus engine beside it
+    "adapters": ("core", "runtime", "deciding", "adapters._patching"),
     "report": ("core", "report", ""),  # "": the package root, for its __version__ (it imports nothing)
     "_watch": (),
 }

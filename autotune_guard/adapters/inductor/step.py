@@ -3,7 +3,7 @@ policy says, and note the choice.
 
 pinned: the eager pinned rule (``guard.pin``) over the same candidate descriptions, kernel name
 and key, so eager and compiled calls run the same config; Inductor never times. consensus: one
-rank times through Inductor's own step, the others pin its winner (``core.consensus.decide``, the
+rank times through Inductor's own step, the others pin its winner (``deciding.consensus.decide``, the
 eager decision names). auto and record: Inductor times; the winner (and its timings) are noted.
 A kernel compiled for dynamic shapes gets a per-key run (``keyed``), because Inductor drops the key.
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 
 from ...core import consensus, tables
+from ...deciding import consensus as engine
 from ...core.model import Choice, record_entry, signature
 from ...runtime import current
 from . import keyed, names, templates
@@ -158,7 +159,7 @@ def _consensus(self, inductor_own, kernel, epoch, args, kwargs) -> None:
     def tune():  # on the claimer only, when its table lacks the key
         return _timed(self, inductor_own, kernel, epoch, args, kwargs, "consensus", for_job=True)
 
-    index, tuned_here, _ = consensus.decide(
+    index, tuned_here, _ = engine.decide(
         store, key.what(), consensus.decision_name(key.arch, key.kernel, key.key),
         guard.facts.ask("rank_now", (0, 1))[0], signatures, tune, epoch.policy.consensus_timeout,
         dead_after=epoch.policy.consensus_dead_after, from_table=None if table is None else signatures[table])

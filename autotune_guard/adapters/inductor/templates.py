@@ -10,7 +10,7 @@ input_nodes, layout, ...)`` returns at once, timing nothing, when it is offered 
 * record: Inductor times as usual, deciding in the lowering (not deferred to benchmark fusion) and
   with its autotune caches off, so the winner recorded, with every choice's timing, is the one a
   pinned process runs; ``do_autotuning`` is wrapped to read the timings;
-* consensus: one rank times (as record), the others pass on its winner (``core.consensus.decide``);
+* consensus: one rank times (as record), the others pass on its winner (``deciding.consensus.decide``);
 * auto: Inductor selects as it would; the choice is logged (``cache hit`` when its cache answered).
 
 Inductor's FX graph and AOTAutograd caches would serve a compiled graph, template choices and all,
@@ -29,6 +29,7 @@ import sys
 import threading
 
 from ...core import consensus
+from ...deciding import consensus as engine
 from ...core.errors import SelectionError
 from ...core.model import Choice, ChoiceKey, record_entry, signature
 from ...core.tables import table_index
@@ -327,7 +328,7 @@ def _consensus(self, own, selection: Selection, epoch, call, args, kwargs):
             raise SelectionError(f"autotune_guard consensus: {key.what()}: Inductor's selection gave no choice")
         return signatures[index]
 
-    index, tuned_here, _ = consensus.decide(
+    index, tuned_here, _ = engine.decide(
         store, key.what(), consensus.decision_name(key.arch, key.kernel, key.key),
         guard.facts.ask("rank_now", (0, 1))[0], signatures, tune, epoch.policy.consensus_timeout,
         dead_after=epoch.policy.consensus_dead_after, from_table=None if table is None else signatures[table])
