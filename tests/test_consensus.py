@@ -103,6 +103,58 @@ def test_differing_candidates_claimer_failure_and_garbage_are_refused_with_names
         consensus.follow(ended, SIGS, WHAT)
 
 
+
+def test_the_rules_of_names_claims_identities_and_batches_are_plain_functions():
+    # attempts: the launcher's variables, given by the caller (the core reads no environment)
+    assert consensus.attempt_scope({}) == "none/0"
+    assert consensus.attempt_prefix({"TORCHELASTIC_RUN_ID": "j", "TORCHELASTIC_RESTART_COUNT": "2"}) == \
+        consensus.STORE_PREFIX + "j/2"
+    # a claim carries a table's winner in its one request, or the identity alone
+    assert consensus.parse_claim(consensus.claim_value("0|1|h|c|m.5")) == ("0|1|h|c|m.5", "")
+    assert consensus.parse_claim(consensus.claim_value("0|1|h|c|m.5", '{"w": 1}')) == ("0|1|h|c|m.5", '{"w": 1}')
+    # an identity names its process only on its own machine; elsewhere the heartbeat decides
+    me = consensus.identity(3, 42, "host", "abcd", "boot.ns", "777")
+    assert consensus.claimer_rank(me) == 3 and consensus.describe_claimer(me) == "rank 3 (pid 42 on host)"
+    assert consensus.identity_process(me, "boot.ns") == (42, "777")
+    assert consensus.identity_process(me, "other.ns") is None and consensus.identity_process(me, "") is None
+    assert consensus.identity_process("3|x|host", "boot.ns") is None
+    # waiters spread their reads only beyond SPREAD_FROM; the announced list gives new names in order, once
+    assert consensus.spread_bound(consensus.SPREAD_FROM) == 0 and consensus.spread_bound(1000) > 0
+    assert consensus.announced_names("a\nb\na\n\nc\nd\n", {"b"}, {"c"}, 5) == ["a", "d"]
+    assert consensus.announced_names("a\nb\nc\n", set(), set(), 2) == ["a", "b"]
+    assert consensus.is_winner(consensus.encode_winner(0, SIGS[0], SIGS))
+    assert not consensus.is_winner(consensus.encode_failure(0, "boom")) and not consensus.is_winner("{bad")
+    assert consensus.text(b"\xffok") == "\\xffok" and consensus.text("plain") == "plain"
+
+
+def test_the_engine_keeps_its_state_per_store_object_on_the_guard_and_renews_it_after_fork():
+    from autotune_guard.deciding import consensus as engine, stores
+    from autotune_guard.runtime import Guard, current
+
+    class Store:  # a client: compared by identity, never by value
+        def __eq__(self, other):
+            return True
+        __hash__ = None
+
+    class Bare:  # takes no weak reference: its entry keeps it
+        __slots__ = ()
+
+    kept = stores.ByStore()
+    one, two, bare = Store(), Store(), Bare()
+    assert kept.get(one, lambda: "one") == "one" and kept.get(two, lambda: "two") == "two"
+    assert kept.get(one) == "one" and kept.get(bare, lambda: "bare") == "bare" and kept.get(bare) == "bare"
+    del one  # gone with its Store: the mapping keeps none alive, and an id is never another Store's
+    assert len(kept._entries) == 2
+    kept.keep_only([two])
+    assert kept.get(two) == "two" and kept.get(bare) is None
+    assert engine.state() is current().held(engine.HELD_AS, engine.ConsensusState)
+    guard = Guard()  # a Guard of its own: the process's is left as it is
+    state = guard.held(engine.HELD_AS, engine.ConsensusState)
+    lock, local, learned = state.beats._lock, state.clones._local, state.learned
+    guard.after_fork()  # what the Guard's one fork hook runs in a child
+    assert guard.held(engine.HELD_AS, engine.ConsensusState) is state and state.learned is learned
+    assert state.beats._lock is not lock and state.clones._local is not local
+
 # --- consensus.decide against a real TCPStore, threads as ranks ----------------------------------
 
 DECIDE_RUN = """
