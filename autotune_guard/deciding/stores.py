@@ -42,8 +42,8 @@ class ByStore:
     def keep_only(self, stores) -> None:
         """Drop the values of every Store not among ``stores``."""
         wanted = {id(store) for store in stores}
-        for key in [key for key in self._entries if key not in wanted]:
-            del self._entries[key]
+        for key in [key for key in list(self._entries) if key not in wanted]:
+            self._entries.pop(key, None)  # a Store freed meanwhile took its entry already
 
     def _reference(self, store) -> Callable:
         key, entries = id(store), self._entries
