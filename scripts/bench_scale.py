@@ -13,7 +13,7 @@ torch), and they all talk to ONE real TCPStore hosted by this process, on loopba
 N/--procs ranks as threads; each rank opens its own Store connections, as ranks do.
 
 Consensus: N waiters and one claimer (a thread of this process) decide one key, the claimer's
-tuning taking --tune-s seconds.  Side by side for each N: ``consensus.decide`` (event-driven) and
+tuning taking --tune-s seconds.  Side by side for each N: ``deciding.consensus.decide`` (event-driven) and
 the polling waiter this project used before (check every 2 ms growing to 50 ms).  Printed per N:
 Store requests per waiter (median, max: the max is the one waiter that watches the claimer's
 heartbeat), requests/s of all ranks over the decision, and each waiter's latency after the
@@ -57,6 +57,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
 from autotune_guard.core import consensus  # noqa: E402
+from autotune_guard.deciding import consensus as engine  # noqa: E402
 from autotune_guard.adapters.distributed import exchange  # noqa: E402
 from autotune_guard.core.agreement import BUCKETS, pair_hash  # noqa: E402
 from autotune_guard.adapters.distributed.tree import Tree  # noqa: E402
@@ -159,7 +160,7 @@ def waiters_task(conn, port, variant, name, ranks, timeout):
             store = Counting(connect(port, left(deadline)), counts, {})
             keep.append(store)
             if variant == "event":  # the rank's waiting connection, opened before the clock starts
-                consensus._clones.__dict__.setdefault("by_store", {})[id(store)] = store.clone()
+                engine.state().clones.put(store, store.clone())
         except Exception as exc:
             errors[rank] = f"connecting: {exc!r}"
             opened.abort()
@@ -172,7 +173,7 @@ def waiters_task(conn, port, variant, name, ranks, timeout):
             return
         try:
             if variant == "event":
-                consensus.decide(store, "bench", name, rank, SIGNATURES, never_tune, left(deadline))
+                engine.decide(store, "bench", name, rank, SIGNATURES, never_tune, left(deadline))
             else:
                 poll_waiter(store, name, left(deadline))
             done[rank] = time.monotonic()
@@ -198,7 +199,6 @@ def waiters_task(conn, port, variant, name, ranks, timeout):
         t.join(left(deadline))
     result = {"counts": {r: counts[f"w{r}"] for r in ranks}, "done": done, "errors": errors,
               "late": sum(t.is_alive() for t in threads)}
-    consensus._clones.__dict__.get("by_store", {}).clear()
     keep.clear()
     return result
 
@@ -307,7 +307,7 @@ def one_decision(pool, server_port, variant, waiters, tune_s, name, deadline, ke
     def claimer():
         try:
             if variant == "event":
-                consensus.decide(claimer_store, "bench", name, 0, SIGNATURES, tune, left(deadline))
+                engine.decide(claimer_store, "bench", name, 0, SIGNATURES, tune, left(deadline))
             else:
                 key = f"autotune_guard/poll/{name}"
                 claimer_store.compare_set(key + "/claim", "", "claimer")

@@ -13,7 +13,7 @@ thread with its own TCPStore client; with fan-in each node shares a real FileSto
 (``adapters.distributed.node.FannedStore``).  Counted: requests on the job's TCPStore per node.
 Batches (``--batch-keys K``): the claimer decides K keys before the waiters reach the first (it is
 ahead, as rank 0 of an SPMD job often is), then every waiter decides the same K keys in order, with
-fan-in; "one by one" is the same run with batches off (``core.consensus_batch.AHEAD_S = 0``).
+fan-in; "one by one" is the same run with batches off (``deciding.batch.AHEAD_S = 0``).
 """
 
 import collections
@@ -31,7 +31,7 @@ import torch.distributed as dist
 
 from autotune_guard.adapters.distributed.node import FannedStore
 from autotune_guard.adapters.distributed.tree import Tree, depth
-from autotune_guard.core import consensus, consensus_batch
+from autotune_guard.deciding import batch as consensus_batch, consensus
 
 NODE = 8
 

@@ -22,6 +22,7 @@ from support import TESTS, clean_env, last_json, rank_file, run_python, torchrun
 
 from autotune_guard.core import consensus, schema as files
 from autotune_guard.core.errors import ConsensusError
+from autotune_guard.deciding import liveness
 
 PROGS = os.path.join(TESTS, "progs")
 F32 = "torch.float32"
@@ -89,7 +90,7 @@ def test_differing_candidates_claimer_failure_and_garbage_are_refused_with_names
     message = consensus.timeout_message(WHAT, 4, 2.5)
     assert WHAT in message and "rank 4" in message and "2.5 s" in message and "AUTOTUNE_CONSENSUS_TIMEOUT" in message
     assert "died before naming itself" in consensus.timeout_message(WHAT, None, 600)
-    identity = consensus.claimer_identity(7)
+    identity = liveness.claimer_identity(7)
     assert re.search(r"rank 7 \(pid \d+ on [^)]+\) claimed", consensus.timeout_message(WHAT, identity, 600))
     died = consensus.decode(consensus.encode_death(identity, 5.4), WHAT)
     with pytest.raises(ConsensusError, match=r"rank 7 \(pid \d+ on [^)]+\), which claimed this tuning, stopped "
@@ -102,13 +103,65 @@ def test_differing_candidates_claimer_failure_and_garbage_are_refused_with_names
         consensus.follow(ended, SIGS, WHAT)
 
 
+
+def test_the_rules_of_names_claims_identities_and_batches_are_plain_functions():
+    # attempts: the launcher's variables, given by the caller (the core reads no environment)
+    assert consensus.attempt_scope({}) == "none/0"
+    assert consensus.attempt_prefix({"TORCHELASTIC_RUN_ID": "j", "TORCHELASTIC_RESTART_COUNT": "2"}) == \
+        consensus.STORE_PREFIX + "j/2"
+    # a claim carries a table's winner in its one request, or the identity alone
+    assert consensus.parse_claim(consensus.claim_value("0|1|h|c|m.5")) == ("0|1|h|c|m.5", "")
+    assert consensus.parse_claim(consensus.claim_value("0|1|h|c|m.5", '{"w": 1}')) == ("0|1|h|c|m.5", '{"w": 1}')
+    # an identity names its process only on its own machine; elsewhere the heartbeat decides
+    me = consensus.identity(3, 42, "host", "abcd", "boot.ns", "777")
+    assert consensus.claimer_rank(me) == 3 and consensus.describe_claimer(me) == "rank 3 (pid 42 on host)"
+    assert consensus.identity_process(me, "boot.ns") == (42, "777")
+    assert consensus.identity_process(me, "other.ns") is None and consensus.identity_process(me, "") is None
+    assert consensus.identity_process("3|x|host", "boot.ns") is None
+    # waiters spread their reads only beyond SPREAD_FROM; the announced list gives new names in order, once
+    assert consensus.spread_bound(consensus.SPREAD_FROM) == 0 and consensus.spread_bound(1000) > 0
+    assert consensus.announced_names("a\nb\na\n\nc\nd\n", {"b"}, {"c"}, 5) == ["a", "d"]
+    assert consensus.announced_names("a\nb\nc\n", set(), set(), 2) == ["a", "b"]
+    assert consensus.is_winner(consensus.encode_winner(0, SIGS[0], SIGS))
+    assert not consensus.is_winner(consensus.encode_failure(0, "boom")) and not consensus.is_winner("{bad")
+    assert consensus.text(b"\xffok") == "\\xffok" and consensus.text("plain") == "plain"
+
+
+def test_the_engine_keeps_its_state_per_store_object_on_the_guard_and_renews_it_after_fork():
+    from autotune_guard.deciding import consensus as engine, stores
+    from autotune_guard.runtime import Guard, current
+
+    class Store:  # a client: compared by identity, never by value
+        def __eq__(self, other):
+            return True
+        __hash__ = None
+
+    class Bare:  # takes no weak reference: its entry keeps it
+        __slots__ = ()
+
+    kept = stores.ByStore()
+    one, two, bare = Store(), Store(), Bare()
+    assert kept.get(one, lambda: "one") == "one" and kept.get(two, lambda: "two") == "two"
+    assert kept.get(one) == "one" and kept.get(bare, lambda: "bare") == "bare" and kept.get(bare) == "bare"
+    del one  # gone with its Store: the mapping keeps none alive, and an id is never another Store's
+    assert len(kept._entries) == 2
+    kept.keep_only([two])
+    assert kept.get(two) == "two" and kept.get(bare) is None
+    assert engine.state() is current().held(engine.HELD_AS, engine.ConsensusState)
+    guard = Guard()  # a Guard of its own: the process's is left as it is
+    state = guard.held(engine.HELD_AS, engine.ConsensusState)
+    lock, local, learned = state.beats._lock, state.clones._local, state.learned
+    guard.after_fork()  # what the Guard's one fork hook runs in a child
+    assert guard.held(engine.HELD_AS, engine.ConsensusState) is state and state.learned is learned
+    assert state.beats._lock is not lock and state.clones._local is not local
+
 # --- consensus.decide against a real TCPStore, threads as ranks ----------------------------------
 
 DECIDE_RUN = """
 import collections, json, threading, time
 from datetime import timedelta
 import torch.distributed as dist
-from autotune_guard.core import consensus as c
+from autotune_guard.deciding import consensus as c
 from autotune_guard.adapters import distributed as d
 out = {"job_store": repr(d.job_store())}  # not distributed: no Store, and no error
 server = dist.TCPStore("127.0.0.1", 0, 1, True, timedelta(seconds=30), wait_for_workers=False)
@@ -212,7 +265,8 @@ BATCH_RUN = """
 import collections, json, os, threading
 from datetime import timedelta
 import torch.distributed as dist
-from autotune_guard.core import consensus as c
+from autotune_guard.core import consensus as rules
+from autotune_guard.deciding import consensus as c
 server = dist.TCPStore("127.0.0.1", 0, 1, True, timedelta(seconds=30), wait_for_workers=False)
 calls = collections.Counter()
 
@@ -228,7 +282,7 @@ class Counting:  # one client of the job's Store, counting its requests under th
         return call
 
 SIGS = ["BLOCK=32", "BLOCK=64", "BLOCK=128"]
-names = [c.decision_name("a", "k", str(n)) for n in range(10)]
+names = [rules.decision_name("a", "k", str(n)) for n in range(10)]
 claimer, follower = Counting(), Counting()
 for name in names[:8]:  # rank 0 is ahead: it tunes 8 keys before rank 1 reaches the first
     c.decide(claimer, "k", name, 0, SIGS, lambda: "BLOCK=64", 30)

@@ -20,6 +20,7 @@ import pytest
 from support import REPO, TESTS, clean_env, last_json, run_python, torchrun
 
 from autotune_guard.core import consensus
+from autotune_guard.deciding import consensus as engine
 from autotune_guard.core.envfile import read_env_file
 from autotune_guard.core.errors import ConsensusError, PolicyError, SelectionError
 from autotune_guard.core.pinned import select
@@ -323,21 +324,21 @@ GOOD = json.loads(consensus.encode_winner(0, "BLOCK=32", SIGS))
 ])
 def test_a_hostile_store_value_is_a_consensus_error_naming_the_key(value, named):
     name = consensus.decision_name("interp", "k.kernel", "(8,)")
-    key = f"{consensus.STORE_PREFIX}{consensus.attempt_scope()}/{name}"
+    key = f"{consensus.STORE_PREFIX}{consensus.attempt_scope(os.environ)}/{name}"
     store = DictStore({key + "/claim": "someone-else", key + "/result": value})
     with pytest.raises(ConsensusError) as err:
-        consensus.decide(store, "kernel k.kernel key (8,)", name, 1, SIGS, lambda: None, timeout=5)
+        engine.decide(store, "kernel k.kernel key (8,)", name, 1, SIGS, lambda: None, timeout=5)
     assert key + "/result" in str(err.value) and named in str(err.value), str(err.value)
 
 
 @pytest.mark.parametrize("candidates", ["[not json", "12", json.dumps([1, 2])])
 def test_a_hostile_candidate_list_is_a_consensus_error_naming_the_key(candidates):
     name = consensus.decision_name("interp", "k.kernel", "(8,)")
-    key = f"{consensus.STORE_PREFIX}{consensus.attempt_scope()}/{name}"
+    key = f"{consensus.STORE_PREFIX}{consensus.attempt_scope(os.environ)}/{name}"
     theirs = json.dumps({**GOOD, "candidates_hash": "other"})
     store = DictStore({key + "/claim": "someone-else", key + "/result": theirs, key + "/candidates": candidates})
     with pytest.raises(ConsensusError, match=re.escape(key + "/candidates")):
-        consensus.decide(store, "kernel k.kernel key (8,)", name, 1, SIGS, lambda: None, timeout=5)
+        engine.decide(store, "kernel k.kernel key (8,)", name, 1, SIGS, lambda: None, timeout=5)
 
 
 def test_an_env_file_that_is_a_directory_or_a_fifo_is_named_and_never_waited_on(tmp_path):

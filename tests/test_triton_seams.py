@@ -459,6 +459,7 @@ heard = []
 triton.knobs.autotuning.listener = lambda **kw: heard.append(kw)  # the user's, set before Triton is used
 import autotune_guard
 from autotune_guard.core import consensus, model as selection
+from autotune_guard.deciding import consensus as engine
 from autotune_guard.runtime import current
 from kernels import demo
 dist.init_process_group("gloo", init_method="file://" + sys.argv[1], rank=0, world_size=1)
@@ -468,7 +469,7 @@ signatures = [selection.signature(selection.descriptor(c)) for c in demo.add_ker
 winner = demo.add_kernel.configs[5]
 name = consensus.decision_name("interpret", "kernels.demo.add_kernel", "200,torch.float32,torch.float32,torch.float32")
 # Rank 1's side of the protocol, run here first: it claims, "tunes" (its winner: candidate 5), publishes.
-assert consensus.decide(store, "test", name, 1, signatures, lambda: signatures[5], 60)[:2] == (5, True)
+assert engine.decide(store, "test", name, 1, signatures, lambda: signatures[5], 60)[:2] == (5, True)
 x = torch.rand(200)
 assert torch.equal(demo.add(x, x), x + x)
 assert torch.equal(demo.add(x, x), x + x)

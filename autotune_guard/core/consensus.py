@@ -1,11 +1,9 @@
-"""Consensus: one rank tunes a (kernel, key) for the whole job and the others follow, through the
-job's c10d Store.  :func:`decide` is the whole protocol; it knows nothing of Triton's ``Autotuner``
-(the Triton and Inductor adapters call it, and any other tuner can: it takes the
-candidates' signatures and a ``tune()`` callable).
-
-Nothing here imports torch or Triton: the Store is any object with the c10d ``Store`` methods
-(``compare_set``, ``add``, ``set``, ``get``, ``check``, ``wait``, ``clone``), and the tests drive
-the rules directly.
+"""Consensus's rules: one rank tunes a (kernel, key) for the whole job and the others follow,
+through the job's c10d Store. Here are the rules alone, as plain functions of their inputs: the
+names of decisions and of their Store keys, the published values (encode, decode), how a rank
+follows a published winner, a claimer's identity, the announced list's new names. No thread, no
+clock, no environment, no Store request: ``deciding.consensus`` is the engine that talks to
+Stores with them (claims, heartbeats, waits, batches), and the tests drive the rules directly.
 
 A decision is one (arch, kernel, tuning key).  Its Store name deliberately leaves the candidate
 list out: ranks whose candidate lists differ for the same key must meet under the same name, so
@@ -17,27 +15,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import math
-import os
-import random
-import threading
-import time
-from datetime import timedelta
-from typing import Callable, Sequence
+from typing import Mapping, Sequence
 
-from . import consensus_batch as batch
-from .consensus_liveness import Beats, Watch, alive_here, claimer_identity, clone_of
 from .consensus_text import _few, claimer_rank, death_message, describe_claimer, store_lost_message, timeout_message
-from .errors import ConsensusError, StoreError
-from .settings import DEFAULT_CONSENSUS_DEAD_AFTER_S
-
-logger = logging.getLogger("autotune_guard")
+from .errors import ConsensusError
 
 PAYLOAD_FORMAT = "autotune_guard.consensus/2"
 NAMESPACE = "consensus/"
 STORE_PREFIX = "autotune_guard/"
-FOREVER = timedelta(days=3650)  # a wait with no limit: the watch thread ends it if the claimer dies
+ANNOUNCED = "announced"  # under the attempt's prefix: the names of published decisions, one a line
 SPREAD_FROM = 32  # waiters of one decision beyond this many wake spread out, not in one instant
 SPREAD_S = 25e-6  # the n-th waiter reads the winner within n x this after it was published
 
@@ -152,188 +139,92 @@ def follow(payload: dict, signatures: Sequence[str], what: str, theirs: Sequence
     return list(signatures).index(winner)
 
 
-# --- the protocol over the job's Store ----------------------------------------------------------
-# Per decision, under STORE_PREFIX + the attempt + the decision name:
+
+# --- the protocol's Store layout ------------------------------------------------------------------
+# Per decision, under STORE_PREFIX + the attempt + the decision name (``decision_key``):
 #   claim       compare_set from "" to the claimer's identity: claiming and naming are one request
-#   beat        the claimer's heartbeat counter, bumped every BEAT_S while it tunes (consensus_liveness)
+#   beat        the claimer's heartbeat counter, bumped every BEAT_S while it tunes
 #   waiters     add(1) by each waiter, which then blocks in wait() while a thread of its process
-#               looks at the claimer every BEAT_S (consensus_liveness.Watch)
+#               looks at the claimer every BEAT_S (``deciding.liveness.Watch``)
 #   candidates  the claimer's candidate list (read only on a hash mismatch)
 #   result      the winner (or the claimer's error, or a waiter's death notice), set once
-# and, per attempt, ``announced``: the names of decided keys, appended by claimers (consensus_batch).
+# and, per attempt, ``announced``: the names of decided keys, appended by claimers (``deciding.batch``).
 # A waiter makes 4 requests per decision whatever the tuning time (claim, waiters, wait, get), its
 # watch thread one beat read per BEAT_S where the claimer is on another machine (none on this one),
 # none for a key it learned in a batch, and now and then 3 for reading ``announced``.
-# Where the job's Store comes with a node's
-# (``store.node_store``: torchrun's local ranks, ``adapters.distributed.node``), the same protocol
-# runs twice: on the node's Store among its ranks, and on the job's by the node's first rank only.
+# Where the job's Store comes with a node's (``store.node_store``: torchrun's local ranks,
+# ``adapters.distributed.node``), the same protocol runs twice: on the node's Store among its
+# ranks, and on the job's by the node's first rank only.
 
 
-def attempt_scope() -> str:
-    """This run and restart in Store names: torchrun's agent keeps its Store across restarts, so
-    the names of one attempt must never meet those of the next (a dead claimer's claim included)."""
-    return f"{os.environ.get('TORCHELASTIC_RUN_ID', 'none')}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+def attempt_scope(environ: Mapping[str, str]) -> str:
+    """This run and restart in Store names, from the launcher's variables in ``environ`` (the
+    caller's ``os.environ``): torchrun's agent keeps its Store across restarts, so the names of
+    one attempt must never meet those of the next (a dead claimer's claim included)."""
+    return f"{environ.get('TORCHELASTIC_RUN_ID', 'none')}/{environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
 
 
-def decide(store, what: str, name: str, rank: int, signatures: Sequence[str], tune: Callable,
-           timeout: float | None = None, *, learn: bool = True, dead_after: float = DEFAULT_CONSENSUS_DEAD_AFTER_S,
-           from_table: str | None = None):
-    """One consensus decision: ``(index, tuned_here, tune_result)``.
-
-    ``store``: the job's c10d Store.  ``what``: how errors name the decision (kernel, key, arch).
-    ``name``: the decision's name, the same on every rank (:func:`decision_name`).  ``rank``: this
-    process's rank, for errors.  ``signatures``: this rank's candidates after pruning, as
-    ``selection.signature`` text, in any order.  ``tune()``: times the candidates here and returns
-    the winner's signature, or ``(signature, anything)``; it runs on exactly one thread of one rank
-    per decision and attempt; what it raises is published to the waiters and re-raised here.
-    ``timeout``: seconds a waiter waits for a live claimer's winner; None: as long as it lives.
-    ``dead_after``: seconds of heartbeat silence after which a claimer on another machine is dead.
-
-    Returns the winner's index in ``signatures`` (None only when ``tune()``'s winner is not one of
-    them, which is logged), whether ``tune()`` ran here, and what it returned (None when not).
-    Raises :class:`ConsensusError`, never returning a config of this rank's own, when the claimer's
-    tuning failed, when the claimer died (``core.consensus_liveness``: named within ``BEAT_S`` on its
-    machine, ``dead_after`` + ``BEAT_S`` elsewhere),
-    when a live claimer publishes nothing within ``timeout``, when the candidate lists differ, or
-    when the Store fails.  Nothing here is a collective: ranks may decide in any order, or never.
-    ``learn``: winners published ahead of this rank are learned in batches (``core.consensus_batch``).
-    ``from_table``: the winner this rank's table holds for the key.  It goes with the claim, in the
-    claim's one request, and decides for the job untimed; a rank that finds such a claim follows
-    it at once (a key the table holds costs one request, as near pinned's none as the job's
-    agreement allows).  A rank whose table lacks the key still waits for one that tunes it.
-    """
-    node = getattr(store, "node_store", None)
-    if node is not None and from_table is None:
-        return _for_the_node(store, node, what, name, rank, signatures, tune, timeout, dead_after)
-    if node is not None:  # a table's claim waits for nobody: straight to the job's Store (the node's polls)
-        store = store.job
-    prefix = f"{STORE_PREFIX}{attempt_scope()}"
-    key = f"{prefix}/{name}"
-    known = batch.learned.winner(store, prefix, name) if learn else None
-    if known is not None:  # learned in a batch: no request (a differing candidate list asks, to name it)
-        payload = decode(known, what, key + "/result")
-        if payload.get("candidates_hash") == candidates_hash(signatures):
-            return follow(payload, signatures, what), False, None
-    me = claimer_identity(rank)
-    if from_table is not None:  # the claim carries the winner: "identity\npayload"
-        me += "\n" + encode_winner(rank, from_table, signatures)
-    try:
-        holder = _text(store.compare_set(key + "/claim", "", me))
-    except Exception as exc:
-        raise ConsensusError(store_lost_message(what, exc)) from exc
-    if holder == me and from_table is not None:
-        return list(signatures).index(from_table), False, None
-    if holder == me:
-        return _tune_for_the_job(store, what, key, rank, signatures, tune, (prefix, name) if learn else None)
-    holder, _, carried = holder.partition("\n")
-    if carried:  # the claimer's table decided it with the claim
-        return follow(decode(carried, what, key + "/claim"), signatures, what), False, None
-    try:
-        asked = time.monotonic()
-        published = _wait_for_result(store, what, key, holder, timeout, dead_after)
-        ahead = time.monotonic() - asked < batch.AHEAD_S  # published before this rank asked
-        payload = decode(published, what, key + "/result")
-        theirs = None
-        if "winner" in payload and payload.get("candidates_hash") != candidates_hash(signatures):
-            theirs = decode_candidates(_text(store.get(key + "/candidates")), what, key + "/candidates")
-        elif learn and "winner" in payload:
-            batch.learned.learn_after(store, prefix, name, published, ahead)
-    except StoreError as exc:
-        raise ConsensusError(store_lost_message(what, exc)) from exc
-    except Exception as exc:
-        if isinstance(exc, ConsensusError):
-            raise
-        raise ConsensusError(store_lost_message(what, exc)) from exc
-    return follow(payload, signatures, what, theirs), False, None
+def attempt_prefix(environ: Mapping[str, str]) -> str:
+    """Where one attempt's decisions lie in the job's Store."""
+    return f"{STORE_PREFIX}{attempt_scope(environ)}"
 
 
-def _for_the_node(store, node, what, name, rank, signatures, tune, timeout, dead_after):
-    """Node-level fan-in: the node's first rank to reach the decision takes it to the job's Store
-    (``store.job``) as one waiter or the claimer; the node's others follow it through the node's
-    Store (``node``), where its heartbeat is watched as a claimer's is. They wait as long as it
-    does: it began waiting first, so its error, named, reaches them before their own timeout.
-    A rank whose table holds the key skips this level: its claim, on the job's Store, waits for
-    nobody, where the node's FileStore would poll (10 ms a wait)."""
-
-    def for_the_node():
-        index, tuned_here, returned = decide(store.job, what, name, rank, signatures, tune, timeout, dead_after=dead_after)
-        winner = signatures[index] if index is not None else (returned if isinstance(returned, str) else returned[0])
-        return winner, (index, tuned_here, returned)
-
-    index, here, returned = decide(node, what, name, rank, signatures, for_the_node, timeout, learn=False,
-                                   dead_after=dead_after)
-    return returned[1] if here else (index, False, None)
+def decision_key(prefix: str, name: str) -> str:
+    """The Store key under which one decision's parts lie (``/claim``, ``/result``, ...)."""
+    return f"{prefix}/{name}"
 
 
-def _tune_for_the_job(store, what, key, rank, signatures, tune, announced):
-    try:
-        _beats.start(store, key + "/beat")
-    except Exception as exc:
-        raise ConsensusError(store_lost_message(what, exc)) from exc
-    try:
-        try:
-            returned = tune()
-        except BaseException as exc:
-            try:  # the waiters fail now, with the reason, rather than at the timeout
-                relayed = isinstance(exc, ConsensusError)
-                store.set(key + "/result", encode_failure(rank, str(exc) if relayed else repr(exc)[:500], relayed))
-            except Exception as publish_error:
-                logger.error("consensus: %s: could not tell the other ranks that tuning failed: %s", what, publish_error)
-            raise
-        signature = returned if isinstance(returned, str) else returned[0]
-        try:
-            store.set(key + "/candidates", json.dumps(sorted(set(signatures))))
-            store.set(key + "/result", encode_winner(rank, signature, signatures))
-            if announced:
-                batch.announce(store, *announced)
-        except Exception as exc:
-            raise ConsensusError(f"autotune_guard consensus: {what}: tuned here but could not publish the winner: "
-                                 f"{exc}") from exc
-    finally:
-        _beats.stop(store, key + "/beat")
-    if signature not in signatures:
-        logger.warning("consensus: %s: the tuner's winner %s is not among the candidates after pruning", what, signature)
-        return None, True, returned
-    return list(signatures).index(signature), True, returned
+def claim_value(identity: str, carried: str | None = None) -> str:
+    """What a claimer sets at ``/claim``: its identity, and a table's winner ``carried`` with it (one
+    request decides for the job untimed)."""
+    return identity if carried is None else f"{identity}\n{carried}"
 
 
-def _wait_for_result(store, what, key, holder, timeout, dead_after):
-    """The published value.  The waiter blocks in ``wait`` on a clone of the Store (a TCPStore
-    client serves one request at a time: a blocking wait on the shared one would hold up the
-    process group's own requests) while this process's watch thread looks at the claimer every
-    ``BEAT_S`` and, should it die, publishes a death notice, which wakes every waiter."""
-    result = key + "/result"
-    try:
-        arrived = int(store.add(key + "/waiters", 1))
-        with _watch.watching(store, key, holder, dead_after, encode_death):
-            try:
-                _clone(store).wait([result], FOREVER if timeout is None else timedelta(seconds=timeout))
-            except Exception as exc:
-                if "timeout" in str(exc).lower() and type(exc).__name__ != "DistNetworkError":
-                    raise ConsensusError(timeout_message(what, holder, timeout, alive_here(holder))) from exc
-                raise StoreError(f"waiting for {result}: {exc}") from exc
-        if arrived > SPREAD_FROM:  # thousands of waiters must not read it in one instant
-            time.sleep(random.uniform(0, arrived * SPREAD_S))
-        return _text(store.get(result))
-    except (ConsensusError, StoreError):
-        raise
-    except Exception as exc:
-        raise StoreError(f"waiting for {result}: {exc}") from exc
+def parse_claim(holder: str) -> tuple[str, str]:
+    """(the claimer's identity, the winner its claim carried or "")."""
+    identity, _, carried = holder.partition("\n")
+    return identity, carried
 
 
-_beats = Beats()
-_watch = Watch()
-_clones = threading.local()
+def identity(rank: int, pid: int, host: str, claim: str, machine: str, started: str) -> str:
+    """A claimer's identity: unique per claim (two threads of one rank are two claimers), readable
+    in errors: ``rank|pid|host|claim|machine.start``. ``machine``: this boot and pid namespace ("" where
+    the OS does not say); ``started``: the process's start time, which with the pid names one process."""
+    return f"{rank}|{pid}|{host}|{claim}|{machine}.{started}"
 
 
-def _clone(store):
-    cache = _clones.__dict__.setdefault("by_store", {})
-    entry = cache.get(id(store))
-    if entry is None or entry[0] is not store:
-        entry = cache[id(store)] = (store, clone_of(store))
-    return entry[1]
+def identity_process(identity_text: str, machine: str) -> tuple[int, str] | None:
+    """(pid, start time) of the claimer ``identity_text`` names when it ran on ``machine`` (this
+    one); None when it ran elsewhere, or where the OS does not name machines: its heartbeat decides."""
+    parts = identity_text.split("|")
+    if len(parts) < 5 or not machine or not parts[4].startswith(machine + ".") or not parts[1].isdigit():
+        return None
+    return int(parts[1]), parts[4][len(machine) + 1:]
 
 
-def _text(value) -> str:
-    # Undecodable bytes are shown, not raised: the reader names the value as one it cannot read.
+def spread_bound(arrived: int) -> float:
+    """Seconds within which the ``arrived``-th waiter reads a published winner: 0 for the first
+    SPREAD_FROM, so that thousands of waiters do not read it in one instant."""
+    return arrived * SPREAD_S if arrived > SPREAD_FROM else 0.0
+
+
+def text(value) -> str:
+    """A Store value as text. Undecodable bytes are shown, not raised: the reader names the value
+    as one it cannot read."""
     return value.decode(errors="backslashreplace") if isinstance(value, (bytes, bytearray)) else str(value)
+
+
+def announced_names(listed: str, known, skipped, most: int) -> list[str]:
+    """The names in the announced list ``listed`` not in ``known`` (learned) or ``skipped`` (found
+    without a result before), in the order announced, at most ``most``."""
+    return [n for n in dict.fromkeys(listed.split("\n")) if n and n not in known and n not in skipped][:most]
+
+
+def is_winner(value: str) -> bool:
+    """Whether a published value is a winner a batch may learn. Checked in full by the reader
+    that uses it; a failure or a death notice is read where it is published, and named there."""
+    try:
+        payload = json.loads(value)
+    except ValueError:
+        return False
+    return isinstance(payload, dict) and "winner" in payload

@@ -1,4 +1,5 @@
-"""The words of consensus's errors: who claimed, what timed out, what the Store did (``core.consensus``)."""
+"""The words of consensus's errors: who claimed, what timed out, what the Store did (``core.consensus``,
+``deciding.consensus``)."""
 
 from __future__ import annotations
 

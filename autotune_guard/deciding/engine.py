@@ -11,6 +11,7 @@ import logging
 from typing import Any, NamedTuple, Sequence
 
 from ..core import consensus as protocol
+from . import consensus
 from ..core import tables
 from ..core.errors import SelectionError
 from ..core.model import Choice, ChoiceKey, record_entry, signature, tuned_winner
@@ -157,7 +158,7 @@ def _consensus(epoch: Epoch, tunable: Tunable) -> Decision:
             raise SelectionError(f"autotune_guard consensus: {key.what()}: the tuner chose nothing")
         return signature(tuned.winner), tuned
 
-    index, tuned_here, answer = protocol.decide(
+    index, tuned_here, answer = consensus.decide(
         store, key.what(), protocol.decision_name(key.arch, key.kernel, key.key),
         guard.facts.ask("rank_now", (0, 1))[0], signatures, tune, epoch.policy.consensus_timeout,
         dead_after=epoch.policy.consensus_dead_after, from_table=None if table is None else signatures[table])

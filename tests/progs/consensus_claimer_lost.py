@@ -57,11 +57,11 @@ def claimer_timer(kernel_call, quantiles):
 
 
 def stop_at(point):
-    """Make the claimer stop at ``point`` of the real protocol (autotune_guard.consensus)."""
-    from autotune_guard.core import consensus
+    """Make the claimer stop at ``point`` of the real protocol (autotune_guard.deciding.consensus)."""
+    from autotune_guard.deciding import consensus
 
     if point == "kill_after_claim":
-        consensus._beats.start = lambda store, key: let_the_waiters_go_then("kill")
+        consensus.state().beats.start = lambda store, key: let_the_waiters_go_then("kill")
     elif point in ("kill_before_publish", "publish_fails"):
         consensus.encode_winner = lambda *args: let_the_waiters_go_then("kill" if point == "kill_before_publish" else "fail")
 

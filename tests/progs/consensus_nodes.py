@@ -49,7 +49,7 @@ def main():
         x = torch.rand(n)
         assert torch.equal(demo.add(x, x), x + x)
     dist.barrier()
-    scope = f"{consensus.STORE_PREFIX}{consensus.attempt_scope()}/"
+    scope = f"{consensus.STORE_PREFIX}{consensus.attempt_scope(os.environ)}/"
     decisions = {}
     log = current().epoch.log.snapshot()[0]
     for text in log:

@@ -11,11 +11,14 @@ On the wire a pair is ``[[arch, kernel, key], signature]`` and what ranks ran is
 
 from __future__ import annotations
 
+import os
 import sys
 
 from ...core.agreement import BUCKETS, merge_arrived
 from ...core.consensus import attempt_scope
+from ...core.errors import StoreError
 from ...core.model import ChoiceKey
+from .store import job_store
 from .tree import Tree
 
 CHECK_TIMEOUT_S = 300.0  # the guard's connections give up (named) when a check does not complete
@@ -24,11 +27,13 @@ CHECK_TIMEOUT_S = 300.0  # the guard's connections give up (named) when a check 
 def guard_group(dist, group, state):
     """This rank's place in the guard's tree over the members of ``group``, made at its first
     check (every member is there); its edges connect through the job's Store under names of the
-    guard's, at their first use. torch's group registry and counter are left alone."""
+    guard's, at their first use (``store.job_store``: the one way to it, consensus's too). torch's
+    group registry and counter are left alone."""
     if state.guard is None:
-        from torch.distributed.distributed_c10d import _get_default_store
-
-        store = dist.PrefixStore(f"autotune_guard/verify/{attempt_scope()}/{group.group_name}/", _get_default_store())
+        job = job_store(node=False)
+        if job is None:  # a check runs inside a group, so this is a group torch reports as gone
+            raise StoreError("the default process group is not initialized: no Store to connect the check's tree")
+        store = dist.PrefixStore(f"autotune_guard/verify/{attempt_scope(os.environ)}/{group.group_name}/", job)
         state.guard = Tree(dist, store, dist.get_rank(group), dist.get_world_size(group), CHECK_TIMEOUT_S)
     return state.guard
 

@@ -9,6 +9,9 @@ It lies in a directory only this user can use (``core.safe_files``): ``$XDG_RUNT
 is this user's, else ``<tmp>/autotune_guard-<uid>``, made with mode 0700 and checked for owner,
 mode and symlink after; one another user made or planted is refused by name (the ranks then ask the
 job's Store). The node's last rank to leave removes the file at exit.
+
+The node's Store is made once per job Store object and kept by the Guard (``NODE_STORES``), for as
+long as that job Store lives.
 """
 
 from __future__ import annotations
@@ -23,13 +26,15 @@ import tempfile
 
 from ...core import safe_files
 from ...core.consensus import attempt_scope
+from ...deciding.stores import ByStore
+from ...runtime import current
 
 logger = logging.getLogger("autotune_guard")
 
 
 class FannedStore:
     """The job's Store (every c10d method, ``job``) with the node's (``node_store``), which
-    ``core.consensus.decide`` uses for the node's ranks."""
+    ``deciding.consensus.decide`` uses for the node's ranks."""
 
     def __init__(self, job, node_store, path: str):
         self.job, self.node_store, self.path = job, node_store, path
@@ -46,10 +51,10 @@ def node_of_this_process() -> str | None:
     if not (local.isdigit() and int(local) > 1 and node.isdigit()):
         return None
     job = f"{os.environ.get('MASTER_ADDR', '')}:{os.environ.get('MASTER_PORT', '')}"
-    return f"{attempt_scope()}|{job}|{node}|{socket.gethostname()}"
+    return f"{attempt_scope(os.environ)}|{job}|{node}|{socket.gethostname()}"
 
 
-_made: dict = {}  # id(job store) -> FannedStore, with the job store kept alive beside it
+NODE_STORES = "distributed.node_stores"  # the Guard's held ByStore: job Store -> its FannedStore (or itself)
 
 
 def fanned(job_store):
@@ -58,9 +63,10 @@ def fanned(job_store):
     node = node_of_this_process()
     if node is None:
         return job_store
-    found = _made.get(id(job_store))
-    if found is not None and found[0] is job_store:
-        return found[1]
+    made = current().held(NODE_STORES, ByStore)
+    found = made.get(job_store)
+    if found is not None:
+        return found
     digest = hashlib.sha256(node.encode()).hexdigest()[:24]
     path = os.path.join(store_directory(), f"node-{digest}.store")
     try:
@@ -71,8 +77,7 @@ def fanned(job_store):
         logger.warning("consensus: the node's Store %s could not be made (%s): this rank asks the job's Store itself",
                        path, exc)
         store = job_store
-    _made[id(job_store)] = (job_store, store)
-    return store
+    return made.get(job_store, lambda: store)
 
 
 def store_directory() -> str:

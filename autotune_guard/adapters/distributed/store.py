@@ -59,9 +59,11 @@ def process_rank() -> tuple[int, int]:
     return found
 
 
-def job_store():
-    """The default process group's Store, or None when this process is not distributed; with
-    its node's Store beside it (``node.fanned``) where torchrun runs several workers per node.
+def job_store(node: bool = True):
+    """The default process group's Store, or None when this process is not distributed: the one
+    way to it, for consensus and verification alike. ``node``: with its node's Store beside it
+    (``node.fanned``) where torchrun runs several workers per node (consensus's fan-in); False:
+    the job's Store alone (verification's tree, whose edges cross nodes).
 
     torch has no public accessor for it (2.13 included), hence ``_get_default_store``. A group
     whose Store cannot be had raises StoreError: ranks must not choose alone when asked to agree."""
@@ -76,4 +78,4 @@ def job_store():
         raise StoreError(f"the default process group is initialized but its Store cannot be reached "
                          f"(torch.distributed.distributed_c10d._get_default_store: {exc!r})") from exc
 
-    return fanned(store)
+    return fanned(store) if node else store

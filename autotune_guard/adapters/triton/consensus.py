@@ -1,6 +1,6 @@
 """Eager consensus: the first thread of any rank to claim a (kernel, key) in the job's Store times
 the candidates through Triton's own run (that launch is the tuning launch) and publishes the
-winner; every other rank, and every other thread, pins it. The protocol is ``core.consensus.decide``;
+winner; every other rank, and every other thread, pins it. The protocol is ``deciding.consensus.decide``;
 nothing here is a collective, so ranks may meet kernels in any order, or never.
 
 With AUTOTUNE_TABLE_PATH, the claimer pins the key from the table when it holds it (the waiters
@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 
 from ...core import consensus, tables
+from ...deciding import consensus as engine
 from ...core.model import Choice, ChoiceKey, descriptor, key_text, record_entry, signature, tuned_winner
 from ...runtime import current
 from . import observe, provenance
@@ -69,7 +70,7 @@ def _decide(autotuner, state, key, args, kwargs):
         return _tune(autotuner, state, key, args, kwargs, live)
 
     name = consensus.decision_name(choice_key.arch, choice_key.kernel, choice_key.key)
-    index, tuned_here, tuned = consensus.decide(
+    index, tuned_here, tuned = engine.decide(
         store, choice_key.what(), name, guard.facts.ask("rank_now", (0, 1))[0], signatures, tune,
         state.epoch.policy.consensus_timeout, dead_after=state.epoch.policy.consensus_dead_after,
         from_table=None if from_table is None else signatures[from_table])

@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 
 from ...core import consensus as protocol
+from ...deciding import consensus as engine
 from ...core.model import Choice, ChoiceKey, descriptor, key_text, record_entry, signature
 from ...runtime import current
 from . import consensus, observe, provenance
@@ -202,7 +203,7 @@ def _consensus(autotuner, state, key, original, args, kwargs):
             return signature(descriptor(tuned[1])), tuned
 
         name = protocol.decision_name(choice_key.arch, choice_key.kernel, choice_key.key)
-        index, tuned_here, tuned = protocol.decide(store, choice_key.what(), name, guard.facts.ask("rank_now", (0, 1))[0],
+        index, tuned_here, tuned = engine.decide(store, choice_key.what(), name, guard.facts.ask("rank_now", (0, 1))[0],
                                                    signatures, tune, state.epoch.policy.consensus_timeout,
                                                    dead_after=state.epoch.policy.consensus_dead_after,
                                                    from_table=None if index is None else signatures[index])

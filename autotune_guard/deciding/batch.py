@@ -10,19 +10,23 @@ already (the claimer is ahead of it). In an SPMD job the ranks launch the same k
 in the same order, so the ranks behind the first learn the keys ahead of them in one read. Reads
 back off (every 1, 2, 4, ... such keys) while they find nothing new, so a job whose ranks keep
 pace pays at most a few reads in all. Only winners are learned: a failure or a death notice is
-read where it is published, with the heartbeat rules of ``core.consensus``.
+read where it is published, with the heartbeat rules of ``deciding.liveness``.
+
+What this process learned is held by its consensus state (``deciding.consensus``), per Store
+object (``stores.ByStore``) and attempt prefix; a forked child keeps it (a winner published in
+the attempt stays its winner) with a fresh lock.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import threading
+
+from ..core import consensus as rules
+from .stores import ByStore
 
 logger = logging.getLogger("autotune_guard")
 
-ANNOUNCED = "announced"  # under the attempt's prefix: the names of published decisions, one a line
 MOST_PER_READ = 1024  # results fetched in one multi_get
 AHEAD_S = 0.02  # a result that came faster than this was there already: the claimer is ahead
 
@@ -30,7 +34,7 @@ AHEAD_S = 0.02  # a result that came faster than this was there already: the cla
 def announce(store, prefix: str, name: str) -> None:
     """After the winner of ``name`` was set: add its name to the attempt's list (one request)."""
     try:
-        store.append(f"{prefix}/{ANNOUNCED}", name + "\n")
+        store.append(f"{prefix}/{rules.ANNOUNCED}", name + "\n")
     except Exception as exc:  # the winner is published: only the others' shortcut is lost
         logger.debug("consensus: could not announce %s: %s", name, exc)
 
@@ -40,11 +44,11 @@ class Learned:
 
     def __init__(self):
         self._lock = threading.Lock()
-        self._scopes: dict = {}  # (id(store), prefix) -> _Scope
+        self._scopes = ByStore()  # store -> prefix -> _Scope
 
     def winner(self, store, prefix: str, name: str) -> str | None:
         """The published winner of ``name`` this process learned already, as published text."""
-        scope = self._scopes.get((id(store), prefix))
+        scope = (self._scopes.get(store) or {}).get(prefix)
         return None if scope is None else scope.results.get(name)
 
     def learn_after(self, store, prefix: str, name: str, published: str, ahead: bool) -> None:
@@ -52,7 +56,7 @@ class Learned:
         ``ahead`` of this rank and a read is due, learn the winners published since the last read.
         Never raises: a failed read learns nothing."""
         with self._lock:
-            scope = self._scopes.setdefault((id(store), prefix), _Scope(store))
+            scope = self._scopes.get(store, dict).setdefault(prefix, _Scope())
             scope.results[name] = published
             if not ahead:  # this rank waited for the tuning: nothing is published ahead of it
                 return
@@ -68,13 +72,12 @@ class Learned:
         with self._lock:
             scope.next_read = 1 if found else min(2 * scope.next_read, 1 << 20)
 
-    def after_fork_in_child(self) -> None:
+    def after_fork(self) -> None:
         self._lock = threading.Lock()  # another thread may have held it at fork
 
 
 class _Scope:
-    def __init__(self, store):
-        self.store = store  # kept alive, so that its id names no other Store
+    def __init__(self):
         self.results: dict = {}  # decision name -> published text (winners only)
         self.without: set = set()  # announced names with no result when read: never asked again
         self.waited = 0
@@ -84,25 +87,18 @@ class _Scope:
 def _read(store, prefix: str, scope: _Scope) -> int:
     """How many new winners one read of the announced list brought (2 to 4 requests; one more per
     announced name without a result, each asked once)."""
-    listed = f"{prefix}/{ANNOUNCED}"
+    listed = f"{prefix}/{rules.ANNOUNCED}"
     if not store.check([listed]):
         return 0
-    text = store.get(listed)
-    text = text.decode(errors="replace") if isinstance(text, (bytes, bytearray)) else str(text)
-    new = [n for n in dict.fromkeys(text.split("\n"))
-           if n and n not in scope.results and n not in scope.without][:MOST_PER_READ]
+    new = rules.announced_names(rules.text(store.get(listed)), scope.results, scope.without, MOST_PER_READ)
     new = _with_results(store, prefix, new, scope)
     if not new:
         return 0
     values = store.multi_get([f"{prefix}/{n}/result" for n in new])
     found = 0
     for name, value in zip(new, values):
-        value = value.decode(errors="replace") if isinstance(value, (bytes, bytearray)) else str(value)
-        try:
-            payload = json.loads(value)
-        except ValueError:
-            continue  # read where it is published, and named there
-        if isinstance(payload, dict) and "winner" in payload:  # checked in full by the reader that uses it
+        value = rules.text(value)
+        if rules.is_winner(value):
             scope.results[name] = value
             found += 1
     return found
@@ -118,8 +114,3 @@ def _with_results(store, prefix: str, names: list, scope: _Scope) -> list:
     logger.debug("consensus: %d announced name(s) under %s have no result (not this job's): not read",
                  len(names) - len(present), prefix)
     return present
-
-
-learned = Learned()
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=learned.after_fork_in_child)

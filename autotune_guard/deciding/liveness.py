@@ -1,4 +1,4 @@
-"""Whether a consensus claimer is alive (``core.consensus``): a claimer is waited for as long as it
+"""Whether a consensus claimer is alive (``deciding.consensus``): a claimer is waited for as long as it
 lives, whatever its tuning takes, and one that died is named within a stated bound.
 
 Two rules, chosen per claimer:
@@ -9,17 +9,25 @@ Two rules, chosen per claimer:
   bumps every ``BEAT_S``; silent for ``dead_after`` seconds (AUTOTUNE_CONSENSUS_DEAD_AFTER, default
   120) means it died, lost its host or lost the Store; named within ``dead_after`` and an eighth.
   Only a C call that holds the GIL that long could be mistaken for a death.
+
+The identity's format is a rule of ``core.consensus``; reading /proc, the clock and the threads
+are this module's. The tickers are held by the process's consensus state (``deciding.consensus``),
+which renews them in a forked child.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import socket
 import threading
 import time
 import uuid
+
+from ..core import consensus as rules
+from .stores import ByStore, clone_of
 
 logger = logging.getLogger("autotune_guard")
 
@@ -42,36 +50,30 @@ def _process_stat(pid: int) -> tuple[str, str]:
     return (fields[0], fields[19]) if len(fields) > 19 else ("", "")
 
 
-_here: list = []
-
-
+@functools.lru_cache(maxsize=1)  # one boot and pid namespace per process, a fork's child included
 def machine_token() -> str:
     """This boot and pid namespace, "" where the OS does not say (then heartbeats decide)."""
-    if not _here:
-        boot = _read("/proc/sys/kernel/random/boot_id").replace("-", "")[:12]
-        try:
-            namespace = str(os.stat("/proc/self/ns/pid").st_ino)
-        except OSError:
-            namespace = ""
-        _here.append(f"{boot}.{namespace}" if boot and namespace else "")
-    return _here[0]
+    boot = _read("/proc/sys/kernel/random/boot_id").replace("-", "")[:12]
+    try:
+        namespace = str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        namespace = ""
+    return f"{boot}.{namespace}" if boot and namespace else ""
 
 
 def claimer_identity(rank: int) -> str:
-    """Unique per claim (two threads of one rank are two claimers), readable in errors:
-    ``rank|pid|host|claim|machine.start``."""
+    """This process's identity for one claim (``core.consensus.identity``)."""
     pid = os.getpid()
-    return f"{rank}|{pid}|{socket.gethostname()}|{uuid.uuid4().hex[:8]}|{machine_token()}.{_process_stat(pid)[1]}"
+    return rules.identity(rank, pid, socket.gethostname(), uuid.uuid4().hex[:8], machine_token(), _process_stat(pid)[1])
 
 
 def alive_here(identity: str) -> bool | None:
     """Whether the claimer ``identity`` names is alive, when it ran on this machine; None when it
     did not (or the OS cannot tell), and its heartbeat must decide."""
-    parts = identity.split("|")
-    here = machine_token()
-    if len(parts) < 5 or not here or not parts[4].startswith(here + ".") or not parts[1].isdigit():
+    process = rules.identity_process(identity, machine_token())
+    if process is None:
         return None
-    pid, started = int(parts[1]), parts[4][len(here) + 1:]
+    pid, started = process
     if pid == os.getpid():
         return True
     state, now = _process_stat(pid)
@@ -96,13 +98,12 @@ class _Ticker:
     name = "autotune_guard-consensus"
 
     def __init__(self):
-        self._renew()
-        if hasattr(os, "register_at_fork"):  # a child has none of the parent's threads, waits or claims
-            os.register_at_fork(after_in_child=self._renew)
+        self.after_fork()
 
-    def _renew(self) -> None:
+    def after_fork(self) -> None:
+        """Also in a forked child, which has none of the parent's threads, waits or claims."""
         self._lock = threading.Lock()
-        self._entries: dict = {}  # handle -> entry; an entry's [0] is its Store, kept so its id stays its own
+        self._entries: dict = {}  # handle -> entry; an entry's [0] is its Store, held while registered
         self._thread = None
 
     def _add(self, handle, entry) -> None:
@@ -117,25 +118,22 @@ class _Ticker:
             self._entries.pop(handle, None)
 
     def _run(self):
-        clones: dict = {}  # id(store) -> (store, clone)
+        clones = ByStore()  # this thread's own connections, one per Store still visited
         while True:
             time.sleep(self.period)
             with self._lock:
                 entries = list(self._entries.items())
-            for gone in set(clones) - {id(entry[0]) for _, entry in entries}:
-                del clones[gone]
+            clones.keep_only([entry[0] for _, entry in entries])
             for handle, entry in entries:
                 store = entry[0]
 
                 def clone(store=store):  # opened at the first request: a watch on this machine makes none
-                    if id(store) not in clones:
-                        clones[id(store)] = (store, clone_of(store))
-                    return clones[id(store)][1]
+                    return clones.get(store, lambda: clone_of(store))
 
                 try:
                     self._visit(handle, entry, clone)
                 except Exception as exc:  # the Store is gone: the waiters' own requests fail and say so
-                    clones.pop(id(store), None)
+                    clones.pop(store)
                     logger.debug("consensus: %s: %s failed: %s", self.name, handle, exc)
 
     def _visit(self, handle, entry, clone) -> None:
@@ -195,8 +193,3 @@ class Watch(_Ticker):
         if death is not None:
             clone().compare_set(key + "/result", "", death)
             self._remove(handle)
-
-
-def clone_of(store):
-    clone = getattr(store, "clone", None)
-    return clone() if clone is not None else store
