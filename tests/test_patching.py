@@ -209,3 +209,54 @@ def test_uninstall_undoes_every_patch_and_install_governs_again():
     assert out["timed_pinned"] == 0 and out["uninstalled_log"] == {} and out["timed"] > 0  # Triton timed it
     assert out["guarded_again"] and out["timed_again"] == 0
     assert out["second"] and all(v.endswith(";pinned") for v in out["second"]), out
+
+
+_OUTER = textwrap.dedent("""
+    import functools, json, torch, triton
+    import triton.runtime.autotuner as at
+    import autotune_guard
+    from autotune_guard.adapters import _patching
+    from kernels.demo import TIMER_CALLS, add_kernel
+
+    triton_run, triton_init = at.Autotuner.run, at.Autotuner.__init__
+    out, seen = {}, []
+
+    def launch(n):
+        x = torch.arange(n, dtype=torch.float32)
+        z = torch.empty_like(x)
+        add_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, x, z, n)
+        assert torch.equal(z, x + x)
+
+    autotune_guard.install({"AUTOTUNE_MODE": "pinned", "AUTOTUNE_ON_MISS": "first"})
+    guards = at.Autotuner.run
+
+    @functools.wraps(guards)
+    def profiler(self, *args, **kwargs):  # another tool wraps Autotuner.run after the guard did
+        seen.append(1)
+        return guards(self, *args, **kwargs)
+
+    at.Autotuner.run = profiler
+    autotune_guard.uninstall()
+    out["outer_kept"] = at.Autotuner.run is profiler and at.Autotuner.__init__ is triton_init
+    out["in_force"] = [repr(p) for p in _patching.in_force()]
+    launch(100)  # through the profiler and the guard's run, which passes it to Triton's own
+    out["untouched"] = [len(seen), len(TIMER_CALLS), autotune_guard.choice_log()]
+    autotune_guard.install({"AUTOTUNE_MODE": "pinned", "AUTOTUNE_ON_MISS": "first"})
+    out["init_again"] = at.Autotuner.__init__ is not triton_init
+    launch(300)
+    out["governed"] = [len(seen), len(TIMER_CALLS), sorted(autotune_guard.choice_log().values())]
+    at.Autotuner.run = guards  # the profiler goes: the next uninstall undoes the guard's run too
+    autotune_guard.uninstall()
+    out["own_again"] = at.Autotuner.run is triton_run and _patching.in_force() == []
+    print(json.dumps(out))
+""")
+
+
+def test_uninstall_leaves_another_tools_wrapper_and_the_guards_run_under_it():
+    out = last_json(run_python(_OUTER, env=clean_env()).stdout)
+    assert out["outer_kept"] and out["in_force"] == ["<Patch Autotuner.run>"], out
+    assert out["untouched"][0] == 1 and out["untouched"][1] > 0 and out["untouched"][2] == {}  # Triton timed it
+    assert out["init_again"]
+    seen, timed, log = out["governed"]
+    assert seen == 2 and timed == out["untouched"][1] and log and all(v.endswith(";pinned") for v in log)
+    assert out["own_again"]

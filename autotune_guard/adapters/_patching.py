@@ -63,7 +63,7 @@ class Patch:
             del _in_force[key]
             self._put(self.original if self.had_own else _MISSING)
             self.undone = True
-        if self.aliased:  # outside the lock: walking sys.modules may import nothing, but takes time
+        if self.aliased:  # outside the lock: the walk over every module reads nothing of the registry
             _rebind(self.name, self.replacement, self.original)
         return True
 
