@@ -162,12 +162,15 @@ def test_rebind_aliases_follow_undo_and_redo():
 
 _UNINSTALL = textwrap.dedent("""
     import json, torch, triton
+    import torch.distributed as dist
     import triton.runtime.autotuner as at
+    from torch.distributed import distributed_c10d as c10d
     import autotune_guard
     from autotune_guard.adapters import _patching
     from kernels.demo import TIMER_CALLS, add_kernel
 
-    triton_run, triton_init = at.Autotuner.run, at.Autotuner.__init__
+    # (not named "barrier": the guard points every module-level alias of that name at its wrapper)
+    triton_run, triton_init, own_barrier = at.Autotuner.run, at.Autotuner.__init__, c10d.barrier
     out = {}
 
     def launch(n):
@@ -179,12 +182,14 @@ _UNINSTALL = textwrap.dedent("""
 
     autotune_guard.install({"AUTOTUNE_MODE": "pinned", "AUTOTUNE_ON_MISS": "first"})
     out["guarded_run"] = at.Autotuner.run is not triton_run
+    out["barrier_wrapped"] = c10d.barrier is not own_barrier and dist.barrier is c10d.barrier
     launch(100)
     out["first"] = sorted(autotune_guard.choice_log().values())
     out["timed_pinned"] = len(TIMER_CALLS)
 
     autotune_guard.uninstall()
     out["own_run"] = at.Autotuner.run is triton_run and at.Autotuner.__init__ is triton_init
+    out["own_barrier"] = c10d.barrier is own_barrier and dist.barrier is own_barrier  # its alias pointed back too
     out["in_force"] = [repr(p) for p in _patching.in_force()]
     out["policy"] = autotune_guard.active_policy()
     launch(300)  # Triton's own: timed by the kernel's timer, nothing in the log
@@ -193,6 +198,7 @@ _UNINSTALL = textwrap.dedent("""
 
     autotune_guard.install({"AUTOTUNE_MODE": "pinned", "AUTOTUNE_ON_MISS": "first"})
     out["guarded_again"] = at.Autotuner.run is not triton_run and _patching.is_replacement(at.Autotuner.run)
+    out["barrier_again"] = c10d.barrier is not own_barrier and dist.barrier is c10d.barrier
     launch(500)
     out["second"] = sorted(autotune_guard.choice_log().values())
     out["timed_again"] = len(TIMER_CALLS) - out["timed"]
@@ -203,11 +209,12 @@ _UNINSTALL = textwrap.dedent("""
 def test_uninstall_undoes_every_patch_and_install_governs_again():
     proc = run_python(_UNINSTALL, env=clean_env())
     out = last_json(proc.stdout)
-    assert out["guarded_run"] and out["first"] and all(v.endswith(";pinned") for v in out["first"])
-    assert out["own_run"], out
+    assert out["guarded_run"] and out["barrier_wrapped"]
+    assert out["first"] and all(v.endswith(";pinned") for v in out["first"])
+    assert out["own_run"] and out["own_barrier"], out
     assert out["in_force"] == [] and out["policy"] is None
     assert out["timed_pinned"] == 0 and out["uninstalled_log"] == {} and out["timed"] > 0  # Triton timed it
-    assert out["guarded_again"] and out["timed_again"] == 0
+    assert out["guarded_again"] and out["barrier_again"] and out["timed_again"] == 0
     assert out["second"] and all(v.endswith(";pinned") for v in out["second"]), out
 
 
