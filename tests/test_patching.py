@@ -2,7 +2,6 @@
 wrapper, undo_all, redo, instance shadows; and ``uninstall()`` undoing every patch of a real run
 (Triton's own ``Autotuner.run`` back), with a later ``install()`` governing again."""
 
-import json
 import logging
 import textwrap
 import types
