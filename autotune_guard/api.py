@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from . import activation, evidence
+from .adapters import _patching
 from .core.model import digest_of
 from .core.settings import AutotunePolicy, policy_from_environment, policy_from_settings
 from .runtime import current
@@ -18,7 +19,7 @@ def install(policy: AutotunePolicy | Mapping | None = None, *, deterministic: bo
     ``deterministic`` pinned, torch's deterministic flag (looked at the first launch) pinned, else
     auto. Raises when the policy cannot be carried out (a bad value, an unwritable record path, an
     unsupported Triton); the previous policy then stays in place. Without Triton imported yet,
-    the policy is applied when it is.
+    the policy is applied when it is. After ``uninstall()`` the guard's patches are put back.
     """
     if policy is None:
         new = policy_from_environment(deterministic=deterministic)
@@ -29,13 +30,33 @@ def install(policy: AutotunePolicy | Mapping | None = None, *, deterministic: bo
     else:
         raise TypeError(f"install() takes an AutotunePolicy, a mapping or None, not {type(policy).__name__}")
     activation.carry_out(new)
+    _put_back(current().held(UNDONE, list))
     return new
 
 
+# The patches uninstall() undid, oldest first, for the next install() to put back: an adapter
+# patches only once per process (behind post-import hooks wrapt keeps and once-flags), so it
+# would not patch them again by itself.
+UNDONE = "patches undone by uninstall"
+
+
 def uninstall() -> None:
-    """No policy: every autotuner runs as Triton's own (the patch stays: one dict lookup per launch)."""
-    current().replace(None)
+    """No policy, and every patch of the guard undone: each foreign attribute is its own again
+    (``Autotuner.run`` is Triton's), unless another tool wrapped it after the guard did; that one
+    stays, with the guard's replacement under it passing every call through. ``install()`` puts
+    the patches back."""
+    guard = current()
+    guard.replace(None)  # first: the adapters drop what they hung on instances for the old policy
     evidence.configure(None)
+    patches = _patching.in_force()
+    kept = _patching.undo_all()
+    guard.held(UNDONE, list).extend(reversed([found for found in patches if found not in kept]))
+
+
+def _put_back(undone: list) -> None:
+    """Redo the patches ``uninstall()`` undid that no adapter has made again meanwhile."""
+    while undone:
+        undone.pop(0).redo()
 
 
 def active_policy() -> AutotunePolicy | None:

@@ -172,11 +172,13 @@ def policy_from_settings(settings: Mapping, *, deterministic: bool = False, env_
             continue
         if var not in _VARIABLES:
             if not name.startswith("AUTOTUNE_"):
-                raise PolicyError(f"{name}={raw!r} is not a setting autotune_guard knows; known: {', '.join(_FIELD_TO_VAR)}")
+                raise PolicyError(f"{name}={raw!r} is not a setting autotune_guard knows; known: {', '.join(_FIELD_TO_VAR)}",
+                                  variable=name, value=raw, allowed=tuple(_FIELD_TO_VAR))
             meant = close_to_ours(name)
             if meant:
                 raise PolicyError(f"{name}={raw!r} is not a setting autotune_guard knows; did you mean {meant}? "
-                                  f"known: {', '.join(KNOWN_VARIABLES)}")
+                                  f"known: {', '.join(KNOWN_VARIABLES)}", variable=name, value=raw,
+                                  allowed=tuple(KNOWN_VARIABLES))
             foreign.append(name)  # another tool's variable
             continue
         if raw is None or (isinstance(raw, str) and not raw.strip()):

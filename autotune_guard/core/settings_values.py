@@ -13,6 +13,7 @@ from .errors import PolicyError
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
+_BLOCK_SIZES = "NAME=VALUE pairs of positive integers, separated by ',' (like BLOCK_M=64,BLOCK_N=128)"
 
 
 def parse_bool(var: str, value) -> bool:
@@ -23,7 +24,8 @@ def parse_bool(var: str, value) -> bool:
         return True
     if text in _FALSE:
         return False
-    raise PolicyError(f"{var}={value!r} is not a boolean; allowed: 1/0, true/false, yes/no, on/off")
+    raise PolicyError(f"{var}={value!r} is not a boolean; allowed: 1/0, true/false, yes/no, on/off",
+                      variable=var, value=value, allowed=_TRUE + _FALSE)
 
 
 def parse_choice(var: str, value, allowed) -> str:
@@ -31,7 +33,8 @@ def parse_choice(var: str, value, allowed) -> str:
     if text not in allowed:
         close = difflib.get_close_matches(text, allowed, n=1, cutoff=0.6)
         meant = f"; did you mean {var}={close[0]}?" if close else ";"
-        raise PolicyError(f"{var}={value!r} is not allowed{meant} allowed: {', '.join(allowed)}")
+        raise PolicyError(f"{var}={value!r} is not allowed{meant} allowed: {', '.join(allowed)}",
+                          variable=var, value=value, allowed=tuple(allowed))
     return text
 
 
@@ -39,7 +42,8 @@ def parse_mode(var: str, value, modes) -> str:
     """``AUTOTUNE_MODE``; chaos is a switch of pinned mode, not a mode, and the error says so."""
     if str(value).strip().lower() == "chaos":
         raise PolicyError(f"{var}={value!r} is not a mode: chaos is a test of pinned mode; set AUTOTUNE_MODE=pinned "
-                          f"AUTOTUNE_CHAOS=1 (each rank then picks a different config); allowed modes: {', '.join(modes)}")
+                          f"AUTOTUNE_CHAOS=1 (each rank then picks a different config); allowed modes: {', '.join(modes)}",
+                          variable=var, value=value, allowed=tuple(modes))
     return parse_choice(var, value, modes)
 
 
@@ -49,7 +53,8 @@ def parse_names(var: str, value) -> tuple[str, ...]:
     names = tuple(str(item).strip() for item in items if str(item).strip())
     for name in names:
         if not all(part.isidentifier() for part in name.split(".")):
-            raise PolicyError(f"{var}={value!r}: {name!r} is not a dotted Python name (like pkg.module or pkg.module.kernel)")
+            raise PolicyError(f"{var}={value!r}: {name!r} is not a dotted Python name (like pkg.module or pkg.module.kernel)",
+                              variable=var, value=value, allowed="dotted Python names, separated by ','")
     return names
 
 
@@ -59,8 +64,9 @@ def parse_paths(var: str, value) -> tuple[str, ...]:
     # A mistyped table path would otherwise pin every kernel by AUTOTUNE_ON_MISS, silently.
     for path in paths:
         if not os.path.exists(path):
-            raise PolicyError(f"{var}={value!r}: {path!r} does not exist; allowed: directories holding "
-                              f"<arch>.json tables, or table files, separated by {os.pathsep!r}")
+            allowed = f"directories holding <arch>.json tables, or table files, separated by {os.pathsep!r}"
+            raise PolicyError(f"{var}={value!r}: {path!r} does not exist; allowed: {allowed}",
+                              variable=var, value=value, allowed=allowed)
     return paths
 
 
@@ -75,20 +81,23 @@ def parse_block_sizes(var: str, value) -> tuple[tuple[str, int], ...]:
                 continue
             name, sep, number = item.partition("=")
             if not sep:
-                raise PolicyError(f"{var}={value!r}: {item.strip()!r} is not NAME=VALUE; expected e.g. BLOCK_M=64,BLOCK_N=128")
+                raise PolicyError(f"{var}={value!r}: {item.strip()!r} is not NAME=VALUE; expected e.g. BLOCK_M=64,BLOCK_N=128",
+                                  variable=var, value=value, allowed=_BLOCK_SIZES)
             pairs.append((name.strip(), number.strip()))
     else:
         pairs = [(str(k), v) for k, v in value]
     result = {}
     for name, number in pairs:
         if not name.isidentifier():
-            raise PolicyError(f"{var}={value!r}: {name!r} is not a meta-parameter name")
+            raise PolicyError(f"{var}={value!r}: {name!r} is not a meta-parameter name",
+                              variable=var, value=value, allowed=_BLOCK_SIZES)
         try:
             parsed = int(number)
         except (TypeError, ValueError):
             parsed = None
         if parsed is None or isinstance(number, bool) or parsed <= 0:
-            raise PolicyError(f"{var}={value!r}: {name}={number!r} is not a positive integer")
+            raise PolicyError(f"{var}={value!r}: {name}={number!r} is not a positive integer",
+                              variable=var, value=value, allowed=_BLOCK_SIZES)
         result[name] = parsed
     return tuple(sorted(result.items()))
 
@@ -99,7 +108,8 @@ def parse_int_at_least(var: str, value, low: int) -> int:
     except ValueError:
         number = None
     if number is None or number < low:
-        raise PolicyError(f"{var}={value!r} is not allowed; allowed: an integer >= {low}")
+        raise PolicyError(f"{var}={value!r} is not allowed; allowed: an integer >= {low}",
+                          variable=var, value=value, allowed=f"an integer >= {low}")
     return number
 
 
@@ -110,7 +120,8 @@ def parse_seconds(var: str, value, at_least: float = 0.0) -> float:
         number = None
     if number is None or not number > 0 or number < at_least or number == float("inf"):
         least = f" of at least {at_least:g}" if at_least else ""
-        raise PolicyError(f"{var}={value!r} is not allowed; allowed: a positive number of seconds{least}")
+        allowed = f"a positive number of seconds{least}"
+        raise PolicyError(f"{var}={value!r} is not allowed; allowed: {allowed}", variable=var, value=value, allowed=allowed)
     return number
 
 
@@ -121,14 +132,16 @@ def parse_seconds_or_none(var: str, value) -> float | None:
     try:
         return parse_seconds(var, value)
     except PolicyError:
-        raise PolicyError(f"{var}={value!r} is not allowed; allowed: a positive number of seconds, or none "
-                          "(no limit)") from None
+        allowed = "a positive number of seconds, or none (no limit)"
+        raise PolicyError(f"{var}={value!r} is not allowed; allowed: {allowed}", variable=var, value=value,
+                          allowed=allowed) from None
 
 
 def parse_token(var: str, value) -> str:
     text = str(value).strip()
     if not re.fullmatch(r"[A-Za-z0-9._:@+-]{1,200}", text):
-        raise PolicyError(f"{var}={value!r} is not allowed; allowed: up to 200 letters, digits and . _ : @ + -")
+        allowed = "up to 200 letters, digits and . _ : @ + -"
+        raise PolicyError(f"{var}={value!r} is not allowed; allowed: {allowed}", variable=var, value=value, allowed=allowed)
     return text
 
 

@@ -23,17 +23,13 @@ import os
 import time
 
 from ..core import schema
-from ..core.errors import FileFormatError
+from ..core.errors import CacheError, FileFormatError
 from ..core.jsonfile import atomic_write_json, read_json
 from ..core.model import EXTRA_FIELDS, OPTION_FIELDS, key_text, signature
 from .output import dump
-from .reading import MADE_BY, InputError
+from .reading import MADE_BY
 
 SUFFIX = ".autotune.json"
-
-
-class CacheError(InputError):
-    """A cache directory or file that cannot be turned into a table: one line, naming it."""
 
 
 def default_cache_dir() -> str:
@@ -50,12 +46,13 @@ def cache_files(directory: str) -> list[str]:
     if os.path.exists(directory) and not os.path.isdir(directory):
         return [directory]  # a file, or something that is not one: read_json names what it is
     if not os.path.isdir(directory):
-        raise CacheError(f"{directory}: no such directory (Triton's cache is TRITON_CACHE_DIR, else ~/.triton/cache)")
+        raise CacheError(f"{directory}: no such directory (Triton's cache is TRITON_CACHE_DIR, else ~/.triton/cache)",
+                         path=directory)
     found = [p for p in walk(directory, SUFFIX)
              if not os.path.basename(os.path.dirname(p)).startswith("tmp.pid_")]  # Triton's unfinished writes
     if not found:
         raise CacheError(f"{directory}: holds no autotune results (*{SUFFIX}); Triton writes them with "
-                         "TRITON_CACHE_AUTOTUNING=1 or @triton.autotune(..., cache_results=True), on a GPU")
+                         "TRITON_CACHE_AUTOTUNING=1 or @triton.autotune(..., cache_results=True), on a GPU", path=directory)
     return sorted(found)
 
 
@@ -82,14 +79,14 @@ def descriptor_of(path: str, where: str, fields) -> dict:
     configs are (``schema.check_descriptor``). A field the file leaves out is left out of the
     descriptor too: a table's omitted field takes Triton's own default when a run pins with it."""
     if not isinstance(fields, dict):
-        raise CacheError(f"{path}: {where}: a config must be an object")
+        raise CacheError(f"{path}: {where}: a config must be an object", path=path)
     desc = {"kwargs": fields.get("kwargs", {})}
     desc.update({name: fields[name] for name in OPTION_FIELDS if fields.get(name) is not None})
     desc.update({name: fields[name] for name, default in EXTRA_FIELDS.items() if fields.get(name, default) != default})
     try:
         schema.check_descriptor(path, where, desc)
     except FileFormatError as exc:
-        raise CacheError(str(exc)) from None
+        raise CacheError(str(exc), path=path) from None
     desc["kwargs"] = dict(desc["kwargs"])
     return desc
 
@@ -99,7 +96,7 @@ def _timings(path: str, where: str, value) -> list[float]:
     infinite: it never wins."""
     measured = value if isinstance(value, list) else [value]
     if not measured or not all(v is None or isinstance(v, (int, float)) and not isinstance(v, bool) for v in measured):
-        raise CacheError(f"{path}: {where}: timings must be a number or a list of numbers")
+        raise CacheError(f"{path}: {where}: timings must be a number or a list of numbers", path=path)
     return [math.inf if v is None else float(v) for v in measured]
 
 
@@ -108,23 +105,23 @@ def read_result(path: str) -> tuple[str, str, dict, dict]:
     try:
         document = read_json(path)  # bounded: size, depth, integer width; never blocks on a FIFO
     except FileFormatError as exc:
-        raise CacheError(f"{exc}; not a readable Triton autotune cache file") from None
+        raise CacheError(f"{exc}; not a readable Triton autotune cache file", path=path) from None
     if not isinstance(document, dict) or not isinstance(document.get("key"), list) \
             or not isinstance(document.get("configs_timings"), list) or not document["configs_timings"]:
-        raise CacheError(f"{path}: not a Triton autotune cache file (expected 'key' and 'configs_timings' lists)")
+        raise CacheError(f"{path}: not a Triton autotune cache file (expected 'key' and 'configs_timings' lists)", path=path)
     if not all(part is None or isinstance(part, (str, int, float)) for part in document["key"]):
-        raise CacheError(f"{path}: 'key' must be a list of numbers and strings (a tuning key's values and dtypes)")
+        raise CacheError(f"{path}: 'key' must be a list of numbers and strings (a tuning key's values and dtypes)", path=path)
     timings, descriptors = {}, {}
     for i, pair in enumerate(document["configs_timings"]):
         where = f"configs_timings[{i}]"
         if not (isinstance(pair, list) and len(pair) == 2):
-            raise CacheError(f"{path}: {where} must be a [config, timings] pair")
+            raise CacheError(f"{path}: {where} must be a [config, timings] pair", path=path)
         desc = descriptor_of(path, where, pair[0])
         timings[signature(desc)] = _timings(path, where, pair[1])
         descriptors[signature(desc)] = desc
     timed = [sig for sig, measured in timings.items() if math.isfinite(measured[0])]
     if not timed:
-        raise CacheError(f"{path}: no candidate has a finite time (NaN or infinite): nothing to import")
+        raise CacheError(f"{path}: no candidate has a finite time (NaN or infinite): nothing to import", path=path)
     winner = min(timed, key=timings.get)  # Triton's rule: lowest timings, median first
     kernel = os.path.basename(path)[:-len(SUFFIX)] if path.endswith(SUFFIX) else os.path.basename(path)
     return kernel, key_text(document["key"]), descriptors[winner], timings
@@ -171,15 +168,15 @@ def run(args, out) -> int:
         raise CacheError("--arch is empty; give the arch the cache was made on (sm90, gfx942, interpret)")
     if output.endswith(("/", os.sep)) or os.path.isdir(output):
         raise CacheError(f"{output}: -o names a directory; give the table file, like "
-                         f"{os.path.join(output, args.arch + '.json')}")
+                         f"{os.path.join(output, args.arch + '.json')}", path=output)
     paths = cache_files(directory)
     if os.path.abspath(output) in {os.path.abspath(p) for p in paths}:
-        raise CacheError(f"{output}: is one of the cache files read; write the table elsewhere")
+        raise CacheError(f"{output}: is one of the cache files read; write the table elsewhere", path=output)
     table, entries, notes = build_table(paths, args.arch)
     try:
         atomic_write_json(output, table)
     except OSError as exc:
-        raise CacheError(f"{output}: cannot be written ({exc.strerror or exc})") from None
+        raise CacheError(f"{output}: cannot be written ({exc.strerror or exc})", path=output) from None
     if args.json:
         dump({"table": output, "arch": args.arch, "cache": directory, "entries": entries, "notes": notes}, out)
         return 0

@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections import Counter
 
 from ..core import schema
-from ..core.errors import FileFormatError
+from ..core.errors import FileFormatError, InputError
 from ..core.model import digest_of
 from . import html
 from .output import dump
-from .reading import InputError, md, natural_key, read_sources
+from .reading import md, natural_key, read_sources
 from .rows import Rows, details_reader
 
 
@@ -112,7 +112,7 @@ def _log(source) -> dict:
     try:
         return schema.read_evidence(source.path)[0]["log"]
     except FileFormatError as exc:  # changed on disk since it was read
-        raise InputError(str(exc)) from None
+        raise InputError(str(exc), path=source.path) from None
 
 
 def print_diff_markdown(sides, rows, counts, failing, out) -> None:

@@ -11,10 +11,11 @@ import time
 from collections import Counter
 
 from ..core import schema, tables
+from ..core.errors import InputError
 from ..core.jsonfile import atomic_write_json
 from ..core.model import static_cost
 from .output import dump
-from .reading import MADE_BY, InputError, Source, read_sources
+from .reading import MADE_BY, Source, read_sources
 from .tally import Tally
 
 
@@ -30,7 +31,7 @@ def run(args, out) -> int:
     try:
         atomic_write_json(output, table)
     except OSError as exc:
-        raise InputError(f"{output}: cannot be written ({exc.strerror or exc})") from None
+        raise InputError(f"{output}: cannot be written ({exc.strerror or exc})", path=output) from None
     disagree = [d for d in decisions if not d["agree"]]
     for d in decisions:
         if d.get("untimed_tie"):
@@ -49,7 +50,8 @@ def run(args, out) -> int:
 
 def _output_path(output: str) -> str:
     if output.endswith(("/", os.sep)) or os.path.isdir(output):
-        raise InputError(f"{output}: -o names a directory; give the table file, like {os.path.join(output, 'sm90.json')}")
+        raise InputError(f"{output}: -o names a directory; give the table file, like {os.path.join(output, 'sm90.json')}",
+                         path=output)
     return output
 
 
@@ -57,17 +59,19 @@ def _records(args, output: str, tally) -> tuple[list[Source], str, list[str]]:
     """The record files to merge (of one arch, none partial unless allowed), the arch, and notes."""
     sources = read_sources(args.files, ("record",), "merge", args.all_runs, fold=tally, jobs=args.jobs)
     if os.path.abspath(output) in {os.path.abspath(s.path) for s in sources}:
-        raise InputError(f"{output}: is one of the inputs; write the table elsewhere")
+        raise InputError(f"{output}: is one of the inputs; write the table elsewhere", path=output)
     partial = [s for s in sources if not s.complete]
     if partial and not args.allow_partial:
         first = partial[0]
         how = f"ended by {first.ended}" if first.document.get("ended") else f"complete=false: {first.ended}"
         more = f" (and {len(partial) - 1} more partial)" if len(partial) > 1 else ""
-        raise InputError(f"{first.path}: is a partial record ({how}){more}; pass --allow-partial to merge what it holds")
+        raise InputError(f"{first.path}: is a partial record ({how}){more}; pass --allow-partial to merge what it holds",
+                         path=first.path)
     used = [s for s in sources if s.entries]  # (an entry the library chose counts: it is named)
     if not used:
         raise InputError(f"{sources[0].path}: holds no autotune choices" if len(sources) == 1
-                         else f"none of {', '.join(s.path for s in sources)} holds an autotune choice")
+                         else f"none of {', '.join(s.path for s in sources)} holds an autotune choice",
+                         path=sources[0].path if len(sources) == 1 else None)
     archs: dict[str, list[str]] = {}
     for s in used:
         archs.setdefault(s.arch, []).append(s.path)
@@ -81,12 +85,13 @@ def _arch(archs: dict[str, list[str]], wanted, first: str) -> str:
     listing = "; ".join(f"{a}: {', '.join(paths)}" for a, paths in sorted(archs.items()))
     if wanted is None:
         if len(archs) > 1:
-            raise InputError(f"{first}: the records are for several archs ({listing}); choose one with --arch")
+            raise InputError(f"{first}: the records are for several archs ({listing}); choose one with --arch", path=first)
         wanted = next(iter(archs))
     elif wanted not in archs:
-        raise InputError(f"{first}: no record is for arch {wanted} (records: {listing})")
+        raise InputError(f"{first}: no record is for arch {wanted} (records: {listing})", path=first)
     if not wanted:
-        raise InputError(f"{archs[wanted][0] if wanted in archs else first}: the records name no arch; give --arch")
+        named = archs[wanted][0] if wanted in archs else first
+        raise InputError(f"{named}: the records name no arch; give --arch", path=named)
     return wanted
 
 
@@ -162,7 +167,7 @@ def _refuse_foreign_winner(kernel: str, key: str, decision: dict, tally) -> None
         chosen = decision["chosen"]
         raise InputError(f"{tally.first[chosen]}: kernel {kernel} key ({key}): the winner {chosen} "
                          f"(chosen as '{tally.how[chosen]}') is not among the kernel's {len(candidates)} candidates; "
-                         "a pinned run could not use it")
+                         "a pinned run could not use it", path=tally.first[chosen])
 
 
 def decide(votes: dict[str, int], descriptors: dict[str, dict], measured: dict[str, list[float]], rule: str) -> dict:

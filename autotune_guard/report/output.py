@@ -10,7 +10,7 @@ import os
 import re
 import tempfile
 
-from .reading import InputError
+from ..core.errors import InputError
 
 
 # Characters a terminal acts on (C0 but newline and tab, DEL, C1): a kernel name, key, run id or
@@ -78,12 +78,13 @@ def write_atomically(path: str, produce) -> int:
     it returns: a failure (of the command or of the write) removes the temporary and leaves
     ``path`` as it was, never half a file.  Returns what ``produce`` returned."""
     if path.endswith(("/", os.sep)) or os.path.isdir(path):
-        raise InputError(f"{path}: -o names a directory; give the file to write, like {os.path.join(path, 'report.html')}")
+        raise InputError(f"{path}: -o names a directory; give the file to write, like {os.path.join(path, 'report.html')}",
+                         path=path)
     directory = os.path.dirname(os.path.abspath(path))
     try:
         fd, tmp = tempfile.mkstemp(prefix=".tmp-" + os.path.basename(path) + ".", dir=directory)
     except OSError as exc:
-        raise InputError(f"{path}: cannot be written ({exc.strerror or exc})") from None
+        raise InputError(f"{path}: cannot be written ({exc.strerror or exc})", path=path) from None
     try:
         os.fchmod(fd, 0o644)
         with os.fdopen(fd, "w", encoding="utf-8") as out:
@@ -91,7 +92,7 @@ def write_atomically(path: str, produce) -> int:
         os.replace(tmp, path)
         tmp = None
     except OSError as exc:
-        raise InputError(f"{path}: cannot be written ({exc.strerror or exc})") from None
+        raise InputError(f"{path}: cannot be written ({exc.strerror or exc})", path=path) from None
     finally:
         if tmp is not None:
             try:

@@ -15,7 +15,7 @@ import signal
 from contextlib import contextmanager
 
 from ..core import schema
-from ..core.errors import FileFormatError, GuardError
+from ..core.errors import FileFormatError, ReaderError
 
 KIND_OF = {schema.RECORD_FORMAT: "record", schema.CHOICES_FORMAT: "choices", schema.TABLE_FORMAT: "table"}
 MAX_JOBS = 8  # past this the fold in the reading process, not the parsing, bounds the time
@@ -112,7 +112,7 @@ def read_files(paths: list[str], accept, digest, jobs: int):
             except EOFError:
                 workers[i % jobs].join(5)
                 raise ReaderError(f"{path}: the process reading it ended (exit status {workers[i % jobs].exitcode}) "
-                                  "before it was read; --jobs 1 reads in this process") from None
+                                  "before it was read; --jobs 1 reads in this process", path=path) from None
     finally:
         for pipe in pipes:
             pipe.close()  # a worker still sending stops (its pipe is broken)
@@ -121,10 +121,6 @@ def read_files(paths: list[str], accept, digest, jobs: int):
             if worker.is_alive():
                 worker.terminate()
                 worker.join()
-
-
-class ReaderError(GuardError):
-    """A worker process ended before it sent a file (killed, out of memory): the file is named."""
 
 
 def _serve(pipe, paths: list[str], accept, digest) -> None:

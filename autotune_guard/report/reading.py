@@ -15,7 +15,7 @@ from contextlib import closing
 from dataclasses import dataclass
 
 from .. import __version__
-from ..core.errors import GuardError
+from ..core.errors import InputError  # (defined with every other error; importable from here as before)
 from ..core.jsonfile import JOURNAL_SUFFIX
 from ..core.safe_files import user_name
 from ..core.model import ChoiceKey
@@ -26,11 +26,6 @@ from .progress import Progress
 # <prefix>.rank<N>.json, and <prefix>.rank<N>.<host>-<pid>.json: one file per process
 _RANK_FILE = re.compile(r"\.rank(\d+)(?:\.[A-Za-z0-9_-]+)?\.json$")
 MADE_BY = f"autotune_guard {__version__} report"  # what a written table's ``source.by`` says, plus the command
-
-
-class InputError(GuardError):
-    """Input the report cannot use (a file, a pattern, an output path); the message (one line)
-    names it. A GuardError like every error of ours: the CLI turns each into exit 2."""
 
 
 # --- reading ------------------------------------------------------------------------------------
@@ -81,7 +76,7 @@ def expand(arg: str) -> list[str]:
         found = sorted(p for p in glob.glob(os.path.join(glob.escape(arg), "*.json")) if os.path.isfile(p))
         if not found:
             raise InputError(f"{arg}: is a directory holding no .json file (a table directory holds <arch>.json; "
-                             f"a run's files are named by their prefix, like {os.path.join(arg, 'rec')})")
+                             f"a run's files are named by their prefix, like {os.path.join(arg, 'rec')})", path=arg)
         return _by_rank(found)
     if os.path.exists(arg):
         return [arg]
@@ -92,8 +87,8 @@ def expand(arg: str) -> list[str]:
         found = sorted(p for p in glob.glob(arg) if not os.path.isdir(p))
         if found:
             return _by_rank(found)
-        raise InputError(f"{arg}: no file matches, and no rank files {arg}.rank<N>[.<host>-<pid>].json")
-    raise InputError(f"{arg}: no such file, and no rank files {arg}.rank<N>[.<host>-<pid>].json")
+        raise InputError(f"{arg}: no file matches, and no rank files {arg}.rank<N>[.<host>-<pid>].json", path=arg)
+    raise InputError(f"{arg}: no such file, and no rank files {arg}.rank<N>[.<host>-<pid>].json", path=arg)
 
 
 def _by_rank(paths):
@@ -135,12 +130,12 @@ def read_sources(args, accept, command, all_runs=False, fold=None, jobs=None) ->
                     print(f"python -m autotune_guard.report: note: left out {path}, a file of another user: {error}",
                           file=sys.stderr)
                     continue
-                raise InputError(error)  # the first unusable file in order: the workers stop
+                raise InputError(error, path=path)  # the first unusable file in order: the workers stop
             kind = readers.KIND_OF[document["format"]]
             if kind not in accept:
                 raise InputError(f"{path}: is a {kind} file; {command} reads "
                                  f"{' and '.join(k + ' files' for k in accept)}"
-                                 + (" (written under AUTOTUNE_RECORD_PATH)" if accept == ("record",) else ""))
+                                 + (" (written under AUTOTUNE_RECORD_PATH)" if accept == ("record",) else ""), path=path)
             source = Source(path, kind, document, journal=journal, entries=entries)
             if document.get(JOURNAL_LEFT_OUT):
                 print(f"python -m autotune_guard.report: note: {document[JOURNAL_LEFT_OUT]}", file=sys.stderr)
@@ -202,10 +197,10 @@ def _name_owners(paths: list[str]) -> None:
 def _refuse_path(path: str) -> None:
     if os.path.isdir(path):
         raise InputError(f"{path}: is a directory; name its files ({os.path.join(path, '*.json')}) "
-                         f"or the prefix the run used ({os.path.join(path, 'rec')})")
+                         f"or the prefix the run used ({os.path.join(path, 'rec')})", path=path)
     if path.endswith(".json" + JOURNAL_SUFFIX):
         raise InputError(f"{path}: is the journal of {path[:-len(JOURNAL_SUFFIX)]}, read with it; name that file "
-                         "(or the prefix)")
+                         "(or the prefix)", path=path)
 
 
 def _changed_on_disk(source: Source) -> float:
