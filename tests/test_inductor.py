@@ -149,6 +149,7 @@ def test_pinned_never_benchmarks_and_picks_the_eager_rule(patched, guard, tmp_pa
 def test_patched_methods_still_pickle_as_bound_methods(patched, tmp_path):
     # Inductor's compile workers pickle kernels that hold bound methods (the cache's save hook);
     # a bound method pickles by its function's name, so the guard's must answer to Inductor's.
+    inductor.patch(triton_heuristics)  # a test before may have uninstalled, which undoes every patch
     kernel = triton_heuristics.CachingAutotuner(
         types.SimpleNamespace(__name__="k", src="def k(): pass"),
         {"device": DeviceProperties.create(torch.device("cpu")), "signature": {}}, CONFIGS, None, [], False,
