@@ -167,7 +167,7 @@ class Guard:
         return lambda: self._epoch_listeners.remove(listener) if listener in self._epoch_listeners else None
 
     def _settle(self, installed):
-        policy = settings.derived_mode(installed, bool(self.facts.ask("torch_deterministic", False)))
+        policy = settings.derived_mode(installed, self.facts.ask("torch_deterministic", False))  # a reason, or falsy
         if policy is not installed:
             logger.info("mode pinned, from %s; no AUTOTUNE_MODE was given", policy.mode_from)
         return policy

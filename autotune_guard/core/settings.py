@@ -217,13 +217,16 @@ def startup_settings(settings: Mapping[str, str]) -> StartupSettings:
         parse_bool("AUTOTUNE_VERIFY_STRICT", strict) if strict is not None and str(strict).strip() else False)
 
 
-def derived_mode(policy: AutotunePolicy, torch_deterministic: bool) -> AutotunePolicy:
+def derived_mode(policy: AutotunePolicy, torch_deterministic) -> AutotunePolicy:
     """The policy as carried out once its derived mode is settled at the first launch: pinned when
-    no setting chose the mode and torch's deterministic flag is on, else ``policy`` itself."""
+    no setting chose the mode and a determinism request is on, else ``policy`` itself.
+    ``torch_deterministic``: the request's name (torch's flag, Inductor's deterministic or
+    batch_invariant config, vLLM's batch-invariant switch: adapters.torch_flags), or a bool."""
     if policy.mode_from != DERIVED or not torch_deterministic:
         return policy
-    return replace(policy, mode="pinned", mode_from="torch.are_deterministic_algorithms_enabled(), found at the "
-                                                    "first launch")
+    reason = torch_deterministic if isinstance(torch_deterministic, str) else \
+        "torch.are_deterministic_algorithms_enabled()"
+    return replace(policy, mode="pinned", mode_from=f"{reason}, found at the first launch")
 
 
 def ineffective_settings(policy: AutotunePolicy, startup: StartupSettings) -> list[str]:
