@@ -209,7 +209,8 @@ class Guard:
         need per arch, and what could not be used is said once."""
         tables = epoch.tables.get(arch)
         if tables is None:
-            tables, warnings = load_tables(epoch.installed.table_path, arch, self.facts.versions())
+            tables, warnings = load_tables(epoch.installed.table_path, arch, self.facts.versions(),
+                                          self.facts.get("table_store"))  # adapters.redis_tables: URLs
             epoch.tables[arch] = tables
             for warning in warnings:
                 self.warn_once(warning, warning, scope="process")

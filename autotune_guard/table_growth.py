@@ -40,6 +40,7 @@ from .core.debounced import DebouncedWriter
 from .core.errors import FileFormatError, PolicyError, UnsafePathError
 from .core.model import signature
 from .core.schema import TABLE_FORMAT, read_document
+from .core.store_url import store_urls
 from .runtime import current
 
 logger = logging.getLogger("autotune_guard")
@@ -61,6 +62,13 @@ def configure(policy) -> None:
     global _directory, _registered
     _directory = None
     _added.clear()  # what the exit says is this policy's
+    # --- a table store (Redis URL) grows instead, through its registered writer (adapters.redis_tables)
+    store = current().facts.get("table_store")
+    if store is not None:
+        store.grow(policy)  # a policy without a URL stops it
+    if policy is not None and store_urls(policy.table_path):
+        return
+    # ---
     if policy is None or policy.mode != "consensus" or not policy.table_path:
         return
     if not _registered:
