@@ -163,8 +163,11 @@ class Store:
         """A table document's entries added to the store (``report``): (how many added, notes)."""
         arch, added, notes = document["arch"], 0, []
         recorded = document.get("provenance") if isinstance(document.get("provenance"), dict) else {}
+        said = document.get("added") if isinstance(document.get("added"), dict) else {}
         for kernel, entries in sorted(document["kernels"].items()):
-            status, kept = self.add(arch, kernel, recorded.get(kernel), {k: (e, who) for k, e in entries.items()})
+            by = said.get(kernel) if isinstance(said.get(kernel), dict) else {}  # who the file says added each
+            status, kept = self.add(arch, kernel, recorded.get(kernel),
+                                    {k: (e, by[k] if isinstance(by.get(k), dict) else who) for k, e in entries.items()})
             if status == "provenance":
                 notes.append(f"{self.shown}: kernel {kernel} is held there against another version of it: "
                              f"its {len(entries)} entries are not added")
