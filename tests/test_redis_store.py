@@ -278,6 +278,14 @@ def test_hostile_values_are_named_with_the_url_and_key_and_left_out(redis_server
                         ("huge", "more than any table entry"), ("not a field of ours", "is not [")]:
         assert any(where in line and field in line and said in line for line in skipped), (field, skipped)
     assert any(f"key {PROVENANCE} field" in line for line in skipped), skipped
+    # A key of another type (a string where a hash belongs): the store is up, that arch's table is
+    # named and left out, and pinned goes on by its rules.
+    server.client.delete(PROVENANCE)
+    server.client.set(PROVENANCE, "a string")
+    proc = run_python(PINNED_RUN, env=clean_env(AUTOTUNE_MODE="pinned", AUTOTUNE_TABLE_PATH=server.url()))
+    assert last_json(proc.stdout)["log"]
+    assert f"skipping table store {server.url()} for arch interpret: the server refused to read" in proc.stderr
+    assert "WRONGTYPE" in proc.stderr and "stopped answering" not in proc.stderr
 
 
 def test_a_forged_entry_for_another_kernel_version_is_named_and_refused_under_on_miss_error(redis_server):
@@ -319,6 +327,9 @@ def test_report_round_trips_tables_between_files_and_the_store(redis_server, tmp
     assert f"{server.url(1)}: added 2 entries of the merged table" in merged.stdout
     shown = _report("show", server.url(1)).stdout
     assert ADD in shown and SCALE in shown and "provenance:" in shown
+    assert f"{server.url(1)} interpret.json" in shown and "autotune-guard-report-" not in shown + merged.stdout
+    html = _report("show", server.url(1), "--format", "html", "-o", str(tmp_path / "store.html"))
+    assert html.returncode == 0 and ADD in (tmp_path / "store.html").read_text()
     _report("store-export", server.url(1), "-o", str(tmp_path / "out"))
     exported = json.load(open(tmp_path / "out" / "interpret.json"))
     # file -> another store -> file: the same entries, provenance and who added each

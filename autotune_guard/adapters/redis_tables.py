@@ -65,6 +65,10 @@ class StoreDown(Exception):
     """The store did not answer (refused, timed out, wrong password): the words say which."""
 
 
+class StoreRefused(StoreDown):
+    """The store answered with an error (a key of another type, a script refused): it is up."""
+
+
 def _client_module():
     try:
         import redis
@@ -85,7 +89,8 @@ class Store:
         redis = _client_module()
         a = self.address
         self._errors = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
-                        redis.exceptions.AuthenticationError, redis.exceptions.ResponseError, OSError)
+                        redis.exceptions.AuthenticationError, OSError)
+        self._refusals = (redis.exceptions.ResponseError,)  # NOAUTH and WRONGPASS are AuthenticationErrors
         self.client = redis.Redis(host=a.host, port=a.port, db=a.db, username=a.username, password=a.password,
                                   ssl=a.tls, socket_timeout=TIMEOUT_S, socket_connect_timeout=TIMEOUT_S,
                                   decode_responses=False)
@@ -99,6 +104,8 @@ class Store:
             return getattr(self.client, what)(*args)
         except self._errors as exc:
             raise StoreDown(f"{type(exc).__name__}: {exc}") from None
+        except self._refusals as exc:
+            raise StoreRefused(f"{type(exc).__name__}: {exc}") from None
 
     def ping(self) -> None:
         self.call("ping")
@@ -244,6 +251,10 @@ class Stores:
             return None, []
         try:
             return self.store(url).read(arch)
+        except StoreRefused as exc:  # up, but its keys for this arch are not ours to read (WRONGTYPE)
+            keys = " and ".join(self.store(url).keys(arch))
+            return None, [f"skipping table store {hide_password(url)} for arch {arch}: the server refused to read "
+                          f"{keys} ({exc}); they must be hashes of autotune_guard entries"]
         except StoreDown as exc:
             self.went_down(url, exc)
             return None, []

@@ -19,6 +19,7 @@ from ..core import schema
 from ..core.errors import FileFormatError, PolicyError
 from ..core.jsonfile import atomic_write_json
 from ..core.store_url import hide_password, is_store_url
+from .output import write_atomically
 from .reading import MADE_BY, InputError
 
 
@@ -111,18 +112,21 @@ def with_store_arguments(args, run, out) -> int:
 
     temporary = tempfile.mkdtemp(prefix="autotune-guard-report-")
     try:
-        if getattr(args, "files", None) and any(is_store_url(f) for f in args.files) and args.command == "show":
-            files = []
+        if args.command == "show":
+            files, names = [], {}
             for item in args.files:
                 if not is_store_url(item):
                     files.append(item)
                     continue
                 named = os.path.join(temporary, _file_name(item))
+                names[named + os.sep] = hide_password(item) + " "  # said as `<url> <arch>.json`
                 files += export_to(item, named, sys.stderr)
             args.files = files
-            return run(args, out)
+            if getattr(args, "write_to", None):
+                return write_atomically(args.write_to, lambda target: run(args, _Renamed(target, names)))
+            return run(args, _Renamed(out, names))
         url, args.output = args.output, os.path.join(temporary, "merged.json")
-        status = run(args, out)
+        status = run(args, _Renamed(out, {args.output: hide_password(url)}))
         added, held, notes = import_files([args.output], url)
         for note in notes:
             print(f"autotune-guard-report: WARNING: {note}", file=sys.stderr)
@@ -131,6 +135,21 @@ def with_store_arguments(args, run, out) -> int:
         return status
     finally:
         shutil.rmtree(temporary, ignore_errors=True)
+
+
+class _Renamed:
+    """An output stream that says each temporary file by the store it came from."""
+
+    def __init__(self, out, names: dict):
+        self.out, self.names = out, names
+
+    def write(self, text: str) -> int:
+        for temporary, said in self.names.items():
+            text = text.replace(temporary, said)
+        return self.out.write(text)
+
+    def __getattr__(self, name):
+        return getattr(self.out, name)
 
 
 def _file_name(url: str) -> str:
