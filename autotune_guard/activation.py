@@ -51,6 +51,13 @@ def _on_autotuner(module) -> None:
         raise
 
 
+def _inductor_flag(name: str, variable: str) -> bool:
+    """Inductor's determinism config ``name`` for the derived mode (its adapter, loaded at need)."""
+    from .adapters.inductor import flags
+
+    return flags.flag(name, variable)
+
+
 def _on_distributed(module) -> None:
     distributed.wrap_barriers(module)
 
@@ -81,7 +88,7 @@ def carry_out(policy: AutotunePolicy) -> None:
         triton_adapter.patch(module)  # raises before changing anything if it cannot
     else:
         arm()
-    torch_flags.provide_facts(guard)
+    torch_flags.provide_facts(guard, inductor_flag=_inductor_flag)
     distributed.provide_facts(guard)
     guard.replace(policy)
     evidence.configure(policy)

@@ -34,7 +34,7 @@ import tempfile
 import threading
 import time
 
-from . import evidence
+from . import evidence, store_growth
 from .core import jsonfile, safe_files, tables
 from .core.debounced import DebouncedWriter
 from .core.errors import FileFormatError, PolicyError, UnsafePathError
@@ -62,10 +62,8 @@ def configure(policy) -> None:
     global _directory, _registered
     _directory = None
     _added.clear()  # what the exit says is this policy's
-    # --- a table store (Redis URL) grows instead, through its registered writer (adapters.redis_tables)
-    store = current().facts.get("table_store")
-    if store is not None:
-        store.grow(policy)  # a policy without a URL stops it
+    # --- a table store (Redis URL) grows instead: store_growth, through the registered writer
+    store_growth.configure(policy)  # a policy without a URL stops it
     if policy is not None and store_urls(policy.table_path):
         return
     # ---

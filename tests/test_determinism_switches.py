@@ -5,6 +5,7 @@ reason. Real torch (CPU), real Triton kernels under TRITON_INTERPRET=1, in cold 
 import pytest
 
 from autotune_guard.adapters import torch_flags
+from autotune_guard.adapters.inductor.flags import flag
 from autotune_guard.core.settings import derived_mode, policy_from_settings
 from support import clean_env, last_json, run_python
 
@@ -62,12 +63,12 @@ def test_the_reason_is_the_first_request_found(monkeypatch):
     monkeypatch.delitem(sys.modules, "torch._inductor.config", raising=False)
     for name in ("TORCHINDUCTOR_BATCH_INVARIANT", "TORCHINDUCTOR_DETERMINISTIC", "VLLM_BATCH_INVARIANT"):
         monkeypatch.delenv(name, raising=False)
-    assert torch_flags.determinism_reason() == ""
+    assert torch_flags.determinism_reason(flag) == ""
     monkeypatch.setenv("VLLM_BATCH_INVARIANT", "not a number")  # vLLM would refuse it; it is no request here
-    assert torch_flags.determinism_reason() == ""
+    assert torch_flags.determinism_reason(flag) == ""
     monkeypatch.setenv("VLLM_BATCH_INVARIANT", "2")
-    assert "vLLM" in torch_flags.determinism_reason()
+    assert "vLLM" in torch_flags.determinism_reason(flag)
     monkeypatch.setenv("TORCHINDUCTOR_DETERMINISTIC", "1")
-    assert "Inductor's deterministic" in torch_flags.determinism_reason()
-    derived = derived_mode(policy_from_settings({}), torch_flags.determinism_reason())
+    assert "Inductor's deterministic" in torch_flags.determinism_reason(flag)
+    derived = derived_mode(policy_from_settings({}), torch_flags.determinism_reason(flag))
     assert derived.mode == "pinned" and derived.mode_from.startswith("Inductor's deterministic config")

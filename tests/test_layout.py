@@ -14,6 +14,7 @@ ADAPTERS = {
     "torch._higher_order_ops": "adapters.inductor",
     "torch._dynamo": "adapters.inductor",
     "torch.distributed": "adapters.distributed",
+    "redis": "adapters.redis_tables",
 }
 # Plain torch (tensors, the version, the deterministic flag): adapters only.
 TORCH_USERS = ("adapters.torch_flags", "adapters.distributed", "adapters.inductor")
@@ -23,7 +24,8 @@ ALLOWED = {
     "runtime": ("core",),
     "evidence": ("core", "runtime", "evidence"),  # the package and its paths and signals modules
     "adapters": ("core", "runtime", "adapters._patching"),
-    "report": ("core", "report", ""),  # "": the package root, for its __version__ (it imports nothing)
+    "report": ("core", "report", "", "adapters.redis_tables"),  # "": the package root, for its __version__ (it
+    # imports nothing); adapters.redis_tables: `report show/merge/store-* redis://...` (docs/shared-store.md)
     "_watch": (),
 }
 

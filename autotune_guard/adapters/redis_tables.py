@@ -23,7 +23,6 @@ from ..core.errors import FileFormatError, PolicyError
 from ..core.model import compact, provenance_differences
 from ..core.store_url import hide_password, parse_store_url, store_urls
 from ..runtime import current
-from . import store_growth
 
 logger = logging.getLogger("autotune_guard")
 
@@ -235,7 +234,7 @@ def _checked_entry(where: str, field: bytes, value, notes: list):
 
 class Stores:
     """The process's table stores (held on the Guard): the reader ``core.tables.load_tables``
-    gets through the ``table_store`` fact, and the writer consensus growth calls."""
+    gets through the ``table_store`` fact, and the writer ``store_growth`` calls through it."""
 
     def __init__(self):
         self.stores: dict[str, Store] = {}
@@ -281,10 +280,6 @@ class Stores:
             self.went_down(url, exc)
             return None
         return status, found, differs
-
-    def grow(self, policy) -> None:
-        """Consensus growth of the store named in ``policy`` (``table_growth``'s hook)."""
-        store_growth.configure(policy, self)
 
     def after_fork(self) -> None:
         self.stores = {}  # a client's sockets are the parent's

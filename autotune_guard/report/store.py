@@ -24,7 +24,7 @@ from .reading import MADE_BY, InputError
 
 
 def _store(url: str):
-    from ..adapters import redis_tables  # the client is imported only when a URL is given
+    from ..adapters import redis_tables  # the store's one client (tests/test_layout.py); only for a URL
 
     try:
         store = redis_tables.Store(url)

@@ -5,7 +5,8 @@ A winner this process tuned for its whole job (``Guard.tuned_for_job``) is added
 choice, by a background thread subscribed to the ``Guard``, and once more at exit. The server adds
 it (``redis_tables.Store.add``: one script per kernel, HSETNX per entry), so several jobs at once
 lose nothing and the first writer wins; a differing entry kept, and a kernel held against another
-version of it, are said once. A store that stops answering is said once (``Stores.went_down``):
+version of it, are said once. The store is reached through the ``table_store`` fact
+(``adapters.redis_tables.Stores``), never by importing the client. A store that stops answering is said once (``Stores.went_down``):
 the winners stay chosen in this process and its evidence files; they are tried once more at exit."""
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ import socket
 import threading
 import time
 
-from .. import evidence
-from ..core.debounced import DebouncedWriter
-from ..core.model import signature
-from ..core.store_url import hide_password, store_urls
-from ..runtime import current
+from . import evidence
+from .core.debounced import DebouncedWriter
+from .core.model import signature
+from .core.store_url import hide_password, store_urls
+from .runtime import current
 
 logger = logging.getLogger("autotune_guard")
 
@@ -46,11 +47,13 @@ def _state() -> _State:
     return current().held("store_growth", _State)
 
 
-def configure(policy, stores) -> None:
-    """Where ``policy``'s winners are added: the first store URL of its table path, in consensus."""
+def configure(policy) -> None:
+    """Where ``policy``'s winners are added: the first store URL of its table path, in consensus,
+    through the store writer the adapter registered (the ``table_store`` fact: adapters.redis_tables)."""
     state = _state()
     urls = store_urls(policy.table_path) if policy is not None and policy.mode == "consensus" else []
-    state.url, state.stores, state.added = (urls[0] if urls else None), stores, 0
+    stores = current().facts.get("table_store") if urls else None
+    state.url, state.stores, state.added = (urls[0] if urls and stores is not None else None), stores, 0
     if state.url and not state.registered:
         atexit.register(_at_exit)
         current().subscribe(_changed)
