@@ -100,6 +100,13 @@ def redis_server(tmp_path):
 
 # --- settings: URLs in the table path -------------------------------------------------------------
 
+def test_a_store_setting_without_a_store_is_said_to_do_nothing():
+    from autotune_guard.core.settings import StartupSettings, ineffective_settings
+
+    lines = ineffective_settings(policy_from_settings({"AUTOTUNE_TABLE_STORE_DOWN": "local"}), StartupSettings())
+    assert any("AUTOTUNE_TABLE_STORE_DOWN=local without a table store URL" in line for line in lines), lines
+
+
 def test_a_table_path_holds_urls_beside_directories_and_a_password_is_never_said(tmp_path):
     value = f"redis://user:s3cret@127.0.0.1:6380/2?prefix=team:{tmp_path}:rediss://127.0.0.1:6381/0"
     assert split_table_path(value, ":") == ["redis://user:s3cret@127.0.0.1:6380/2?prefix=team", str(tmp_path),
@@ -192,8 +199,12 @@ def test_two_jobs_of_three_ranks_share_one_store_lose_nothing_agree_and_the_next
             assert len({chosen(r, kernel, n) for r in job if (kernel, n) in r["ran"]}) <= 1
     provenance = {k.decode(): json.loads(v) for k, v in server.client.hgetall(PROVENANCE).items()}
     assert sorted(provenance) == [ADD, SCALE] and provenance[ADD]["count"] == 8
-    # A third job over the union of those keys times nothing, and pins what the store holds.
+    # A third job over the union of those keys times nothing, and pins what the store holds,
+    # reading the store once per process (one script: two HKEYS), never on the launch path.
+    server.client.config_resetstat()
     third, err = _finish(_start_job(url, tmp_path / "c", "1000,3000,4000", "500"), tmp_path / "c")
+    stats = server.client.info("commandstats")
+    assert stats["cmdstat_hkeys"]["calls"] == 2 * 3 and "cmdstat_hsetnx" not in stats, stats
     assert [r["timer_calls"] for r in third] == [0, 0, 0], err[-3000:]
     for r in third:
         for kernel, n in r["ran"]:

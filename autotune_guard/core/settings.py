@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Mapping, NamedTuple
 
 from .envfile import read_env_file
-from .store_url import hide_password
+from .store_url import hide_password, store_urls
 from .errors import PolicyError
 from .settings_values import (parse_block_sizes, parse_bool, parse_choice, parse_file_path, parse_int_at_least,
                               parse_mode, parse_names, parse_paths, parse_seconds, parse_seconds_or_none,
@@ -256,6 +256,9 @@ def ineffective_settings(policy: AutotunePolicy, startup: StartupSettings) -> li
         if getattr(policy, name) != getattr(default, name) and policy.mode != "consensus":
             found.append(f"AUTOTUNE_{name.upper()}={getattr(policy, name):g} has an effect in consensus mode only, "
                          f"and the mode is {policy.mode}: it is ignored")
+    if policy.table_store_down != default.table_store_down and not store_urls(policy.table_path):
+        found.append(f"AUTOTUNE_TABLE_STORE_DOWN={policy.table_store_down} without a table store URL (redis://...) in "
+                     "AUTOTUNE_TABLE_PATH: it is ignored")
     if policy.deterministic and policy.mode not in ("pinned",) and policy.mode_from == "AUTOTUNE_MODE":
         found.append(f"AUTOTUNE_DETERMINISTIC=1 with AUTOTUNE_MODE={policy.mode}: the explicit mode wins and choices "
                      "are not pinned")
