@@ -31,6 +31,7 @@ def _run(env, before="", after=""):
     return last_json(proc.stdout), _lines(proc.stderr)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("env, before, after, reason", [
     ({"TORCHINDUCTOR_BATCH_INVARIANT": "1"}, "", "", "Inductor's batch_invariant config"),
     ({"TORCHINDUCTOR_DETERMINISTIC": "1"}, "", "", "Inductor's deterministic config"),
@@ -46,6 +47,7 @@ def test_each_switch_pins_and_is_named_as_the_reason(env, before, after, reason)
     assert any(f"mode pinned, from {reason}" in line and "found at the first launch" in line for line in lines), lines
 
 
+@pytest.mark.slow
 def test_an_explicit_mode_wins_and_off_switches_leave_auto():
     result, _ = _run({"TORCHINDUCTOR_BATCH_INVARIANT": "1", "AUTOTUNE_MODE": "auto"})
     assert result["mode"] == "auto" and result["timer_calls"] > 0

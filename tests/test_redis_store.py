@@ -127,6 +127,7 @@ def test_a_table_path_holds_urls_beside_directories_and_a_password_is_never_said
         policy_from_settings({"AUTOTUNE_TABLE_STORE_DOWN": "locl"})
 
 
+@pytest.mark.slow
 def test_without_the_client_a_url_is_a_clear_error_naming_the_extra_and_no_url_never_imports_it():
     code = ("import sys; sys.modules['redis'] = None\n"  # as if the extra were not installed
             "import torch, kernels.demo as demo\n"
@@ -232,6 +233,7 @@ def test_a_store_killed_mid_job_loses_nothing_chosen_and_is_named_once(redis_ser
     assert len(named) == 1 and f"127.0.0.1:{server.port}" in named[0] and "choices made so far stand" in named[0], err
 
 
+@pytest.mark.slow
 def test_a_store_down_at_start_is_an_error_naming_the_url_unless_a_local_fallback_is_asked_for(redis_server):
     server = redis_server()
     url = server.url()
@@ -246,6 +248,7 @@ def test_a_store_down_at_start_is_an_error_naming_the_url_unless_a_local_fallbac
     assert f"table store {url} does not answer" in proc.stderr and "local rules" in proc.stderr
 
 
+@pytest.mark.slow
 def test_a_wrong_password_is_named_with_the_url_and_never_said(redis_server):
     server = redis_server(password="right-one")
     code = "import torch, kernels.demo as demo\ndemo.add(torch.rand(100), torch.rand(100))\nprint('ran')"
@@ -266,6 +269,7 @@ print(json.dumps({"log": autotune_guard.choice_log(), "timer_calls": len(demo.TI
 """
 
 
+@pytest.mark.slow
 def test_hostile_values_are_named_with_the_url_and_key_and_left_out(redis_server):
     server = redis_server()
     good = {"entry": {"kwargs": {"BLOCK": 128}, "num_warps": 2}, "added": {"run_id": "r1", "rank": 0}}
@@ -299,6 +303,7 @@ def test_hostile_values_are_named_with_the_url_and_key_and_left_out(redis_server
     assert "WRONGTYPE" in proc.stderr and "stopped answering" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_a_forged_entry_for_another_kernel_version_is_named_and_refused_under_on_miss_error(redis_server):
     server = redis_server()
     server.client.hset(ENTRIES, json.dumps([ADD, key_of("add", 1000)]),
@@ -329,6 +334,7 @@ def _report(*args, check=True):
     return proc
 
 
+@pytest.mark.slow
 def test_report_round_trips_tables_between_files_and_the_store(redis_server, tmp_path):
     server = redis_server()
     records = tmp_path / "rec"
