@@ -9,7 +9,7 @@ import sys
 
 from . import _watch, evidence, uncaught
 from . import table_growth
-from .adapters import distributed, torch_flags
+from .adapters import distributed, redis_tables, torch_flags
 from .adapters import triton as triton_adapter
 from .core import settings
 from .core.settings import AutotunePolicy, policy_from_settings
@@ -51,6 +51,13 @@ def _on_autotuner(module) -> None:
         raise
 
 
+def _inductor_flag(name: str, variable: str) -> bool:
+    """Inductor's determinism config ``name`` for the derived mode (its adapter, loaded at need)."""
+    from .adapters.inductor import flags
+
+    return flags.flag(name, variable)
+
+
 def _on_distributed(module) -> None:
     distributed.wrap_barriers(module)
 
@@ -73,6 +80,7 @@ def carry_out(policy: AutotunePolicy) -> None:
         evidence.check_writable(policy.record_path, "AUTOTUNE_RECORD_PATH")
     if policy.digest_path:
         evidence.check_writable(policy.digest_path, "AUTOTUNE_DIGEST_PATH")
+    redis_tables.configure(current(), policy)  # a table store that does not answer fails here (or is left out)
     table_growth.configure(policy)  # a table directory it cannot write fails here, before anything changes
     guard = current()
     module = triton_adapter.loaded_module()
@@ -80,7 +88,7 @@ def carry_out(policy: AutotunePolicy) -> None:
         triton_adapter.patch(module)  # raises before changing anything if it cannot
     else:
         arm()
-    torch_flags.provide_facts(guard)
+    torch_flags.provide_facts(guard, inductor_flag=_inductor_flag)
     distributed.provide_facts(guard)
     guard.replace(policy)
     evidence.configure(policy)

@@ -167,7 +167,7 @@ class Guard:
         return lambda: self._epoch_listeners.remove(listener) if listener in self._epoch_listeners else None
 
     def _settle(self, installed):
-        policy = settings.derived_mode(installed, bool(self.facts.ask("torch_deterministic", False)))
+        policy = settings.derived_mode(installed, self.facts.ask("torch_deterministic", False))  # a reason, or falsy
         if policy is not installed:
             logger.info("mode pinned, from %s; no AUTOTUNE_MODE was given", policy.mode_from)
         return policy
@@ -209,7 +209,8 @@ class Guard:
         need per arch, and what could not be used is said once."""
         tables = epoch.tables.get(arch)
         if tables is None:
-            tables, warnings = load_tables(epoch.installed.table_path, arch, self.facts.versions())
+            tables, warnings = load_tables(epoch.installed.table_path, arch, self.facts.versions(),
+                                          self.facts.get("table_store"))  # adapters.redis_tables: URLs
             epoch.tables[arch] = tables
             for warning in warnings:
                 self.warn_once(warning, warning, scope="process")

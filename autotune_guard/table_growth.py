@@ -34,12 +34,13 @@ import tempfile
 import threading
 import time
 
-from . import evidence
+from . import evidence, store_growth
 from .core import jsonfile, safe_files, tables
 from .core.debounced import DebouncedWriter
 from .core.errors import FileFormatError, PolicyError, UnsafePathError
 from .core.model import signature
 from .core.schema import TABLE_FORMAT, read_document
+from .core.store_url import store_urls
 from .runtime import current
 
 logger = logging.getLogger("autotune_guard")
@@ -61,6 +62,11 @@ def configure(policy) -> None:
     global _directory, _registered
     _directory = None
     _added.clear()  # what the exit says is this policy's
+    # --- a table store (Redis URL) grows instead: store_growth, through the registered writer
+    store_growth.configure(policy)  # a policy without a URL stops it
+    if policy is not None and store_urls(policy.table_path):
+        return
+    # ---
     if policy is None or policy.mode != "consensus" or not policy.table_path:
         return
     if not _registered:

@@ -39,6 +39,29 @@ ensure_chromium() {
   fi
 }
 
+# The table-store tests (tests/test_redis_store.py) start Debian's redis-server on a loopback port:
+# installed here when missing and this is root with apt-get; otherwise one line says why (those
+# tests then skip, and fail where CI is set). The redis client goes into each venv (scripts/venv.sh).
+ensure_redis_server() {
+  command -v redis-server >/dev/null 2>&1 && return 0
+  if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+    echo "redis-server: missing, and installing it needs root with apt-get: the table-store tests cannot run"
+    return 0
+  fi
+  local log
+  log=$(mktemp /tmp/autotune-guard-redis.XXXXXX)
+  echo "redis-server: missing; installing Debian's redis-server with apt-get, for the table-store tests"
+  echo "  (under a minute, a few MB downloaded; it is started only by the tests, on 127.0.0.1; apt-get's output: $log)"
+  if with_progress "$log" env DEBIAN_FRONTEND=noninteractive bash -c \
+      'apt-get update && apt-get install -y -o Dpkg::Use-Pty=0 redis-server'; then
+    echo "redis-server: installed $(redis-server --version 2>/dev/null | cut -d' ' -f3) with apt-get"
+    # Debian's package starts a system service on port 6379; the tests start their own and need none.
+    command -v systemctl >/dev/null 2>&1 && systemctl stop redis-server >/dev/null 2>&1
+  else
+    echo "redis-server: apt-get install redis-server failed (its output: $log): the table-store tests cannot run"
+  fi
+}
+
 
 ALL_TRITONS="3.3.1 3.4.0 3.5.1 3.6.0 3.7.1 3.8.0 3.9.0"
 TRITONS="${TRITONS:-3.9.0 3.3.1}"
@@ -52,10 +75,11 @@ for arg in "$@"; do
   esac
 done
 
-echo "scripts/test.sh: installs chromium with apt-get when it is missing (root only); makes or reuses one venv per"
+echo "scripts/test.sh: installs chromium and redis-server with apt-get when they are missing (root only); makes or reuses one venv per"
 echo "  (Python, Triton) for $PYTHONS x Triton $TRITONS in $VENVS (torch $TORCH, Triton, numpy,"
 echo "  pytest: a few GB the first time); then runs the tests in each. It asks no question."
 ensure_chromium
+ensure_redis_server
 
 summary=() failed=0 ran=0
 long=1  # the first pair also runs the 10-minute claimer (tests/conftest.py: long_claimer), beside the suite
@@ -69,6 +93,13 @@ for python in $PYTHONS; do
       "$SKIPPED") summary+=("skipped  $python, Triton $triton: no wheel"); continue ;;
       *) summary+=("FAILED   $python, Triton $triton: set-up failed"); failed=1; continue ;;
     esac
+    # The redis client (the extra autotune-guard[redis]) for the table-store tests: added to a venv
+    # that lacks it, without rebuilding the venv (a few hundred KB).
+    if ! AUTOTUNE_DISABLE=1 "$VENV_PY" -c 'import redis' 2>/dev/null; then
+      echo "  installing the redis client (pip install redis) for the table-store tests"
+      "$VENV_PY" -m pip install -q --no-input --disable-pip-version-check redis \
+        || echo "  pip install redis failed: the table-store tests cannot run"
+    fi
     # From tests/, so that the installed package (not the source tree) is what gets imported.
     (cd tests && GUARD_LONG="${GUARD_LONG:-$long}" TRITON_INTERPRET=1 "$VENV_PY" -m pytest -p no:cacheprovider -q \
       "${pytest_args[@]}" .)

@@ -20,6 +20,7 @@ ADAPTERS = {
     "torch._higher_order_ops": "adapters.inductor",
     "torch._dynamo": "adapters.inductor",
     "torch.distributed": "adapters.distributed",
+    "redis": "adapters.redis_tables",
 }
 # Plain torch (tensors, the version, the deterministic flag): adapters only.
 TORCH_USERS = ("adapters.torch_flags", "adapters.distributed", "adapters.inductor")
@@ -35,12 +36,14 @@ ALLOWED = {
     "_boot": ("top", ANYTHING),
     "evidence": ("writers", ("core", "runtime", "evidence")),  # the package and its paths, signals, journal
     "table_growth": ("writers", ("core", "runtime", "evidence")),  # evidence: the run id
+    "store_growth": ("writers", ("core", "runtime", "evidence")),  # evidence: the run id
     "uncaught": ("writers", ("core", "runtime")),
     "adapters": ("adapters", ("core", "runtime", "deciding", "adapters._patching")),  # + its own package
     "deciding": ("runtime", ("core", "runtime", "deciding")),
     "runtime": ("runtime", ("core",)),
     "core": ("core", ("core",)),
-    "report": ("report", ("core", "report", "")),  # "": the package root, for its __version__ (it imports nothing)
+    "report": ("report", ("core", "report", "", "adapters.redis_tables")),  # "": the package root, for its
+    # __version__ (it imports nothing); adapters.redis_tables: `report show/merge/store-* redis://...`
     "_watch": ("watch", ()),
 }
 # Beyond the standard library, the core may import python-dotenv where the env file is read.

@@ -205,6 +205,7 @@ _UNINSTALL = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_uninstall_undoes_every_patch_and_install_governs_again():
     proc = run_python(_UNINSTALL, env=clean_env())
     out = last_json(proc.stdout)
@@ -258,6 +259,7 @@ _OUTER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_uninstall_leaves_another_tools_wrapper_and_the_guards_run_under_it():
     out = last_json(run_python(_OUTER, env=clean_env()).stdout)
     assert out["outer_kept"] and out["in_force"] == ["<Patch Autotuner.run>"], out

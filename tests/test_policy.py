@@ -127,6 +127,8 @@ BAD = [
     ({"AUTOTUNE_MODULES": "my-pkg.ops"}, ["dotted Python name"]),
     ({"AUTOTUNE_CONFIG_INVARIANT": "pkg.kernel fn"}, ["dotted Python name"]),
     ({"AUTOTUNE_TABLE_PATH": "/nonexistent/autotune-tables"}, ["does not exist", "<arch>.json"]),
+    ({"AUTOTUNE_TABLE_PATH": "redis://127.0.0.1:port/0"}, ["port is not a number", "redis://[user:password@]host:port/db"]),
+    ({"AUTOTUNE_TABLE_STORE_DOWN": "ignore"}, ["error, local"]),
     ({"AUTOTUNE_ON_MISS": "last"}, ["min_cost, first, error"]),
     ({"AUTOTUNE_BLOCK_SIZES": "BLOCK"}, ["NAME=VALUE"]),
     ({"AUTOTUNE_BLOCK_SIZES": "BLOCK=big"}, ["positive integer"]),

@@ -242,7 +242,12 @@ def loads(text):
 def read_json(path: str):
     """The JSON value in ``path``: a regular file, opened without blocking (a FIFO would hang a
     plain open), of bounded size, depth and integer width."""
-    data = _read_bounded(path)
+    return parse_bytes(path, _read_bounded(path))
+
+
+def parse_bytes(path: str, data: bytes):
+    """The JSON value in ``data``, read from ``path`` (a file, or a store's URL and key: said in
+    every error), with ``read_json``'s bounds on depth and integer width."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:

@@ -11,6 +11,7 @@ from typing import Sequence
 
 from .errors import FileFormatError
 from .schema import TABLE_FORMAT, read_document
+from .store_url import hide_password, is_store_url
 from .tables import PACKAGED_TABLES
 
 FALLBACKS = ("min_cost", "first")  # the pinned picks that mean "the tables lacked it"
@@ -30,6 +31,9 @@ def miss_reasons(table_path: Sequence[str], arch: str, kernel: str, key: str) ->
     """One phrase per table read (or looked for) for ``kernel`` and ``key`` under ``arch``."""
     reasons = [] if table_path else ["no AUTOTUNE_TABLE_PATH was given"]
     for entry in (*table_path, PACKAGED_TABLES):
+        if is_store_url(entry):
+            reasons.append(f"{hide_password(entry)}: the table store holds no usable entry for this kernel and key")
+            continue
         if os.path.isdir(entry):
             path = os.path.join(entry, f"{arch}.json")
             if not os.path.exists(path):

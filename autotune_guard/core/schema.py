@@ -131,6 +131,13 @@ def _check_table(path, document):
     _check_kernels(path, document, check_descriptor)
 
 
+def check_table(where: str, document) -> None:
+    """A table document assembled elsewhere than from a file (a table store): the checks
+    ``read_document`` applies to a table file; FileFormatError names ``where``."""
+    _require(where, isinstance(document, dict) and document.get("format") == TABLE_FORMAT, f"is not a {TABLE_FORMAT}")
+    _check_table(where, document)
+
+
 def _check_record(path, document):
     _require(path, isinstance(document.get("arch"), str), "a record needs an 'arch' string")
     _require(path, _is_int(document.get("rank")), "a record needs an integer 'rank'")

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Mapping, NamedTuple
 
 from .envfile import read_env_file
+from .store_url import hide_password, store_urls
 from .errors import PolicyError
 from .settings_values import (parse_block_sizes, parse_bool, parse_choice, parse_file_path, parse_int_at_least,
                               parse_mode, parse_names, parse_paths, parse_seconds, parse_seconds_or_none,
@@ -21,6 +22,7 @@ from .settings_values import (parse_block_sizes, parse_bool, parse_choice, parse
 MODES = ("auto", "pinned", "record", "consensus")
 ON_MISS = ("min_cost", "first", "error")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+STORE_DOWN = ("error", "local")  # a table store that does not answer at start: refuse, or go on without it
 DEFAULT_CONSENSUS_TIMEOUT_S = None  # a waiter waits as long as the claimer lives
 DEFAULT_CONSENSUS_DEAD_AFTER_S = 120.0  # heartbeat silence that means a claimer on another machine died
 DERIVED = "default"  # ``mode_from`` of a mode no setting chose: settled at the first launch
@@ -46,6 +48,7 @@ class AutotunePolicy:
     consensus_timeout: float | None = DEFAULT_CONSENSUS_TIMEOUT_S
     consensus_dead_after: float = DEFAULT_CONSENSUS_DEAD_AFTER_S
     log_level: str = "INFO"
+    table_store_down: str = "error"  # AUTOTUNE_TABLE_STORE_DOWN: see docs/shared-store.md
     env_file: str | None = field(default=None, compare=False)
     # Why the mode is what it is (logged at install); "default" means no setting chose it, so a
     # determinism request the program makes later is looked for again at the first launch.
@@ -102,6 +105,7 @@ _VARIABLES = {
     "AUTOTUNE_CONSENSUS_TIMEOUT": ("consensus_timeout", parse_seconds_or_none),
     "AUTOTUNE_CONSENSUS_DEAD_AFTER": ("consensus_dead_after", lambda var, v: parse_seconds(var, v, at_least=5.0)),
     "AUTOTUNE_RUN_ID": ("run_id", lambda var, v: parse_token(var, v)),
+    "AUTOTUNE_TABLE_STORE_DOWN": ("table_store_down", lambda var, v: parse_choice(var, v, STORE_DOWN)),
     "AUTOTUNE_LOG_LEVEL": ("log_level", lambda var, v: parse_choice(var, v, [l.lower() for l in LOG_LEVELS]).upper()),
 }
 # Read once at start-up (StartupSettings), not policy fields: every rank must count the same barriers.
@@ -219,13 +223,16 @@ def startup_settings(settings: Mapping[str, str]) -> StartupSettings:
         parse_bool("AUTOTUNE_VERIFY_STRICT", strict) if strict is not None and str(strict).strip() else False)
 
 
-def derived_mode(policy: AutotunePolicy, torch_deterministic: bool) -> AutotunePolicy:
+def derived_mode(policy: AutotunePolicy, torch_deterministic) -> AutotunePolicy:
     """The policy as carried out once its derived mode is settled at the first launch: pinned when
-    no setting chose the mode and torch's deterministic flag is on, else ``policy`` itself."""
+    no setting chose the mode and a determinism request is on, else ``policy`` itself.
+    ``torch_deterministic``: the request's name (torch's flag, Inductor's deterministic or
+    batch_invariant config, vLLM's batch-invariant switch: adapters.torch_flags), or a bool."""
     if policy.mode_from != DERIVED or not torch_deterministic:
         return policy
-    return replace(policy, mode="pinned", mode_from="torch.are_deterministic_algorithms_enabled(), found at the "
-                                                    "first launch")
+    reason = torch_deterministic if isinstance(torch_deterministic, str) else \
+        "torch.are_deterministic_algorithms_enabled()"
+    return replace(policy, mode="pinned", mode_from=f"{reason}, found at the first launch")
 
 
 def ineffective_settings(policy: AutotunePolicy, startup: StartupSettings) -> list[str]:
@@ -251,6 +258,9 @@ def ineffective_settings(policy: AutotunePolicy, startup: StartupSettings) -> li
         if getattr(policy, name) != getattr(default, name) and policy.mode != "consensus":
             found.append(f"AUTOTUNE_{name.upper()}={getattr(policy, name):g} has an effect in consensus mode only, "
                          f"and the mode is {policy.mode}: it is ignored")
+    if policy.table_store_down != default.table_store_down and not store_urls(policy.table_path):
+        found.append(f"AUTOTUNE_TABLE_STORE_DOWN={policy.table_store_down} without a table store URL (redis://...) in "
+                     "AUTOTUNE_TABLE_PATH: it is ignored")
     if policy.deterministic and policy.mode not in ("pinned",) and policy.mode_from == "AUTOTUNE_MODE":
         found.append(f"AUTOTUNE_DETERMINISTIC=1 with AUTOTUNE_MODE={policy.mode}: the explicit mode wins and choices "
                      "are not pinned")
@@ -268,7 +278,7 @@ def _show(value) -> str:
     if isinstance(value, tuple) and value and isinstance(value[0], tuple):
         return ",".join(f"{k}={v}" for k, v in value)
     if isinstance(value, tuple):
-        return os.pathsep.join(value)
+        return os.pathsep.join(hide_password(str(v)) for v in value)  # a store URL's password is never said
     return str(value)
 
 
@@ -278,7 +288,8 @@ def describe(policy: AutotunePolicy) -> str:
     parts = [f"mode={policy.mode}"]
     for f in fields(policy):
         if f.name != "mode" and f.compare and getattr(policy, f.name) != getattr(default, f.name):
-            parts.append(f"{f.name}={getattr(policy, f.name)}")
+            value = getattr(policy, f.name)
+            parts.append(f"{f.name}={_show(value) if f.name == 'table_path' else value}")
     return " ".join(parts)
 
 

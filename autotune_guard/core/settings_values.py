@@ -10,6 +10,7 @@ import re
 from typing import Mapping
 
 from .errors import PolicyError
+from .store_url import hide_password, is_store_url, parse_store_url, split_table_path
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
@@ -59,14 +60,18 @@ def parse_names(var: str, value) -> tuple[str, ...]:
 
 
 def parse_paths(var: str, value) -> tuple[str, ...]:
-    items = value.split(os.pathsep) if isinstance(value, str) else list(value)
+    items = split_table_path(value) if isinstance(value, str) else list(value)
     paths = tuple(str(item) for item in items if str(item))
     # A mistyped table path would otherwise pin every kernel by AUTOTUNE_ON_MISS, silently.
     for path in paths:
-        if not os.path.exists(path):
-            allowed = f"directories holding <arch>.json tables, or table files, separated by {os.pathsep!r}"
-            raise PolicyError(f"{var}={value!r}: {path!r} does not exist; allowed: {allowed}",
-                              variable=var, value=value, allowed=allowed)
+        if is_store_url(path):
+            parse_store_url(var, path)  # its syntax now; whether it answers, at install (adapters.redis_tables)
+        elif not os.path.exists(path):
+            allowed = ("directories holding <arch>.json tables, table files, or a table store's URL "
+                       f"(redis://host:port/db), separated by {os.pathsep!r}")
+            shown = hide_password(str(value))
+            raise PolicyError(f"{var}={shown!r}: {path!r} does not exist; allowed: {allowed}",
+                              variable=var, value=shown, allowed=allowed)
     return paths
 
 

@@ -14,7 +14,8 @@ from .errors import FileFormatError
 from .model import compact, provenance_differences, provenance_text
 from .pinned import entry_matches
 from . import safe_files
-from .schema import TABLE_FORMAT, read_document
+from .schema import TABLE_FORMAT, check_table, read_document
+from .store_url import hide_password, is_store_url
 
 logger = logging.getLogger("autotune_guard")
 
@@ -26,7 +27,9 @@ def table_candidates(table_path, arch: str) -> list[str]:
     directory holding ``<arch>.json``, or a table file), then the tables packaged here."""
     found = []
     for entry in (*table_path, PACKAGED_TABLES):
-        if os.path.isdir(entry):
+        if is_store_url(entry):  # a table store: read through the registered reader (load_tables)
+            found.append(entry)
+        elif os.path.isdir(entry):
             candidate = os.path.join(entry, f"{arch}.json")
             if os.path.exists(candidate):
                 found.append(candidate)
@@ -54,21 +57,30 @@ class KernelEntries(dict):
     provenance = None
 
 
-def load_tables(table_path, arch: str, versions: Mapping[str, str | None]) -> tuple[dict, list[str]]:
+def load_tables(table_path, arch: str, versions: Mapping[str, str | None], stores=None) -> tuple[dict, list[str]]:
     """``({kernel: {key: descriptor}}, warnings)`` for ``arch``. Earlier files win, entry by entry,
     except that a ``*`` entry stands for every key, so it hides what later files have for that
     kernel. A file that cannot be used is skipped, and a version mismatch (Triton, torch, or a
-    kernel package the table names) noted: each is one warning line, since tables go stale."""
+    kernel package the table names) noted: each is one warning line, since tables go stale.
+    ``stores``: the registered reader of table stores named by URL (``read(url, arch) ->
+    (document or None, warnings)``)."""
     merged: dict = {}
     wildcarded: set = set()
     warnings = []
     for path in table_candidates(table_path, arch):
-        try:
-            document = read_document(path, formats=(TABLE_FORMAT,))
-        except FileFormatError as exc:
-            warnings.append(f"skipping table {exc}")
-            continue
-        warnings.extend(trust_notes(path))
+        if is_store_url(path):  # --- a table store: its reader checks each value, then the schema the whole
+            document, notes = read_store(stores, path, arch)
+            warnings.extend(notes)
+            if document is None:
+                continue
+            path = hide_password(path)
+        else:
+            try:
+                document = read_document(path, formats=(TABLE_FORMAT,))
+            except FileFormatError as exc:
+                warnings.append(f"skipping table {exc}")
+                continue
+            warnings.extend(trust_notes(path))
         if document["arch"] != arch:
             warnings.append(f"skipping table {path}: it is for arch {document['arch']}, this process runs {arch}")
             continue
@@ -89,6 +101,21 @@ def load_tables(table_path, arch: str, versions: Mapping[str, str | None]) -> tu
             if "*" in entries:
                 wildcarded.add(kernel)
     return merged, warnings
+
+
+def read_store(stores, url: str, arch: str) -> tuple[dict | None, list[str]]:
+    """The table a store holds for ``arch``, checked as a table file is; (None, why) without one."""
+    shown = hide_password(url)
+    if stores is None:
+        return None, [f"skipping table store {shown}: no reader of table stores is registered in this process"]
+    document, notes = stores.read(url, arch)
+    if document is None:
+        return None, notes
+    try:
+        check_table(shown, document)
+    except FileFormatError as exc:
+        return None, notes + [f"skipping table store {exc}"]
+    return document, notes
 
 
 def stale_versions(document: Mapping, versions: Mapping[str, str | None]) -> list[str]:

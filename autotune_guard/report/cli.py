@@ -8,10 +8,10 @@ import sys
 
 from .. import __version__
 from ..core.errors import GuardError
-from . import cache_import, diff, merge, readers, show
+from . import cache_import, diff, merge, readers, show, store
 from .output import Visible, write_atomically
 
-COMMANDS = ("show", "merge", "diff", "import")
+COMMANDS = ("show", "merge", "diff", "import", "store-export", "store-import")
 
 
 def _prog() -> str:
@@ -28,7 +28,7 @@ def parser() -> argparse.ArgumentParser:
                     "(runs/rec reads runs/rec.rank*.json). Exit status: 0 done, 1 disagreement with --check, "
                     "2 unusable input.")
     top.add_argument("--version", action="version", version=f"autotune_guard {__version__}")
-    commands = top.add_subparsers(dest="command", metavar="{show,merge,diff,import}")
+    commands = top.add_subparsers(dest="command", metavar="{show,merge,diff,import,store-export,store-import}")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--json", action="store_true", help="machine-readable output")
     common.add_argument("--check", action="store_true", help="exit 1 when ranks or runs disagree (a CI gate)")
@@ -37,6 +37,7 @@ def parser() -> argparse.ArgumentParser:
                              "the latest (by the run id each file carries) are named on stderr and left out")
     for command in (show, merge, diff, cache_import):
         command.add_parser(commands, common)
+    store.add_parsers(commands, common)  # table stores (redis://): export, import
     for name in ("show", "merge", "diff"):  # the commands that read evidence files
         commands.choices[name].add_argument(
             "--jobs", type=_jobs, metavar="N",
@@ -82,6 +83,8 @@ def _main(argv) -> int:
         print("python -m autotune_guard.report: error: give a command (show, merge, diff, import) or files", file=sys.stderr)
         return 2
     try:
+        if store.needs_store(args):  # show redis://..., merge -o redis://...
+            return store.with_store_arguments(args, args.run, Visible(sys.stdout))
         if getattr(args, "write_to", None):
             return write_atomically(args.write_to, lambda out: args.run(args, out))
         status = args.run(args, Visible(sys.stdout))

@@ -1,0 +1,105 @@
+"""Table stores named by URL in ``AUTOTUNE_TABLE_PATH`` (``redis://[user:password@]host:port/db
+[?prefix=...]``, ``rediss://`` for TLS): telling them from paths, splitting a path list that holds
+them (their ``:`` is also the list separator), and checking one, without any client library.
+
+The password never appears in what is said: ``StoreAddress.shown`` hides it."""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import NamedTuple
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from .errors import PolicyError
+
+SCHEMES = ("redis", "rediss")
+_PREFIX = re.compile(r"[A-Za-z0-9._:/@+-]{0,100}")
+DEFAULT_PREFIX = "autotune_guard:"
+
+
+def is_store_url(entry) -> bool:
+    return isinstance(entry, str) and entry.split("://", 1)[0].lower() in SCHEMES and "://" in entry
+
+
+def store_urls(table_path) -> list[str]:
+    return [entry for entry in table_path if is_store_url(entry)]
+
+
+def split_table_path(value: str, sep: str = os.pathsep) -> list[str]:
+    """The entries of an AUTOTUNE_TABLE_PATH text. With ``:`` as the separator a URL's own colons
+    (``host:port``, ``user:password``) are joined back: a URL runs on until an entry that starts a
+    path (``/``, ``.``, ``~``) or another URL."""
+    pieces = value.split(sep)
+    entries: list[str] = []
+    in_url = False
+    for piece in pieces:
+        starts_url = piece.lower() in SCHEMES or is_store_url(piece)
+        starts_path = piece.startswith(("/", ".", "~")) and not piece.startswith("//")
+        if in_url and not starts_url and not starts_path:
+            entries[-1] += sep + piece
+            continue
+        entries.append(piece)
+        in_url = starts_url
+    return [entry for entry in entries if entry]
+
+
+class StoreAddress(NamedTuple):
+    scheme: str
+    host: str
+    port: int
+    db: int
+    username: str | None
+    password: str | None
+    prefix: str
+    shown: str  # the URL as it may be said: the password replaced by ***
+
+    @property
+    def tls(self) -> bool:
+        return self.scheme == "rediss"
+
+
+def parse_store_url(var: str, url: str) -> StoreAddress:
+    """The parts of a store URL; PolicyError naming the variable, the URL (password hidden) and
+    what is allowed for anything else."""
+    parts = urlsplit(url)
+    shown = hide_password(url)
+    allowed = ("allowed: redis://[user:password@]host:port/db[?prefix=...] (rediss:// for TLS); db a number "
+               "(default 0), prefix up to 100 letters, digits and . _ : / @ + -")
+
+    def refuse(what: str):
+        return PolicyError(f"{var}={shown!r}: {what}; {allowed}")
+
+    try:
+        port = parts.port or 6379
+    except ValueError:
+        raise refuse("the port is not a number from 1 to 65535") from None
+    if not parts.hostname:
+        raise refuse("no host")
+    path = parts.path.strip("/") or "0"
+    if not path.isdigit():
+        raise refuse(f"the database {path!r} is not a number")
+    query = parse_qs(parts.query, keep_blank_values=True)
+    unknown = sorted(set(query) - {"prefix"})
+    if unknown or parts.fragment:
+        raise refuse(f"unknown part {', '.join(unknown) or '#' + parts.fragment!r}")
+    prefix = query.get("prefix", [DEFAULT_PREFIX])[-1]
+    if not _PREFIX.fullmatch(prefix):
+        raise refuse(f"prefix {prefix!r} is not allowed")
+    return StoreAddress(parts.scheme.lower(), parts.hostname, port, int(path),
+                        unquote(parts.username) if parts.username else None,
+                        unquote(parts.password) if parts.password is not None else None, prefix, shown)
+
+
+def hide_password(url: str) -> str:
+    """``url`` with its password, if any, replaced by ``***``."""
+    head, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    authority, slash, tail = rest.partition("/")
+    if "@" not in authority:
+        return url
+    userinfo, _, hostport = authority.rpartition("@")
+    user = userinfo.split(":", 1)[0] if ":" in userinfo else userinfo
+    hidden = f"{user}:***" if ":" in userinfo else user
+    return f"{head}://{hidden}@{hostport}{slash}{tail}"

@@ -1,0 +1,176 @@
+"""The report and table stores (Redis URLs, as ``AUTOTUNE_TABLE_PATH`` takes them):
+``show redis://...`` and ``merge ... -o redis://...`` (a store where a file was), and
+``store-export URL -o DIR`` / ``store-import TABLE.json... -o URL`` between files and the store.
+
+A store is read as a job reads it (``adapters.redis_tables``: every value parsed as JSON and
+checked by ``core.schema``; a bad one named with the URL and key and left out), one table per
+arch. Writing adds entries with the server's first-writer-wins, never replacing one: a store is
+shared by jobs that may be running now."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import tempfile
+import time
+
+from ..core import schema
+from ..core.errors import FileFormatError, PolicyError
+from ..core.jsonfile import atomic_write_json
+from ..core.store_url import hide_password, is_store_url
+from .output import write_atomically
+from .reading import MADE_BY, InputError
+
+
+def _store(url: str):
+    from ..adapters import redis_tables  # the store's one client (tests/test_layout.py); only for a URL
+
+    try:
+        store = redis_tables.Store(url)
+        store.ping()
+    except PolicyError as exc:
+        raise InputError(str(exc).replace("AUTOTUNE_TABLE_PATH", "the report")) from None
+    except redis_tables.StoreDown as exc:
+        raise InputError(f"{hide_password(url)}: the table store does not answer ({exc})") from None
+    return store, redis_tables.StoreDown
+
+
+def documents(url: str, stderr) -> list[dict]:
+    """The store's tables, one per arch; what could not be used is said on ``stderr``."""
+    store, down = _store(url)
+    found = []
+    try:
+        for arch in store.archs():
+            document, notes = store.read(arch)
+            for note in notes:
+                print(f"autotune-guard-report: WARNING: {note}", file=stderr)
+            document["provenance"] = {k: v for k, v in document["provenance"].items() if k in document["kernels"]}
+            found.append(document)
+    except down as exc:
+        raise InputError(f"{store.shown}: the table store stopped answering ({exc})") from None
+    if not found:
+        raise InputError(f"{store.shown}: the table store holds no table (prefix {store.address.prefix!r})")
+    return found
+
+
+def export_to(url: str, directory: str, stderr) -> list[str]:
+    """``<directory>/<arch>.json`` for each table the store holds; the paths written."""
+    os.makedirs(directory, exist_ok=True)
+    written = []
+    for document in documents(url, stderr):
+        path = os.path.join(directory, f"{document['arch']}.json")
+        document["source"] = {"by": f"{MADE_BY} store-export", "store": hide_password(url)}
+        atomic_write_json(path, document)
+        written.append(path)
+    return written
+
+
+def import_files(paths: list[str], url: str) -> tuple[int, int, list[str]]:
+    """Table files' entries added to the store: (entries added, entries it held already, notes)."""
+    store, down = _store(url)
+    who = {"run_id": f"report store-import ({time.strftime('%Y-%m-%dT%H:%M:%S%z')})", "rank": 0,
+           "host": socket.gethostname(), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    added = held = 0
+    notes: list[str] = []
+    for path in paths:
+        try:
+            document = schema.read_document(path, formats=(schema.TABLE_FORMAT,))
+        except FileFormatError as exc:
+            raise InputError(str(exc)) from None
+        try:
+            count, said = store.put_table(document, who)
+        except down as exc:
+            raise InputError(f"{store.shown}: the table store stopped answering ({exc}); entries added before "
+                             "stay, run the import again for the rest") from None
+        total = sum(len(entries) for entries in document["kernels"].values())
+        added, held, notes = added + count, held + total - count, notes + said
+    return added, held, notes
+
+
+def run_export(args, out) -> int:
+    import sys
+
+    for path in export_to(args.url, args.output, sys.stderr):
+        print(f"wrote {path}", file=out)
+    return 0
+
+
+def run_import(args, out) -> int:
+    added, held, notes = import_files(args.files, args.output)
+    for note in notes:
+        print(f"autotune-guard-report: WARNING: {note}", file=out)
+    print(f"{hide_password(args.output)}: added {added} entries; {held} were there already (kept: the first "
+          "writer wins)", file=out)
+    return 0
+
+
+def with_store_arguments(args, run, out) -> int:
+    """``show`` with store URLs among its files, ``merge`` with a store URL as its output: the
+    stores' tables read into a temporary directory (or the merged table added from one)."""
+    import sys
+
+    temporary = tempfile.mkdtemp(prefix="autotune-guard-report-")
+    try:
+        if args.command == "show":
+            files, names = [], {}
+            for item in args.files:
+                if not is_store_url(item):
+                    files.append(item)
+                    continue
+                named = os.path.join(temporary, _file_name(item))
+                names[named + os.sep] = hide_password(item) + " "  # said as `<url> <arch>.json`
+                files += export_to(item, named, sys.stderr)
+            args.files = files
+            if getattr(args, "write_to", None):
+                return write_atomically(args.write_to, lambda target: run(args, _Renamed(target, names)))
+            return run(args, _Renamed(out, names))
+        url, args.output = args.output, os.path.join(temporary, "merged.json")
+        status = run(args, _Renamed(out, {args.output: hide_password(url)}))
+        added, held, notes = import_files([args.output], url)
+        for note in notes:
+            print(f"autotune-guard-report: WARNING: {note}", file=sys.stderr)
+        print(f"{hide_password(url)}: added {added} entries of the merged table; {held} were there already (kept: "
+              "the first writer wins)", file=out)
+        return status
+    finally:
+        shutil.rmtree(temporary, ignore_errors=True)
+
+
+class _Renamed:
+    """An output stream that says each temporary file by the store it came from."""
+
+    def __init__(self, out, names: dict):
+        self.out, self.names = out, names
+
+    def write(self, text: str) -> int:
+        for temporary, said in self.names.items():
+            text = text.replace(temporary, said)
+        return self.out.write(text)
+
+    def __getattr__(self, name):
+        return getattr(self.out, name)
+
+
+def _file_name(url: str) -> str:
+    """A directory name saying which store a table came from (no password)."""
+    return "".join(c if c.isalnum() or c in ".-_" else "_" for c in hide_password(url).replace("***", "x"))[:120]
+
+
+def needs_store(args) -> bool:
+    return (args.command == "show" and any(is_store_url(f) for f in getattr(args, "files", []) or [])) or \
+        (args.command == "merge" and is_store_url(getattr(args, "output", "") or ""))
+
+
+def add_parsers(commands, common) -> None:
+    export = commands.add_parser("store-export", help="a table store's tables as <arch>.json files",
+                                 description="Write each table a store holds (redis://...) as DIR/<arch>.json.")
+    export.add_argument("url", metavar="URL", help="redis://[user:password@]host:port/db[?prefix=...]")
+    export.add_argument("-o", "--output", required=True, metavar="DIR", help="the directory to write the tables in")
+    export.set_defaults(run=run_export)
+    put = commands.add_parser("store-import", help="add table files' entries to a table store",
+                              description="Add the entries of table files to a table store; an entry the store "
+                                          "holds already is kept (the first writer wins).")
+    put.add_argument("files", nargs="+", metavar="TABLE.json", help="table files")
+    put.add_argument("-o", "--output", required=True, metavar="URL", help="the store: redis://host:port/db")
+    put.set_defaults(run=run_import)

@@ -1,0 +1,127 @@
+"""A table store grows by what consensus tunes (``AUTOTUNE_MODE=consensus`` with a Redis URL in
+``AUTOTUNE_TABLE_PATH``): the store's counterpart of ``table_growth`` for a table directory.
+
+A winner this process tuned for its whole job (``Guard.tuned_for_job``) is added shortly after the
+choice, by a background thread subscribed to the ``Guard``, and once more at exit. The server adds
+it (``redis_tables.Store.add``: one script per kernel, HSETNX per entry), so several jobs at once
+lose nothing and the first writer wins; a differing entry kept, and a kernel held against another
+version of it, are said once. The store is reached through the ``table_store`` fact
+(``adapters.redis_tables.Stores``), never by importing the client. A store that stops answering is said once (``Stores.went_down``):
+the winners stay chosen in this process and its evidence files; they are tried once more at exit."""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import socket
+import threading
+import time
+
+from . import evidence
+from .core.debounced import DebouncedWriter
+from .core.model import signature
+from .core.store_url import hide_password, store_urls
+from .runtime import current
+
+logger = logging.getLogger("autotune_guard")
+
+
+class _State:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.url: str | None = None  # where this policy's winners go; None: nowhere
+        self.stores = None
+        self.written: set = set()  # ChoiceKeys put in the store (or found there)
+        self.added = 0
+        self.registered = False
+        self.writer = DebouncedWriter(flush, interval_s=0.2, thread_name="autotune_guard-store",
+                                      failure="could not add this job's winners to the table store: %s")
+
+    def after_fork(self) -> None:
+        self.lock = threading.Lock()
+        self.written = set()  # the parent adds its own winners
+        self.writer.after_fork_in_child()
+
+
+def _state() -> _State:
+    return current().held("store_growth", _State)
+
+
+def configure(policy) -> None:
+    """Where ``policy``'s winners are added: the first store URL of its table path, in consensus,
+    through the store writer the adapter registered (the ``table_store`` fact: adapters.redis_tables)."""
+    state = _state()
+    urls = store_urls(policy.table_path) if policy is not None and policy.mode == "consensus" else []
+    stores = current().facts.get("table_store") if urls else None
+    state.url, state.stores, state.added = (urls[0] if urls and stores is not None else None), stores, 0
+    if state.url and not state.registered:
+        atexit.register(_at_exit)
+        current().subscribe(_changed)
+        state.registered = True
+
+
+def flush() -> None:
+    """Add this process's winners not added yet to the store, now."""
+    state = _state()
+    with state.lock:
+        url, stores = state.url, state.stores
+        pending = {key: desc for key, desc in list(current().epoch.tuned.items()) if key not in state.written}
+        if url is None or not pending or url in stores.down:
+            return
+        grouped: dict = {}
+        for key, desc in pending.items():
+            grouped.setdefault((key.arch, key.kernel), {})[key.key] = desc
+        who = _provenance()
+        for (arch, kernel), entries in sorted(grouped.items()):
+            if url in stores.down or not _add(stores, url, arch, kernel, entries, who):
+                return  # said once; what is left is tried again at exit
+            state.written.update(k for k in pending if (k.arch, k.kernel) == (arch, kernel))
+
+
+def _add(stores, url: str, arch: str, kernel: str, entries: dict, who: dict) -> bool:
+    """One kernel's new winners added by the server; False when the store did not answer."""
+    live = next((getattr(d, "provenance", None) for d in entries.values() if getattr(d, "provenance", None)), None)
+    answer = stores.add_kernel(url, arch, kernel, live, {k: (d, who) for k, d in entries.items()})
+    if answer is None:  # the store stopped answering: said once by stores
+        return False
+    status, found, differs = answer
+    shown = hide_password(url)
+    if status == "provenance":
+        current().warn_once(f"store growth stale: {url}|{arch}|{kernel}", (
+            f"table store {shown} holds entries for kernel {kernel} recorded against another version of it "
+            f"({', '.join(differs) or 'its provenance there is unreadable'}): this job's {len(entries)} new "
+            "winners for it are not added (a table keeps one version of a kernel)"), scope="process")
+        return True
+    for key, kept in found:
+        if kept is not None and signature({"kwargs": {}, **kept}) != signature(entries[key]):
+            current().warn_once(f"store growth differs: {url}|{arch}|{kernel}|{key}", (
+                f"table store {shown} holds {signature({'kwargs': {}, **kept})} for kernel {kernel} key ({key}) arch "
+                f"{arch}; this job tuned {signature(entries[key])}: the store's entry is kept (the first writer "
+                "wins)"), scope="process")
+    _state().added += len(entries) - len(found)
+    return True
+
+
+def _provenance() -> dict:
+    """Who adds an entry: the run (the id the evidence files carry), rank, host, time, Triton."""
+    facts = current().facts
+    rank = (facts.peek("rank_world") or facts.ask("rank_now", (0, 1)))[0]
+    return {"run_id": evidence.run_id(), "rank": rank, "host": socket.gethostname(),
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "triton": facts.get("triton_version")}
+
+
+def _at_exit() -> None:
+    state = _state()
+    if state.url is None:
+        return
+    flush()
+    if state.added:
+        logger.info("added %d entr%s this process tuned to the table store %s", state.added,
+                    "y" if state.added == 1 else "ies", hide_password(state.url))
+
+
+def _changed() -> None:
+    """A new choice: wake the writer when this process tuned something not added yet."""
+    state = _state()
+    if state.url is not None and len(current().epoch.tuned) > len(state.written):
+        state.writer.wake()
