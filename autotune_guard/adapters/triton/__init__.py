@@ -14,7 +14,6 @@ import logging
 import sys
 from functools import cached_property
 
-from ...core.model import OPTION_FIELDS
 from ...runtime import current
 from .. import _patching
 from . import foreign, guarded, library, seam
@@ -44,23 +43,24 @@ def patch(autotuner_module) -> None:
     cls = autotuner_module.Autotuner
     if _patching.patched(cls, "run") is not None:
         return
-    registry().caps = Capabilities(
+    reg = registry()
+    reg.caps = Capabilities(
         version=version, pins_through_pruning=version >= PRUNING_PINS,
         # a newer release may change its run's cached path: there, Triton's run under the lock
         writes_out_decided=PRUNING_PINS <= version <= NEWEST_TESTED_TRITON,
         writes_out_cached=MIN_TRITON <= version <= NEWEST_TESTED_TRITON,
         init_needs_timer=not isinstance(inspect.getattr_static(cls, "do_bench", None), cached_property))
     _register_families()  # before any subclass's run is wrapped: a family's governs its own
-    registry().original_run = cls.run
-    registry().original_init = cls.__init__
+    reg.original_run = cls.run
+    reg.original_init = cls.__init__
     _patching.patch(cls, "run", guarded.run)
     _patching.patch(cls, "__init__", guarded.init)
-    if registry().caps.pins_through_pruning:
-        registry().original_prune = cls.prune_configs
+    if reg.caps.pins_through_pruning:
+        reg.original_prune = cls.prune_configs
         _patching.patch(cls, "prune_configs", guarded.prune)
     for sub in library.subclasses(cls):  # autotuner classes defined before the patch
         library.wrap_overriding_run(sub)
-    registry().autotuner_class = cls
+    reg.autotuner_class = cls
     jit = sys.modules["triton.runtime.jit"]
     foreign.watch_subclasses(jit, autotuner_module.Config, (cls, autotuner_module.Heuristics, jit.JITFunction))
     if "triton.testing" in sys.modules:  # else activation watches for its import
@@ -119,16 +119,8 @@ def check_supported(autotuner_module) -> tuple:
 
 def provide_facts(guard) -> None:
     guard.facts.provide("arch", _arch)
-    guard.facts.provide("config_defaults", _config_defaults)
+    guard.facts.provide("config_defaults", seam.config_defaults)
     guard.facts.provide("triton_version", _triton_version)
-
-
-def _config_defaults() -> dict:
-    """Triton's own defaults for the launch options a table entry may omit."""
-    import triton
-
-    params = inspect.signature(triton.Config.__init__).parameters
-    return {n: params[n].default for n in OPTION_FIELDS if n in params}
 
 
 def _arch() -> str:

@@ -68,7 +68,6 @@ class TritonChoice(Tunable):
         return Tuned(descriptor(winner), winner, timings, result)
 
 
-
 def pinned_choice(autotuner, state, key, live: list):
     """Pin one of ``live`` (the candidates after pruning) for ``key`` and note it; None when a new
     policy was installed meanwhile (the caller starts over under it)."""

@@ -9,7 +9,8 @@ an instance ``run`` that shadows the class's); a new key meets the guard in a se
 * ``PinThroughPruning`` (pinned, Triton 3.8+): the pinned config is the only survivor of the
   kernel's own pruning, which Triton caches without timing; later launches are Triton's cached
   path itself (``direct``), or written out with the pre_hook given this call's own arguments
-  (``decided``: ``seam.cached_run``), or Triton's run under the lock past the newest tested release (``held``).
+  (``decided``: ``seam.cached_run``), or Triton's run under the lock past the newest tested
+  release (``held``).
 * ``PinBySwap`` (pinned, Triton 3.3-3.7): ``configs`` swapped to ``[chosen]`` for a new key's
   launch, which Triton's single-config branch runs without timing or touching ``cache``; a decided
   key's launch is Triton's cached path written out over the guard's choices (``selected``:

@@ -1,16 +1,34 @@
 """What the guard assumes about Triton's ``Autotuner``, in one place: its private fields (``nargs``,
-``best_config``, ``configs_timings``, ``cache``), its frames, its cached launch path written out,
-and its run called the ways the strategies need: under the autotuner's lock (``held_run``), with
-``configs`` swapped to the chosen one (``swap_run``), the candidates after the kernel's own
-pruning. ``Capabilities`` (read once at the patch) chooses between a release's variants. A failed
-launch leaves the autotuner as it was."""
+``best_config``, ``configs_timings``, ``cache``), its frames (the run that called the pruning, the
+frame that stored a winner), its cached launch path written out (``cached_run``), its run called
+the ways the strategies need (under the autotuner's lock: ``held_run``; with ``configs`` swapped to
+the chosen one: ``swap_run``; a tuning launch: ``tuning_launch``), the candidates after the kernel's
+own pruning, its tuning key and Config defaults, and 3.8+'s autotuning listener. The registry's
+``Capabilities`` (read once at the patch) choose between a release's variants. A failed launch
+leaves the autotuner as it was.
+"""
 
 from __future__ import annotations
 
-from ...core.model import descriptor, signature
+import inspect
+
+from ...core.model import OPTION_FIELDS, TuningKey, descriptor, signature
 from .. import _patching
 from .registry import MISSING, registry
 
+
+def tuning_key(autotuner) -> TuningKey:
+    """Triton's tuning key of ``autotuner`` (the 3.2+ formula, kept in the core's ``TuningKey``
+    because Inductor's kernels are keyed by it too): its key arguments, then every dtype."""
+    return TuningKey(autotuner.arg_names, autotuner.keys)
+
+
+def config_defaults() -> dict:
+    """Triton's own defaults for the launch options a table entry may omit (``Config.__init__``'s)."""
+    import triton
+
+    params = inspect.signature(triton.Config.__init__).parameters
+    return {n: params[n].default for n in OPTION_FIELDS if n in params}
 
 
 def held_run(autotuner, state, *args, **kwargs):

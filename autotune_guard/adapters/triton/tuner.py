@@ -7,9 +7,10 @@ strategy chosen once for that autotuner and epoch.
 
 from __future__ import annotations
 
-from ...core.model import TuningKey, base_name, kernel_identity, qualified_name, shared_name
+from ...core.model import base_name, kernel_identity, qualified_name, shared_name
 from ...runtime import current
 from .registry import MISSING, STATE_ATTR, registry  # noqa: F401  (MISSING, STATE_ATTR: re-exported)
+from .seam import tuning_key
 
 NAME_ATTR = "_autotune_guard_name"
 
@@ -31,7 +32,7 @@ class TunerState:
         self.epoch, self.generation = epoch, epoch.generation
         self.qualified = kernel_name(autotuner)
         self.mode = policy.mode if policy.in_scope(base_name(self.qualified)) else "off"
-        self.key = TuningKey(autotuner.arg_names, autotuner.keys)
+        self.key = tuning_key(autotuner)
         self.selected: dict = {}  # tuning key -> live Config chosen by the guard
         self.seen: set = set()  # tuning keys whose ``cache`` entry is accounted for (observed or pinned)
         self.library: set = set()  # tuning keys whose config the autotuner's own class put in ``cache``
