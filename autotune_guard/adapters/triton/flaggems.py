@@ -29,8 +29,8 @@ from ...runtime import current
 from .. import _patching
 from . import families
 from .eager import TritonChoice
-from .seam import tuning_launch
 from .registry import registry
+from .seam import tuning_launch
 from .tuner import STATE_ATTR, TunerState
 
 logger = logging.getLogger("autotune_guard")
@@ -114,16 +114,18 @@ def run(autotuner, original, args, kwargs):
     if key in state.selected:
         return original(autotuner, *args, **kwargs)
     with registry().gate(autotuner, key):
-        if key in state.selected:
-            return original(autotuner, *args, **kwargs)
-        choice = LibTunerChoice(autotuner, state, key, (args, kwargs), original)
-        decision = decide(state.epoch, choice)
-        if decision.tuned is not None:  # the library tuned it here: its launch ran the kernel
-            state.selected.setdefault(key, decision.tuned.chosen)
-            return decision.tuned.result
-        if not decision.noted:  # a new policy was installed meanwhile: launch under it
-            return run(autotuner, original, args, kwargs)
-        state.selected[key] = choice.chosen(decision)
+        if key not in state.selected:
+            choice = LibTunerChoice(autotuner, state, key, (args, kwargs), original)
+            decision = decide(state.epoch, choice)
+            if decision.tuned is not None:  # the library tuned it here: its launch ran the kernel
+                state.selected.setdefault(key, decision.tuned.chosen)
+                return decision.tuned.result
+            if not decision.noted:  # a new policy was installed meanwhile: launch under it (past the gate)
+                state = None
+            else:
+                state.selected[key] = choice.chosen(decision)
+    if state is None:
+        return run(autotuner, original, args, kwargs)
     return original(autotuner, *args, **kwargs)
 
 
