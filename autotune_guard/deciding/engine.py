@@ -103,19 +103,24 @@ def timed(epoch: Epoch, tunable: Tunable, how: str, for_job: bool = False) -> De
     tuned = tunable.tune(how)
     if tuned is None:
         return Decision(None, how)
-    return Decision(_index_of(tunable, tuned.winner), tuned.how or how, tuned, noted(epoch, tunable, tuned, how, for_job))
+    return Decision(_index_of(tunable, tuned.winner), tuned.how or how, tuned,
+                    noted(epoch, tunable, tuned, how, for_job))
 
 
-def noted(epoch: Epoch, tunable: Tunable, tuned: Tuned, how: str, for_job: bool = False) -> bool:
+def noted(epoch: Epoch, tunable: Tunable, tuned: Tuned, how: str, for_job: bool = False,
+          recorded_as: str | None = None) -> bool:
     """Note a winner this process timed (a family whose own tuner runs unasked, as Triton's does
-    under auto and record, calls this when it sees the winner); False: another policy meanwhile."""
+    under auto and record, calls this when it sees the winner); False: another policy meanwhile.
+    ``recorded_as``: the record's how where it says more than the log's (a winner chosen before
+    this epoch is logged as timed, recorded as reused)."""
     guard = current()
     how = tuned.how or how
     winner_signature = signature(tuned.winner)
     provenance = tunable.provenance() if (epoch.policy.record_path or for_job) else None
     record = None
     if epoch.policy.record_path:
-        record = record_entry(tuned.winner, winner_signature, how, tuned.timings, list(tunable.every()), provenance)
+        record = record_entry(tuned.winner, winner_signature, recorded_as or how, tuned.timings,
+                              list(tunable.every()), provenance)
     if for_job and epoch.policy.table_path and len(tunable.descriptors) > 1:
         guard.tuned_for_job(epoch, tunable.key, tuned_winner(tuned.winner, provenance))
     return guard.note(epoch, tunable.key, Choice(winner_signature, how), record)

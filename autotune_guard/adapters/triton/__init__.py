@@ -8,17 +8,17 @@ version. How a launch goes is ``launch`` (one strategy per autotuner and epoch).
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import logging
 import sys
 from functools import cached_property
 
-from ...core.model import OPTION_FIELDS
 from ...runtime import current
 from .. import _patching
-from . import foreign, guarded, library, observe
-from . import gptq  # noqa: F401  (a library family: it registers itself at import, families.register)
-from .tuner import REGISTRY, Capabilities, strategy_of
+from . import foreign, guarded, library, seam
+from .registry import Capabilities, registry
+from .tuner import strategy_of
 
 __all__ = ["patch", "unpatch", "loaded_module", "provide_facts", "check_supported", "strategy_of", "watch_timers",
            "MIN_TRITON", "NEWEST_TESTED_TRITON"]
@@ -28,6 +28,13 @@ logger = logging.getLogger("autotune_guard")
 MIN_TRITON = (3, 3)
 PRUNING_PINS = (3, 8)  # from here on Triton caches a pruning result of one config without timing
 NEWEST_TESTED_TRITON = (3, 9)  # the newest release the suite runs against; a newer one warns once
+# The library autotuner families, each a module of this package that registers itself (``families``).
+FAMILY_MODULES = ("flaggems", "gptq")
+
+
+def _register_families() -> None:
+    for name in FAMILY_MODULES:
+        importlib.import_module(f"{__name__}.{name}")
 
 
 def patch(autotuner_module) -> None:
@@ -36,32 +43,33 @@ def patch(autotuner_module) -> None:
     cls = autotuner_module.Autotuner
     if _patching.patched(cls, "run") is not None:
         return
-    REGISTRY.caps = Capabilities(
+    reg = registry()
+    reg.caps = Capabilities(
         version=version, pins_through_pruning=version >= PRUNING_PINS,
         # a newer release may change its run's cached path: there, Triton's run under the lock
         writes_out_decided=PRUNING_PINS <= version <= NEWEST_TESTED_TRITON,
         writes_out_cached=MIN_TRITON <= version <= NEWEST_TESTED_TRITON,
         init_needs_timer=not isinstance(inspect.getattr_static(cls, "do_bench", None), cached_property))
-    REGISTRY.original_run = cls.run
-    REGISTRY.original_init = cls.__init__
+    _register_families()  # before any subclass's run is wrapped: a family's governs its own
+    reg.original_run = cls.run
+    reg.original_init = cls.__init__
     _patching.patch(cls, "run", guarded.run)
     _patching.patch(cls, "__init__", guarded.init)
-    if REGISTRY.caps.pins_through_pruning:
-        REGISTRY.original_prune = cls.prune_configs
+    if reg.caps.pins_through_pruning:
+        reg.original_prune = cls.prune_configs
         _patching.patch(cls, "prune_configs", guarded.prune)
     for sub in library.subclasses(cls):  # autotuner classes defined before the patch
         library.wrap_overriding_run(sub)
-    REGISTRY.autotuner_class = cls
+    reg.autotuner_class = cls
     jit = sys.modules["triton.runtime.jit"]
     foreign.watch_subclasses(jit, autotuner_module.Config, (cls, autotuner_module.Heuristics, jit.JITFunction))
     if "triton.testing" in sys.modules:  # else activation watches for its import
         foreign.watch_timers(sys.modules["triton.testing"])
     guard = current()
     guard.on_new_epoch(_on_new_epoch)
-    guard.on_fork(REGISTRY.after_fork)
     provide_facts(guard)
     if guard.epoch.installed is not None:
-        observe.chain_listener(guarded.interpreting())
+        seam.chain_listener(guarded.interpreting())
 
 
 def watch_timers(testing_module) -> None:
@@ -77,7 +85,7 @@ def loaded_module():
 def unpatch(autotuner_module) -> None:
     """Triton's own methods back on ``Autotuner`` (the guard's states on autotuners are ignored by them)."""
     cls = autotuner_module.Autotuner
-    REGISTRY.drop_direct()
+    registry().drop_direct()
     for name in ("prune_configs", "__init__", "run"):
         found = _patching.patched(cls, name)
         if found is not None:
@@ -85,9 +93,9 @@ def unpatch(autotuner_module) -> None:
 
 
 def _on_new_epoch(epoch) -> None:
-    REGISTRY.drop_direct()
-    if epoch.installed is not None and REGISTRY.original_run is not None:
-        observe.chain_listener(guarded.interpreting())
+    registry().drop_direct()
+    if epoch.installed is not None and registry().original_run is not None:
+        seam.chain_listener(guarded.interpreting())
 
 
 def check_supported(autotuner_module) -> tuple:
@@ -111,16 +119,8 @@ def check_supported(autotuner_module) -> tuple:
 
 def provide_facts(guard) -> None:
     guard.facts.provide("arch", _arch)
-    guard.facts.provide("config_defaults", _config_defaults)
+    guard.facts.provide("config_defaults", seam.config_defaults)
     guard.facts.provide("triton_version", _triton_version)
-
-
-def _config_defaults() -> dict:
-    """Triton's own defaults for the launch options a table entry may omit."""
-    import triton
-
-    params = inspect.signature(triton.Config.__init__).parameters
-    return {n: params[n].default for n in OPTION_FIELDS if n in params}
 
 
 def _arch() -> str:

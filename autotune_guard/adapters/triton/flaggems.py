@@ -14,24 +14,28 @@ the winner in ``self.cache``. The guard puts a view in front of that cache, per 
   winner with the timings it was given;
 * consensus: one rank's library tunes a key for the job, the others are given its winner.
 
-The library's key is the key of the log and the tables: it is what FlagGems decides per.
+The library's key is the key of the log and the tables: it is what FlagGems decides per. Every
+mode is carried out by the decision engine (``autotune_guard.deciding``); the family registers
+itself with the adapter (``families``).
 """
 
 from __future__ import annotations
 
 import logging
 
-from ...core import consensus as protocol
-from ...deciding import consensus as engine
-from ...core.model import Choice, ChoiceKey, descriptor, key_text, record_entry, signature
+from ...core.model import descriptor
+from ...deciding import Tuned, decide
 from ...runtime import current
-from . import consensus, observe, provenance
-from .calls import candidates
-from .tuner import MISSING, REGISTRY, STATE_ATTR, TunerState
+from .. import _patching
+from . import families
+from .eager import TritonChoice
+from .registry import registry
+from .seam import tuning_launch
+from .tuner import STATE_ATTR, TunerState
 
 logger = logging.getLogger("autotune_guard")
 
-LIBRARY_CACHE_ATTR = "_autotune_guard_library_cache"
+CACHE_PATCH_ATTR = "_autotune_guard_library_cache"  # the Patch that put the GovernedCache in place
 
 
 def libtuner_shaped(owner) -> bool:
@@ -39,6 +43,16 @@ def libtuner_shaped(owner) -> bool:
     ``policy`` beside it (a subclass that overrides ``run`` again is not: it is probed instead)."""
     names = owner.__dict__
     return all(callable(names.get(n)) or isinstance(names.get(n), staticmethod) for n in ("run", "get_key", "policy"))
+
+
+class LibTunerFamily(families.Family):
+    name = "flaggems"
+
+    def shaped(self, owner) -> bool:
+        return libtuner_shaped(owner)
+
+    def run(self, autotuner, original, args, kwargs):
+        return run(autotuner, original, args, kwargs)
 
 
 class Governed:
@@ -88,7 +102,8 @@ class GovernedCache:
 
 
 def run(autotuner, original, args, kwargs):
-    """``LibTuner.run`` under the current policy."""
+    """``LibTuner.run`` under the current policy: a key's first launch is decided by the engine
+    (once per key per process: its gate), every later one is the library's own run."""
     guard = current()
     if guard.epoch.installed is None or len(autotuner.configs) < 2:
         return original(autotuner, *args, **kwargs)
@@ -98,17 +113,34 @@ def run(autotuner, original, args, kwargs):
     key = library_key(autotuner, args, kwargs)
     if key in state.selected:
         return original(autotuner, *args, **kwargs)
-    if state.mode == "pinned":
-        with state.lock:
-            if key not in state.selected and not _pin(autotuner, state, key, candidates(autotuner, args, kwargs)):
-                return run(autotuner, original, args, kwargs)  # a new policy was installed meanwhile
-        return original(autotuner, *args, **kwargs)
-    if state.mode == "consensus":
-        return _consensus(autotuner, state, key, original, args, kwargs)
-    with state.lock:
-        result, winner, timings = _library_tunes(autotuner, state, key, original, args, kwargs)
-        _note(autotuner, state, key, winner, timings, "timed")
-    return result
+    with registry().gate(autotuner, key):
+        if key not in state.selected:
+            choice = LibTunerChoice(autotuner, state, key, (args, kwargs), original)
+            decision = decide(state.epoch, choice)
+            if decision.tuned is not None:  # the library tuned it here: its launch ran the kernel
+                state.selected.setdefault(key, decision.tuned.chosen)
+                return decision.tuned.result
+            if not decision.noted:  # a new policy was installed meanwhile: launch under it (past the gate)
+                state = None
+            else:
+                state.selected[key] = choice.chosen(decision)
+    if state is None:
+        return run(autotuner, original, args, kwargs)
+    return original(autotuner, *args, **kwargs)
+
+
+class LibTunerChoice(TritonChoice):
+    """One key of a LibTuner: the library's own run tunes it (its policy over its timings)."""
+
+    def __init__(self, autotuner, state, key, call, original):
+        super().__init__(autotuner, state, key, call)
+        self.original = original
+
+    def tune(self, how: str) -> Tuned:
+        args, kwargs = self.call
+        with self.state.lock:
+            result, winner, timings = tuning_launch(self.autotuner, self.tuning_key, args, kwargs, self.original)
+        return Tuned(descriptor(winner), winner, timings, result)
 
 
 def library_key(autotuner, args, kwargs) -> tuple:
@@ -118,19 +150,22 @@ def library_key(autotuner, args, kwargs) -> tuple:
 
 
 def state_for(autotuner) -> TunerState:
-    """The LibTuner's state under the current epoch (built once, with the cache view in place)."""
-    lock = REGISTRY.lock_of(autotuner)
+    """The LibTuner's state under the current epoch (built once, with the cache view in place);
+    the generation is checked without the lock first, as the guarded run checks it."""
+    guard = current()
+    previous = autotuner.__dict__.get(STATE_ATTR)
+    if isinstance(previous, TunerState) and previous.epoch is guard.epoch:
+        return previous
+    lock = registry().lock_of(autotuner)
     with lock:
-        guard = current()
         previous = autotuner.__dict__.get(STATE_ATTR)
         if isinstance(previous, TunerState) and previous.epoch is guard.epoch:
             return previous
         state = TunerState(autotuner, guard.epoch, lock, previous)
         state.strategy = Governed(state.mode)
         attrs = autotuner.__dict__
-        if attrs.get(LIBRARY_CACHE_ATTR, MISSING) is MISSING:
-            attrs[LIBRARY_CACHE_ATTR] = attrs["cache"]
-            attrs["cache"] = GovernedCache(attrs, attrs[LIBRARY_CACHE_ATTR])
+        if CACHE_PATCH_ATTR not in attrs:
+            attrs[CACHE_PATCH_ATTR] = _patching.shadow(autotuner, "cache", GovernedCache(attrs, attrs["cache"]))
         guard.launched(guard.epoch, state.qualified, {k for c in autotuner.configs for k in c.kwargs})
         if state.epoch.policy.enumerate:
             logger.info("autotuner %s (FlagGems LibTuner): %d candidates, %s", state.qualified,
@@ -139,79 +174,4 @@ def state_for(autotuner) -> TunerState:
         return state
 
 
-def _pin(autotuner, state, key, live) -> bool:
-    """The pinned rule's pick among ``live`` for ``key``, noted; False when a new policy was
-    installed meanwhile."""
-    guard = current()
-    choice_key = ChoiceKey(guard.facts.get("arch"), state.qualified, key_text(key))
-    descriptors = [descriptor(c) for c in live]
-    provenance.check_pinned(autotuner, state, choice_key)
-    pick = guard.pin(state.epoch, choice_key, descriptors)
-    state.selected[key] = live[pick.index]
-    if not guard.note(state.epoch, choice_key, Choice(signature(descriptors[pick.index]), "pinned")):
-        state.selected.pop(key, None)
-        return False
-    return True
-
-
-def _library_tunes(autotuner, state, key, original, args, kwargs):
-    """The library's own tuning launch of ``key``: (its result, the winner, its timings by
-    signature). The caller holds the lock."""
-    before = autotuner.__dict__.get("configs_timings")
-    result = original(autotuner, *args, **kwargs)
-    winner = state.selected.get(key, autotuner.__dict__.get("best_config"))
-    return result, winner, observe.measured(autotuner, autotuner.__dict__.get("configs_timings"), before)
-
-
-def _note(autotuner, state, key, winner, timings, how) -> None:
-    guard = current()
-    desc = descriptor(winner)
-    record = None
-    if state.epoch.policy.record_path:
-        record = record_entry(desc, signature(desc), how, timings, [descriptor(c) for c in autotuner.configs],
-                              provenance.of(autotuner))
-    guard.note(state.epoch, ChoiceKey(guard.facts.get("arch"), state.qualified, key_text(key)),
-               Choice(signature(desc), how), record)
-
-
-def _consensus(autotuner, state, key, original, args, kwargs):
-    """A key's first launch under consensus: one rank's library tunes it for the job (the same
-    Store protocol as Triton's autotuners), the others launch its winner untimed."""
-    with REGISTRY.gate(autotuner, key):
-        if key in state.selected:
-            return original(autotuner, *args, **kwargs)
-        guard = current()
-        choice_key = ChoiceKey(guard.facts.get("arch"), state.qualified, key_text(key))
-        with state.lock:
-            live = candidates(autotuner, args, kwargs)
-        signatures = [signature(descriptor(c)) for c in live]
-        index = from_table = consensus.table_index(autotuner, state, choice_key, live)
-        store = guard.job_store(choice_key)
-        if store is None:
-            if index is not None:
-                consensus.settle(autotuner, state, key, choice_key, live[index], signatures[index], None, "pinned")
-                return original(autotuner, *args, **kwargs)
-            with state.lock:
-                result, winner, timings = _library_tunes(autotuner, state, key, original, args, kwargs)
-            consensus.tuned_for_job(autotuner, state, choice_key, winner)
-            consensus.settle(autotuner, state, key, choice_key, winner, signature(descriptor(winner)), timings, "timed")
-            return result
-
-        def tune():  # on the claimer only, when its table lacks the key (a table's entry goes with the claim)
-            with state.lock:
-                tuned = _library_tunes(autotuner, state, key, original, args, kwargs)
-            return signature(descriptor(tuned[1])), tuned
-
-        name = protocol.decision_name(choice_key.arch, choice_key.kernel, choice_key.key)
-        index, tuned_here, tuned = engine.decide(store, choice_key.what(), name, guard.facts.ask("rank_now", (0, 1))[0],
-                                                   signatures, tune, state.epoch.policy.consensus_timeout,
-                                                   dead_after=state.epoch.policy.consensus_dead_after,
-                                                   from_table=None if index is None else signatures[index])
-        if tuned_here and tuned[1] is not None:
-            result, winner, timings = tuned[1]
-            consensus.tuned_for_job(autotuner, state, choice_key, winner)
-            consensus.settle(autotuner, state, key, choice_key, winner, tuned[0], timings, "consensus")
-            return result
-        how = "table" if index == from_table else "consensus"  # the job followed this rank's table entry too
-        consensus.settle(autotuner, state, key, choice_key, live[index], signatures[index], None, how)
-    return original(autotuner, *args, **kwargs)
+families.register(LibTunerFamily())

@@ -23,7 +23,9 @@ from ...core.model import qualified_name
 from ...runtime import current
 from .. import _patching
 from . import families
-from .tuner import REGISTRY, STATE_ATTR, TunerState
+from .registry import registry
+from .seam import frame_function, frame_locals
+from .tuner import STATE_ATTR, TunerState
 
 logger = logging.getLogger("autotune_guard")
 
@@ -36,8 +38,8 @@ def watch_subclasses(jit_module, config_class, triton_classes: tuple) -> None:
     """Wrap the ``run`` of every ``KernelInterface`` subclass that is not Triton's own, those
     defined already and those defined later (through ``__init_subclass__``)."""
     base = jit_module.KernelInterface
-    REGISTRY.config_class = config_class
-    REGISTRY.triton_classes = triton_classes
+    registry().config_class = config_class
+    registry().triton_classes = triton_classes
     if _patching.patched(base, "__init_subclass__") is not None:
         return
     todo = list(base.__subclasses__())
@@ -55,12 +57,13 @@ def watch_subclasses(jit_module, config_class, triton_classes: tuple) -> None:
 
 def _wrap_if_foreign(cls) -> None:
     original = cls.__dict__.get("run")
-    if (original is None or not callable(original) or getattr(original, "_autotune_guard", False)
-            or issubclass(cls, REGISTRY.triton_classes) or cls.__module__.split(".")[0] in ("triton", "torch")):
+    if original is None or not callable(original) or getattr(original, "_autotune_guard", False):
         return
     family = families.family_of(cls)
-    if family is not None:  # a registered library family governs it (adapters/triton/families.py)
+    if family is not None:  # a registered library family governs its own autotuner class
         families.govern(cls, original, family)
+        return
+    if issubclass(cls, registry().triton_classes) or cls.__module__.split(".")[0] in ("triton", "torch"):
         return
 
     @functools.wraps(original)
@@ -102,7 +105,7 @@ def candidates(owner) -> list:
     configs = getattr(owner, "configs", None)
     if not isinstance(configs, (list, tuple)):
         return []
-    return [c for c in configs if isinstance(c, REGISTRY.config_class)]
+    return [c for c in configs if isinstance(c, registry().config_class)]
 
 
 def kernel_of(owner) -> str | None:
@@ -156,19 +159,19 @@ def attribute(frame, timer: str, policy) -> None:
     frames = []
     while frame is not None and len(frames) < _FRAMES:
         module = str(frame.f_globals.get("__name__", ""))
-        if module.startswith(ACCOUNTED) or _governed_autotuner(frame.f_locals.get("self")):
+        if module.startswith(ACCOUNTED) or _governed_autotuner(frame_locals(frame).get("self")):
             return
         frames.append((frame, module))
         frame = frame.f_back
     if any(module == TEMPLATE_SELECTION for _, module in frames):
         return _name_template_selection(frames, timer, policy)
     for frame, module in frames:
-        names = frame.f_locals
+        names = frame_locals(frame)
         owner = names.get("self")
         if owner is not None and len(candidates(owner)) >= 2:
             return _name_tuner(owner, frame, timer, policy)
         held = [v for v in names.values() if isinstance(v, (list, tuple)) and len(v) >= 2
-                and all(isinstance(c, REGISTRY.config_class) for c in v)]
+                and all(isinstance(c, registry().config_class) for c in v)]
         if held:
             return _name_function(frame, timer, policy, len(held[0]))
     caller = next((f for f, module in frames if not module.startswith(("triton.", "autotune_guard"))), None)
@@ -179,15 +182,15 @@ def attribute(frame, timer: str, policy) -> None:
 
 
 def _governed_autotuner(owner) -> bool:
-    if owner is None or REGISTRY.autotuner_class is None or not isinstance(owner, REGISTRY.autotuner_class):
+    if owner is None or registry().autotuner_class is None or not isinstance(owner, registry().autotuner_class):
         return False
     state = owner.__dict__.get(STATE_ATTR)
     return isinstance(state, TunerState) and state.is_current()
 
 
 def _name_template_selection(frames, timer, policy) -> None:
-    op = next((f.f_locals.get("name") for f, module in frames if module == TEMPLATE_SELECTION
-               and isinstance(f.f_locals.get("name"), str)), "?")
+    op = next((frame_locals(f).get("name") for f, module in frames if module == TEMPLATE_SELECTION
+               and isinstance(frame_locals(f).get("name"), str)), "?")
     kernel = f"torch.compile template selection:{op}"
     message = (f"{kernel}: Inductor's max-autotune template selection times its choices with {timer}; autotune_guard "
                f"({policy.mode} mode) does not govern that choice, and it is not in the choice log")
@@ -216,7 +219,6 @@ def _name_function(frame, timer, policy, count) -> None:
 
 
 def _where(frame) -> str:
-    code = frame.f_code
-    owner = frame.f_locals.get("self")
-    name = f"{type(owner).__qualname__}.{code.co_name}" if owner is not None else code.co_name
+    owner = frame_locals(frame).get("self")
+    name = f"{type(owner).__qualname__}.{frame_function(frame)}" if owner is not None else frame_function(frame)
     return f"{frame.f_globals.get('__name__', '?')}.{name}"

@@ -8,7 +8,7 @@ the key. That ``cache`` is the seam; the family decides a key's first launch (``
 * pinned, a consensus followed, a table's entry: the chosen candidate goes into ``cache`` first,
   so the tuner's run launches it and times nothing;
 * auto, record, the consensus claimer: an earlier policy's entry is hidden and the tuner times in
-  this process; its winner (``cache[key]``) is noted with its timings (``configs_timings``).
+  this process; its winner (``cache[key]``) is noted with its timings.
 """
 
 from __future__ import annotations
@@ -23,7 +23,9 @@ from ...runtime import current
 from . import families
 from .foreign import kernel_of
 from .provenance import source_text
-from .tuner import MISSING, NAME_ATTR, REGISTRY
+from .registry import registry
+from .seam import set_call_arguments, timings_now
+from .tuner import MISSING, NAME_ATTR
 
 DECIDED_ATTR = "_autotune_guard_gptq"  # on the tuner: (epoch generation, the keys decided under it)
 
@@ -47,7 +49,7 @@ class GptqFamily(families.Family):
         found = autotuner.__dict__.get(DECIDED_ATTR, (None, ()))  # (read only: made under the lock)
         if found[0] == epoch.generation and key in found[1] and key in autotuner.cache:
             return original(autotuner, *args, **kwargs)  # the steady state: the tuner's cached path
-        with REGISTRY.lock_of(autotuner):  # the tuner keeps per-launch state (nargs): one first launch at a time
+        with registry().lock_of(autotuner):  # the tuner keeps per-launch state: one first launch at a time
             decided = _decided(autotuner, epoch)
             if key in decided and key in autotuner.cache:
                 return original(autotuner, *args, **kwargs)
@@ -94,7 +96,7 @@ class GptqTunable(deciding.Tunable):
         self.epoch, self.autotuner, self.original, self.args, self.kwargs = epoch, autotuner, original, args, kwargs
         self.library_key = library_key
         self.key = ChoiceKey(current().facts.get("arch"), qualified, key_text(library_key))
-        autotuner.nargs = dict(zip(autotuner.arg_names, args))  # what pruning reads, as the tuner's run sets it
+        set_call_arguments(autotuner, args)  # what pruning reads, as the tuner's run sets it
         self.live = list(autotuner.prune_configs(kwargs))
         self.descriptors = [descriptor(c) for c in self.live]
 
@@ -127,14 +129,14 @@ class GptqTunable(deciding.Tunable):
         """The tuner's own run times the candidates (an entry of an earlier policy hidden first)."""
         tuner, key = self.autotuner, self.library_key
         earlier = tuner.cache.pop(key, MISSING)
-        before = tuner.__dict__.get("configs_timings")
+        before = timings_now(tuner)
         try:
             result = self.original(tuner, *self.args, **self.kwargs)
         except BaseException:
             if earlier is not MISSING:  # a failed launch leaves the tuner as it was
                 tuner.cache.setdefault(key, earlier)
             raise
-        winner, timings = tuner.cache[key], tuner.__dict__.get("configs_timings")
+        winner, timings = tuner.cache[key], timings_now(tuner)
         measured = {signature(descriptor(c)): [float(t) for t in (v if isinstance(v, (list, tuple)) else [v])]
                     for c, v in timings.items()} if isinstance(timings, dict) and timings is not before else None
         return deciding.Tuned(descriptor(winner), winner, measured, result)

@@ -9,11 +9,12 @@ import os
 import sys
 
 from ...runtime import current
-from . import launch, library, observe
-from .tuner import MISSING, REGISTRY, STATE_ATTR, TunerState
+from . import launch, library, observe, seam
+from .eager import pinned_choice
+from .registry import registry
+from .tuner import MISSING, STATE_ATTR, TunerState
 
 logger = logging.getLogger("autotune_guard")
-_registry = REGISTRY
 _guard = current()  # one object for the process's life: read on every launch
 
 
@@ -25,7 +26,7 @@ def run(self, *args, **kwargs):
     state = self.__dict__.get(STATE_ATTR)
     if state is None or state.generation != _guard.epoch.generation:
         if _guard.epoch.installed is None:
-            return _registry.original_run(self, *args, **kwargs)
+            return registry().original_run(self, *args, **kwargs)
         state = state_for(self, (args, kwargs))
     return state.run(self, state, args, kwargs)
 
@@ -33,9 +34,9 @@ def run(self, *args, **kwargs):
 def init(self, *args, **kwargs):
     # Triton 3.3 resolves its default timer in __init__, which under TRITON_INTERPRET=1 on a
     # CPU-only machine fails at decoration ("0 active drivers") even for kernels the guard pins.
-    if _registry.caps.init_needs_timer and kwargs.get("do_bench") is None and interpreting():
+    if registry().caps.init_needs_timer and kwargs.get("do_bench") is None and interpreting():
         kwargs["do_bench"] = _no_timer_under_interpreter
-    _registry.original_init(self, *args, **kwargs)
+    registry().original_init(self, *args, **kwargs)
     if not getattr(type(self).run, "_autotune_guard", False):
         library.wrap_overriding_run(type(self))
 
@@ -49,7 +50,7 @@ def state_for(autotuner, launching=None) -> TunerState:
     """The autotuner's state under the current epoch, built once (under its lock: two threads meeting
     its first launch share one). ``launching``: the (args, kwargs) of the launch that builds it,
     whose key a subclass may just have filled in ``cache`` itself."""
-    lock = _registry.lock_of(autotuner)
+    lock = registry().lock_of(autotuner)
     with lock:
         guard = current()
         epoch = guard.epoch
@@ -103,13 +104,8 @@ def _announce(autotuner, state) -> None:
 def prune(self, kwargs):
     """Triton 3.8+: the kernel's own pruning, then, for a pinned autotuner, the chosen config as its
     only survivor (Triton caches it without timing). Called by Triton's run for a key not in its
-    cache; the pruning functions see this call's own arguments even when other threads launch the
-    autotuner meanwhile (and rewrite ``self.nargs``)."""
-    call = _tritons_call(sys._getframe(1))
-    if call is not None and (self.early_config_prune or self.perf_model):
-        pruned = _registry.original_prune(_OwnArguments(self, dict(zip(self.arg_names, call[1]))), kwargs)
-    else:
-        pruned = _registry.original_prune(self, kwargs)
+    cache; the pruning functions see this call's own arguments (``seam.pruned``)."""
+    key, pruned = seam.pruned(self, sys._getframe(1), kwargs)
     while True:
         state = self.__dict__.get(STATE_ATTR)
         if not isinstance(state, TunerState) or not state.is_current():
@@ -118,39 +114,15 @@ def prune(self, kwargs):
             state = state_for(self)
         if not isinstance(state.strategy, launch.PinThroughPruning):
             return pruned
-        key = call[0] if call is not None else state.key.of((), {**(self.nargs or {}), **kwargs})
+        if key is None:  # pruning called from elsewhere than Triton's run: the key of its arguments
+            key = state.key.of((), {**seam.shared_arguments(self), **kwargs})
         config = state.selected.get(key)
         if config is None:
-            config = launch.pinned_choice(self, state, key, list(pruned))
+            config = pinned_choice(self, state, key, list(pruned))
             if config is None:  # a new policy was installed meanwhile: choose under it
                 continue
         state.seen.add(key)
         return [config]
-
-
-def _tritons_call(frame):
-    """(the tuning key, the positional arguments) of the call of Triton's run that called the
-    pruning (its locals ``key`` and ``args``), or None when pruning was called from elsewhere. Read
-    from Triton's own frame because a kernel launched directly (no guard frame on the steady path)
-    meets its new keys here, and ``self.nargs`` may be another thread's by now."""
-    if frame is not None and frame.f_code is _registry.original_run.__code__:
-        local = frame.f_locals
-        key, args = local.get("key"), local.get("args")
-        if isinstance(key, tuple) and isinstance(args, tuple):
-            return key, args
-    return None
-
-
-class _OwnArguments:
-    """The autotuner as the kernel's pruning functions see it at a new key's first launch: its
-    ``nargs`` are this call's arguments; every other attribute is the autotuner's."""
-
-    def __init__(self, autotuner, nargs):
-        self.__dict__["_autotuner"] = autotuner
-        self.__dict__["nargs"] = nargs
-
-    def __getattr__(self, name):
-        return getattr(self.__dict__["_autotuner"], name)
 
 
 for _method in (run, init, prune):

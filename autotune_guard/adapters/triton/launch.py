@@ -9,10 +9,12 @@ an instance ``run`` that shadows the class's); a new key meets the guard in a se
 * ``PinThroughPruning`` (pinned, Triton 3.8+): the pinned config is the only survivor of the
   kernel's own pruning, which Triton caches without timing; later launches are Triton's cached
   path itself (``direct``), or written out with the pre_hook given this call's own arguments
-  (``decided``), or Triton's run under the lock past the newest tested release (``held``).
+  (``decided``: ``seam.cached_run``), or Triton's run under the lock past the newest tested
+  release (``held``).
 * ``PinBySwap`` (pinned, Triton 3.3-3.7): ``configs`` swapped to ``[chosen]`` for a new key's
   launch, which Triton's single-config branch runs without timing or touching ``cache``; a decided
-  key's launch is Triton's cached path written out over the guard's choices (``selected``).
+  key's launch is Triton's cached path written out over the guard's choices (``selected``:
+  ``seam.cached_run``).
 * ``ConsensusBySwap`` (consensus): the same, with a new key decided for the job (``consensus``).
 """
 
@@ -21,20 +23,19 @@ from __future__ import annotations
 import functools
 import types
 
-from ...core.model import Choice, ChoiceKey, descriptor, key_text, signature
 from ...runtime import current
-from . import consensus, library, observe, provenance
-from .calls import candidates, held_run, swap_run
-from .tuner import REGISTRY
-
-_registry = REGISTRY
+from .. import _patching
+from . import library, observe
+from .eager import first_launch, pinned_choice
+from .registry import RUN_PATCH_ATTR, registry
+from .seam import cached_run, candidates, held_run, swap_run, timings_now
 
 
 class Untouched:
     name = "untouched"
 
     def run(self, autotuner, state, args, kwargs):
-        return _registry.original_run(autotuner, *args, **kwargs)
+        return registry().original_run(autotuner, *args, **kwargs)
 
 
 class Observe:
@@ -42,13 +43,13 @@ class Observe:
 
     def run(self, autotuner, state, args, kwargs):
         if not state.library_check:  # the cache notes what Triton stores (observe_cache at go_direct)
-            return _registry.original_run(autotuner, *args, **kwargs)
+            return registry().original_run(autotuner, *args, **kwargs)
         cache = autotuner.cache
         if state.library_check and len(cache) != len(state.seen):
             library.check_entry(autotuner, state, args, kwargs)
         before = len(cache)
-        timings = autotuner.__dict__.get("configs_timings")
-        result = _registry.original_run(autotuner, *args, **kwargs)
+        timings = timings_now(autotuner)
+        result = registry().original_run(autotuner, *args, **kwargs)
         if len(cache) != before:
             observe.observe(autotuner, state, timings)
         return result
@@ -58,7 +59,7 @@ class Observe:
         if state.library_check:
             return
         observe.observe_cache(autotuner)
-        _shadow(autotuner, state, types.MethodType(_registry.original_run, autotuner))
+        _shadow(autotuner, state, types.MethodType(registry().original_run, autotuner))
 
     def direct_name(self, autotuner, run) -> str:
         return "observe:direct"
@@ -84,15 +85,15 @@ class PinThroughPruning:
         if state.library_check:
             return
         if not any(c.pre_hook for c in autotuner.configs):
-            run = types.MethodType(_registry.original_run, autotuner)  # nothing reads the shared nargs
-        elif _registry.caps.writes_out_decided:
-            run = functools.partial(decided_run, autotuner, state)
+            run = types.MethodType(registry().original_run, autotuner)  # no pre_hook reads the arguments threads share
+        elif registry().caps.writes_out_decided:
+            run = functools.partial(cached_run, autotuner, state, autotuner.cache)
         else:
             run = functools.partial(held_run, autotuner, state)
         _shadow(autotuner, state, run)
 
     def direct_name(self, autotuner, run) -> str:
-        if getattr(run, "func", None) is decided_run:
+        if getattr(run, "func", None) is cached_run:
             return "pin-through-pruning:decided"
         if getattr(run, "func", None) is held_run:
             return "pin-through-pruning:held"
@@ -105,48 +106,18 @@ def _shadow(autotuner, state, run) -> None:
     with current().lock:
         if not state.is_current() or autotuner.__dict__.get("_autotune_guard_state") is not state:
             return
-        autotuner.__dict__["run"] = run
-        _registry.direct.add(autotuner)
-
-
-def decided_run(autotuner, state, *args, **kwargs):
-    """What Triton's run does for a key in its cache (3.8 and 3.9 alike), except that the Config's
-    pre_hook gets this call's own arguments instead of the ``nargs`` every thread rewrites. No lock:
-    only a new key's launch (``held_run``) writes ``nargs``."""
-    config = autotuner.cache.get(state.key.of(args, kwargs))
-    if config is None:  # a key not decided yet: its pruning chooses
-        return held_run(autotuner, state, *args, **kwargs)
-    settings = config.all_kwargs()
-    if config.pre_hook is not None:
-        config.pre_hook({**dict(zip(state.key.arg_names, args)), **kwargs, **settings})
-    result = autotuner.fn.run(*args, **kwargs, **settings)
-    autotuner.best_config = config
-    return result
-
-
-def selected_run(autotuner, state, *args, **kwargs):
-    """Triton's run for a key in its cache (3.3 through the newest tested alike), over the choices
-    the guard made itself (``state.selected``), the pre_hook given this call's own arguments. No
-    lock: it reads nothing another launch rewrites. A key not decided yet goes to the strategy."""
-    config = state.selected.get(state.key.of(args, kwargs))
-    if config is None:
-        return state.strategy.run(autotuner, state, args, kwargs)
-    settings = config.all_kwargs()
-    if config.pre_hook is not None:
-        config.pre_hook({**dict(zip(state.key.arg_names, args)), **kwargs, **settings})
-    result = autotuner.fn.run(*args, **kwargs, **settings)
-    autotuner.best_config = config
-    return result
+        autotuner.__dict__[RUN_PATCH_ATTR] = _patching.shadow(autotuner, "run", run)
+        registry().direct.add(autotuner)
 
 
 class PinBySwap:
     name = "pin-by-swap"
 
     def go_direct(self, autotuner, state) -> None:
-        """Decided keys through ``selected_run``; past the newest tested release, every launch here."""
-        if state.library_check or len(autotuner.configs) < 2 or not _registry.caps.writes_out_cached:
+        """Decided keys through ``cached_run``; past the newest tested release, every launch here."""
+        if state.library_check or len(autotuner.configs) < 2 or not registry().caps.writes_out_cached:
             return
-        _shadow(autotuner, state, functools.partial(selected_run, autotuner, state))
+        _shadow(autotuner, state, functools.partial(cached_run, autotuner, state, state.selected))
 
     def direct_name(self, autotuner, run) -> str:
         return self.name + ":selected"
@@ -158,12 +129,12 @@ class PinBySwap:
         lock.acquire()
         try:
             if len(autotuner.configs) < 2:
-                return _registry.original_run(autotuner, *args, **kwargs)
+                return registry().original_run(autotuner, *args, **kwargs)
             key = state.key.of(args, kwargs)
             config = state.selected.get(key)
             if config is None:
                 if library.leaves_to_library(autotuner, state, key):
-                    return _registry.original_run(autotuner, *args, **kwargs)
+                    return registry().original_run(autotuner, *args, **kwargs)
                 config = self.choose(autotuner, state, key, args, kwargs)
                 if config is None:  # a new policy was installed meanwhile: launch under it
                     return autotuner.run(*args, **kwargs)
@@ -184,27 +155,9 @@ class ConsensusBySwap(PinBySwap):
             config = None if key is None else state.selected.get(key)
             if key is None or config is not None or library.leaves_to_library(autotuner, state, key):
                 return swap_run(autotuner, config, args, kwargs) if config is not None else \
-                    _registry.original_run(autotuner, *args, **kwargs)
+                    registry().original_run(autotuner, *args, **kwargs)
         # A key consensus has not decided yet: outside the lock, which the decision takes after its gate.
-        return consensus.first_launch(autotuner, state, key, args, kwargs)
-
-
-def pinned_choice(autotuner, state, key, live: list):
-    """Pin one of ``live`` (the candidates after pruning) for ``key`` and note it; None when a new
-    policy was installed meanwhile (the caller starts over under it)."""
-    guard = current()
-    arch = guard.facts.get("arch")
-    choice_key = ChoiceKey(arch, state.qualified, key_text(key))
-    descriptors = [descriptor(c) for c in live]
-    provenance.check_pinned(autotuner, state, choice_key)
-    pick = guard.pin(state.epoch, choice_key, descriptors)
-    config = live[pick.index]
-    state.selected[key] = config
-    if not guard.note(state.epoch, choice_key, Choice(signature(descriptors[pick.index]), "pinned")):
-        state.selected.pop(key, None)
-        return None
-    observe.tell_listener(autotuner, key, config)
-    return config
+        return first_launch(autotuner, state, key, args, kwargs)
 
 
 STRATEGIES = {name: cls() for name, cls in (("off", Untouched), ("auto", Observe), ("record", Observe),
@@ -215,5 +168,5 @@ _PINNED = {True: PinThroughPruning(), False: PinBySwap()}
 def choose(state) -> object:
     """The strategy of an autotuner under its epoch, once."""
     if state.mode == "pinned":
-        return _PINNED[_registry.caps.pins_through_pruning]
+        return _PINNED[registry().caps.pins_through_pruning]
     return STRATEGIES[state.mode]

@@ -1,6 +1,7 @@
-"""Autotuner subclasses of kernel libraries that override ``run`` (fla's CachedAutotuner, and
-FlagGems' LibTuner, which ``flaggems`` governs through its own seams): a first launch under a policy shows whether the subclass reaches Triton's
-(guarded) run at all; one that never does is named as not governed. A config the subclass put in
+"""Autotuner subclasses of kernel libraries that override ``run``: a registered family (``families``:
+FlagGems' LibTuner, ...) governs its own through its seams; any other (fla's CachedAutotuner) is
+probed: a first launch under a policy shows whether the subclass reaches Triton's (guarded) run at
+all; one that never does is named as not governed. A config the subclass put in
 ``cache`` itself before calling Triton's run is the library's choice, logged as ``library``."""
 
 from __future__ import annotations
@@ -8,9 +9,12 @@ from __future__ import annotations
 import functools
 
 from ...core.errors import SelectionError
-from ...core.model import Choice, ChoiceKey, base_name, compact, descriptor, key_text, record_entry, signature
+from ...core.model import base_name, compact, descriptor, signature
+from ...deciding import Tuned, noted
 from ...runtime import current
-from . import flaggems, provenance
+from .. import _patching
+from . import families
+from .eager import TritonChoice
 from .tuner import MISSING, STATE_ATTR, kernel_name
 
 PROBED_ATTR = "_autotune_guard_probed"
@@ -31,8 +35,9 @@ def wrap_overriding_run(cls) -> None:
     original = owner.__dict__["run"]
     if getattr(original, "_autotune_guard", False) or not callable(original):
         return
-    if flaggems.libtuner_shaped(owner):
-        _wrap_libtuner(owner, original)
+    family = families.family_of(owner)
+    if family is not None:
+        families.govern(owner, original, family)
         return
 
     @functools.wraps(original)
@@ -44,19 +49,7 @@ def wrap_overriding_run(cls) -> None:
 
     run._autotune_guard = True
     run._autotune_guard_wraps = original
-    owner.run = run
-
-
-def _wrap_libtuner(owner, original) -> None:
-    """FlagGems' LibTuner: governed through its own seams (``flaggems``)."""
-
-    @functools.wraps(original)
-    def run(self, *args, **kwargs):
-        return flaggems.run(self, original, args, kwargs)
-
-    run._autotune_guard = True
-    run._autotune_guard_wraps = original
-    owner.run = run
+    _patching.patch(owner, "run", run)
 
 
 class _Probe:
@@ -116,17 +109,12 @@ def leaves_to_library(autotuner, state, key) -> bool:
 
 def library_chose(autotuner, state, key) -> bool:
     """Log the library's choice as ``library`` (pinned: named once, or refused with on_miss=error)."""
-    guard = current()
     config = autotuner.cache[key]
-    choice_key = ChoiceKey(guard.facts.get("arch"), state.qualified, key_text(key))
+    choice = TritonChoice(autotuner, state, key)
     desc = descriptor(config)
-    candidates = [descriptor(c) for c in autotuner.configs]
-    policy = state.epoch.policy
     if state.mode == "pinned":
-        _name_pinned_library_choice(autotuner, state, choice_key, desc, candidates, policy)
-    record = record_entry(desc, signature(desc), "library", None, candidates, provenance.of(autotuner)) \
-        if policy.record_path else None
-    if guard.note(state.epoch, choice_key, Choice(signature(desc), "library"), record):
+        _name_pinned_library_choice(autotuner, state, choice.key, desc, choice.every(), state.epoch.policy)
+    if noted(state.epoch, choice, Tuned(desc, config), "library"):
         state.seen.add(key)
         state.library.add(key)
     return True

@@ -11,7 +11,8 @@ from ...core.errors import SelectionError
 from ...core.model import descriptor, provenance, provenance_differences
 from ...core.tables import table_provenance
 from ...runtime import current
-from .tuner import REGISTRY, _source_of
+from .registry import registry
+from .tuner import _source_of
 
 PROVENANCE_ATTR = "_autotune_guard_provenance"
 
@@ -21,7 +22,7 @@ def of(autotuner) -> dict:
     kept = autotuner.__dict__.get(PROVENANCE_ATTR)
     if kept is not None and kept[0] is autotuner.configs:
         return kept[1]
-    with REGISTRY.lock_of(autotuner):  # a swapped launch of another key (``calls.swap_run``) is over
+    with registry().lock_of(autotuner):  # a swapped launch of another key (``calls.swap_run``) is over
         return _of(autotuner)
 
 

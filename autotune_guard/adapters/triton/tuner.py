@@ -1,5 +1,4 @@
-"""What the Triton adapter keeps: its registry (capabilities of the running Triton, the autotuners
-it hung a lock or a launch on, consensus gates) and each autotuner's state under the current epoch.
+"""Each autotuner's state under the current epoch, and its name (the registry is ``registry``).
 
 Per autotuner: a lock that outlives epochs (every launch path that touches Triton's shared fields
 takes it) and a ``TunerState`` rebuilt whenever a new policy is installed, holding the launch
@@ -8,90 +7,18 @@ strategy chosen once for that autotuner and epoch.
 
 from __future__ import annotations
 
-import threading
-import weakref
-from typing import NamedTuple
-
-from ...core.model import TuningKey, base_name, kernel_identity, qualified_name, shared_name
+from ...core.model import base_name, kernel_identity, qualified_name, shared_name
 from ...runtime import current
+from .registry import MISSING, STATE_ATTR, registry  # noqa: F401  (MISSING, STATE_ATTR: re-exported)
+from .seam import tuning_key
 
-STATE_ATTR = "_autotune_guard_state"
-LOCK_ATTR = "_autotune_guard_lock"
 NAME_ATTR = "_autotune_guard_name"
-GATES_ATTR = "_autotune_guard_gates"  # key -> Lock: one consensus decision per key per process; dies with it
-MISSING = object()
 
 
-class Capabilities(NamedTuple):
-    """What the running Triton allows, read once at the patch."""
-
-    version: tuple
-    pins_through_pruning: bool  # 3.8+: a pruning result of one config is cached without timing
-    writes_out_decided: bool  # 3.8 ... the newest tested: its cached path can be written out
-    writes_out_cached: bool  # 3.3 ... the newest tested: a decided key's path written out over the guard's choices
-    init_needs_timer: bool  # 3.3: __init__ resolves the default timer (fails without a driver)
-
-
-class Registry:
-    """The adapter's own mutable state, renewed in a forked child (``after_fork``)."""
-
-    def __init__(self):
-        self.caps = Capabilities((0, 0), False, False, False, False)
-        self.original_run = None
-        self.original_init = None
-        self.original_prune = None
-        self.lock = threading.Lock()
-        self.tuners = weakref.WeakSet()  # autotuners holding a lock of ours
-        self.direct = weakref.WeakSet()  # autotuners whose instance ``run`` shadows the guarded one
-        self.user_listener = None  # Triton 3.8+'s listener that was set before ours
-        self.heard = threading.local()  # what Triton's listener last said in this thread
-        self.names: dict = {}  # module.function -> (identity, function) of the first kernel of that name
-        # Triton's classes, for telling the autotuners of other code apart (see foreign)
-        self.autotuner_class = None
-        self.config_class = ()
-        self.triton_classes: tuple = ()
-
-    def lock_of(self, autotuner):
-        lock = autotuner.__dict__.get(LOCK_ATTR)
-        if lock is None:
-            with self.lock:
-                lock = autotuner.__dict__.get(LOCK_ATTR)
-                if lock is None:
-                    lock = autotuner.__dict__[LOCK_ATTR] = threading.RLock()
-                    self.tuners.add(autotuner)
-        return lock
-
-    def gate(self, autotuner, key):
-        """The lock of one consensus decision: kept on the autotuner, so a program that makes
-        autotuner objects by the thousand leaves nothing of theirs here once they are gone."""
-        with self.lock:
-            gates = autotuner.__dict__.get(GATES_ATTR)
-            if gates is None:
-                gates = autotuner.__dict__[GATES_ATTR] = {}
-                self.tuners.add(autotuner)
-            gate = gates.get(key)
-            if gate is None:
-                gate = gates[key] = threading.Lock()
-            return gate
-
-    def drop_direct(self) -> None:
-        """Every autotuner's launches go through the guard again (a new epoch)."""
-        for autotuner in list(self.direct):
-            autotuner.__dict__.pop("run", None)
-        self.direct.clear()
-
-    def after_fork(self) -> None:
-        """A lock held by another thread at fork() stays held forever in the child: renew them all."""
-        self.lock = threading.Lock()
-        for autotuner in list(self.tuners):
-            autotuner.__dict__.pop(GATES_ATTR, None)
-            lock = autotuner.__dict__[LOCK_ATTR] = threading.RLock()
-            state = autotuner.__dict__.get(STATE_ATTR)
-            if isinstance(state, TunerState):
-                state.lock = lock
-
-
-REGISTRY = Registry()
+def __getattr__(name):
+    if name == "REGISTRY":  # the registry as it was named when it was a module global
+        return registry()
+    raise AttributeError(name)
 
 
 class TunerState:
@@ -105,7 +32,7 @@ class TunerState:
         self.epoch, self.generation = epoch, epoch.generation
         self.qualified = kernel_name(autotuner)
         self.mode = policy.mode if policy.in_scope(base_name(self.qualified)) else "off"
-        self.key = TuningKey(autotuner.arg_names, autotuner.keys)
+        self.key = tuning_key(autotuner)
         self.selected: dict = {}  # tuning key -> live Config chosen by the guard
         self.seen: set = set()  # tuning keys whose ``cache`` entry is accounted for (observed or pinned)
         self.library: set = set()  # tuning keys whose config the autotuner's own class put in ``cache``
@@ -134,8 +61,9 @@ def _unique_name(autotuner) -> str:
     fn = getattr(autotuner, "base_fn", None) or autotuner.fn
     base = qualified_name(fn)
     identity = kernel_identity(_source_of(autotuner.fn), [str(config) for config in autotuner.configs])
-    with REGISTRY.lock:
-        first_identity, first_fn = REGISTRY.names.setdefault(base, (identity, fn))
+    reg = registry()
+    with reg.lock:
+        first_identity, first_fn = reg.names.setdefault(base, (identity, fn))
     # Autotuners over one @triton.jit function are one kernel (they share its entries, as documented).
     if first_identity == identity or first_fn is fn:
         return base

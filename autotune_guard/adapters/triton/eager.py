@@ -1,0 +1,109 @@
+"""Triton's ``Autotuner`` as a family of the decision engine (``autotune_guard.deciding``).
+
+``TritonChoice`` is one tuning key of an autotuner (or of a library subclass of it) awaiting its
+config: the live candidates after the kernel's own pruning, every declared candidate, the kernel's
+provenance; it tunes through Triton's own run, whose launch is the tuning launch.
+
+``pinned_choice`` pins a key (the swap strategy's launch, or 3.8+'s pruning); ``first_launch`` is a
+key's first launch under consensus: decided once per key per process (its gate), then launched.
+What Triton chooses itself (auto, record) is noted through ``note_winner`` as it is seen."""
+
+from __future__ import annotations
+
+from ...core.model import ChoiceKey, descriptor, key_text
+from ...deciding import Decision, Tunable, Tuned, decide, noted, pinned
+from ...runtime import current
+from . import provenance
+from .seam import candidates, swap_run, tell_listener, tuning_launch
+from .registry import MISSING, registry
+
+
+class TritonChoice(Tunable):
+    """One tuning key of an autotuner: ``call`` is the launch's (args, kwargs), from which the
+    live candidates are pruned at first need; ``live`` when the caller pruned already."""
+
+    def __init__(self, autotuner, state, tuning_key, call=None, live=None):
+        self.autotuner, self.state, self.tuning_key, self.call = autotuner, state, tuning_key, call
+        self.key = ChoiceKey(current().facts.get("arch"), state.qualified, key_text(tuning_key))
+        self._live, self._descriptors = live, None
+
+    @property
+    def live(self) -> list:
+        if self._live is None:
+            args, kwargs = self.call
+            with self.state.lock:  # pruning writes the arguments threads share, as Triton's run does
+                self._live = candidates(self.autotuner, args, kwargs)
+        return self._live
+
+    @property
+    def descriptors(self) -> list:
+        if self._descriptors is None:
+            self._descriptors = [descriptor(c) for c in self.live]
+        return self._descriptors
+
+    def every(self) -> list:
+        return [descriptor(c) for c in self.autotuner.configs]
+
+    def provenance(self) -> dict:
+        return provenance.of(self.autotuner)
+
+    def check_provenance(self) -> None:
+        provenance.check_pinned(self.autotuner, self.state, self.key)
+
+    def chosen(self, decision: Decision):
+        """The live Config the decision names (so that its hooks survive), else the one tuned."""
+        if decision.index is not None:
+            return self.live[decision.index]
+        return decision.tuned.chosen
+
+    def tune(self, how: str) -> Tuned:
+        """Triton times the candidates in a tuning launch of its own run."""
+        args, kwargs = self.call
+        if self._live is not None and len(self._live) == 1:  # pruning left one: nothing to time
+            with self.state.lock:
+                result = swap_run(self.autotuner, self._live[0], args, kwargs)
+            return Tuned(descriptor(self._live[0]), self._live[0], None, result)
+        with self.state.lock:
+            result, winner, timings = tuning_launch(self.autotuner, self.tuning_key, args, kwargs)
+        return Tuned(descriptor(winner), winner, timings, result)
+
+
+def pinned_choice(autotuner, state, key, live: list):
+    """Pin one of ``live`` (the candidates after pruning) for ``key`` and note it; None when a new
+    policy was installed meanwhile (the caller starts over under it)."""
+    choice = TritonChoice(autotuner, state, key, live=live)
+    decision = pinned(state.epoch, choice)
+    if not decision.noted:
+        return None
+    config = state.selected[key] = choice.chosen(decision)
+    tell_listener(autotuner, key, config)
+    return config
+
+
+def first_launch(autotuner, state, key, args, kwargs):
+    """A key's first launch under a deciding strategy (consensus): decided once per key per
+    process, then run (unless deciding ran it: this process tuned it)."""
+    registry().heard.value = None
+    launched = MISSING
+    with registry().gate(autotuner, key):
+        config = state.selected.get(key)
+        if config is None:
+            choice = TritonChoice(autotuner, state, key, (args, kwargs))
+            decision = decide(state.epoch, choice)
+            config = state.selected[key] = choice.chosen(decision)
+            if decision.tuned is not None:
+                launched = decision.tuned.result
+    if launched is MISSING:
+        with state.lock:
+            launched = swap_run(autotuner, config, args, kwargs)
+    heard = getattr(registry().heard, "value", None)
+    if heard is None or heard[0] != key:
+        tell_listener(autotuner, key, config)  # Triton told listeners only if it timed
+    return launched
+
+
+def note_winner(autotuner, state, key, config, how: str, timings=None, recorded_as=None) -> bool:
+    """Note a winner Triton chose itself (auto, record); False: another policy meanwhile."""
+    desc = descriptor(config)
+    return noted(state.epoch, TritonChoice(autotuner, state, key), Tuned(desc, config, timings), how,
+                 recorded_as=recorded_as)
