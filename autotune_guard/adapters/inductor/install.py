@@ -54,21 +54,13 @@ def patch(heuristics) -> list:
     return patches
 
 
-_templates_watched = False
-
-
 def _watch_templates() -> None:
     """max-autotune's template selection and the FX graph cache key (``templates``), patched when
-    Inductor imports them (at once if it has)."""
-    global _templates_watched
-    if _templates_watched:
-        return
-    import wrapt
-
+    Inductor imports them (at once if it has); the Guard's registry registers each hook once."""
+    guard = current()
     for module in templates.AFTER_SELECTOR:
-        wrapt.register_post_import_hook(templates.on_import, module)
-    wrapt.register_post_import_hook(template_cache.patch_codecache, "torch._inductor.codecache")
-    _templates_watched = True
+        guard.when_imported(module, templates.on_import, once=True)
+    guard.when_imported("torch._inductor.codecache", template_cache.patch_codecache, once=True)
 
 
 def seam_missing(what: str) -> None:
