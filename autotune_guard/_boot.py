@@ -48,9 +48,10 @@ def main(now: bool = False):
 
 
 def _at_exit_last() -> None:
-    """Register ``_at_exit`` with atexit (once: at the first stage). Registered before the package's
-    runtime exists, so it runs after the Guard's exit sequence (the evidence is written by then):
-    it may end the process, and it speaks of an inactive process, which has no Guard."""
+    """Register ``_at_exit`` with atexit, once (at the first stage). Not a step of the Guard's exit
+    sequence: registered at start-up, before the runtime (and its one atexit handler) exists, it
+    runs after that sequence, when the evidence is written, as it must since it may end the
+    process; and an inactive process, whose settings it names, has no Guard to register with."""
     import atexit  # built in: no file is read
 
     atexit.register(_at_exit)
