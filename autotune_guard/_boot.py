@@ -17,20 +17,23 @@ import sys
 
 from . import _watch
 
-_armed = False
+# The one module-level state of start-up, kept here and not on the runtime's Guard: this module
+# runs from the .pth line at every interpreter start, where importing the runtime (and the core
+# it imports) would cost what an inactive or not-yet-needed guard must not. Its stage: "" (nothing
+# done), LATE (Triton met without a setting: look again at exit) or ARMED (active).
+_stage = ""
+LATE, ARMED = "late", "armed"
 
 
 def main(now: bool = False):
     """Entry point of the ``.pth`` line; idempotent (a venv runs every ``.pth`` twice). ``now``:
     Triton or torch is being imported already (arm at once, the watcher would come too late)."""
-    global _armed
-    if _armed or os.environ.get("AUTOTUNE_DISABLE", "").strip().lower() in ("1", "true", "yes", "on"):
+    global _stage
+    if _stage == ARMED or os.environ.get("AUTOTUNE_DISABLE", "").strip().lower() in ("1", "true", "yes", "on"):
         return
-    _armed = True
-    import atexit  # built in: no file is read
-
-    # Registered first so that it runs last, after the evidence is written: it may end the process.
-    atexit.register(_at_exit)
+    first, _stage = not _stage, ARMED
+    if first:
+        _at_exit_last()
     if "_AUTOTUNE_GUARD_RUN" not in os.environ:
         # The run id the processes this one starts inherit (torchrun workers, mp.spawn children,
         # subprocesses): evidence files carry it so the report tells runs apart. Cheap: no import.
@@ -44,10 +47,27 @@ def main(now: bool = False):
         sys.stderr.write(f"autotune_guard: could not arm the import hook ({exc!r}); Triton runs unguarded\n")
 
 
+def _at_exit_last() -> None:
+    """Register ``_at_exit`` with atexit, once (at the first stage). Not a step of the Guard's exit
+    sequence: registered at start-up, before the runtime (and its one atexit handler) exists, it
+    runs after that sequence, when the evidence is written, as it must since it may end the
+    process; and an inactive process, whose settings it names, has no Guard to register with."""
+    import atexit  # built in: no file is read
+
+    atexit.register(_at_exit)
+
+
 def _at_exit() -> None:
-    """The last exit handler: a verify cadence that never fired is named, and under
-    ``AUTOTUNE_VERIFY_STRICT=1`` fails the process (exit status 1), since no handler can set the
-    status Python exits with otherwise."""
+    """The last exit handler: armed, the verify cadence; else settings set too late are named."""
+    if _stage == ARMED:
+        _cadence_at_exit()
+    else:
+        _name_settings_set_too_late()
+
+
+def _cadence_at_exit() -> None:
+    """A verify cadence that never fired is named, and under ``AUTOTUNE_VERIFY_STRICT=1`` fails
+    the process (exit status 1), since no handler can set the status Python exits with otherwise."""
     barriers = sys.modules.get("autotune_guard.adapters.distributed.barriers")
     try:
         failed = barriers is not None and barriers.say_unchecked_cadence()
@@ -72,24 +92,18 @@ def _arm():
     activation.arm()
 
 
-_late_done = False
-
-
 def late(name: str) -> None:
     """The inactive ``.pth``'s finder met ``triton`` or ``torch``: arm if the program has set an
     ``AUTOTUNE_*`` variable since start-up; at Triton without one, look again at exit. Finds nothing."""
-    global _late_done
-    if _late_done or _armed or not _watch.importing():  # a lookup (find_spec) is not the import
+    global _stage
+    if _stage or not _watch.importing():  # a lookup (find_spec) is not the import
         return None
     try:
         if any(key.startswith("AUTOTUNE_") for key in os.environ):
-            _late_done = True
             main(now=True)
         elif name == "triton":
-            import atexit
-
-            _late_done = True
-            atexit.register(_name_settings_set_too_late)
+            _stage = LATE
+            _at_exit_last()
     except Exception as exc:  # a finder that raises would fail the program's import
         sys.stderr.write(f"autotune_guard: could not arm the import hook ({exc!r}); Triton runs unguarded\n")
     return None
@@ -98,7 +112,7 @@ def late(name: str) -> None:
 def _name_settings_set_too_late() -> None:
     """At exit: ``AUTOTUNE_*`` variables set in the program after Triton was imported did nothing."""
     names = sorted(key for key in os.environ if key.startswith("AUTOTUNE_") and key != "AUTOTUNE_DISABLE")
-    if names and not _armed:
+    if names and _stage != ARMED:
         import logging
 
         logging.getLogger("autotune_guard").warning(

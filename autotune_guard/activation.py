@@ -1,5 +1,20 @@
-"""Activation: the post-import hooks, and carrying out a policy across the adapters (the
-``install()`` of the API, and the environment's policy at Triton's import)."""
+"""Activation: the post-import hooks, carrying out a policy across the adapters (the ``install()``
+of the API, and the environment's policy at Triton's import), and how an error nobody catches is
+shown once the guard is active.
+
+Post-import hooks go through the Guard's one registry (``guard.when_imported``); this module gives
+it wrapt's ``register_post_import_hook`` as the registrar (the runtime does not import wrapt).
+
+A bad setting fails ``import triton`` from inside Triton's and wrapt's import machinery: Python's
+own report is a wall of frames that are not the user's, with the one line that matters at the
+bottom (four times over under a 2-rank torchrun). An uncaught error the guard raised at activation
+is shown as that one line and what to do next; an on-purpose refusal (``AUTOTUNE_ON_MISS=error``)
+as a few lines naming every key refused and the fix; ``AUTOTUNE_TRACEBACK=1`` shows the frames as
+usual. A program that catches the exception gets it whole: only the uncaught report changes.
+Triton's ``0 active drivers`` (a timing mode on a machine without a GPU) keeps its traceback and
+gets the guard's hint after it. Every other exception goes to the hook the program had. The report
+is made through the process's one ``sys.excepthook`` wrapper, ``evidence.signals.ExceptHook``.
+"""
 
 from __future__ import annotations
 
@@ -7,47 +22,58 @@ import logging
 import os
 import sys
 
-from . import _watch, evidence, uncaught
-from . import table_growth
+from . import _watch, evidence
 from .adapters import distributed, redis_tables, torch_flags
 from .adapters import triton as triton_adapter
 from .core import settings
+from .core.errors import GuardError, SelectionError
 from .core.settings import AutotunePolicy, policy_from_settings
+from .evidence import signals as evidence_signals, table_growth
 from .runtime import current
 
 logger = logging.getLogger("autotune_guard")
-_hooks_registered = False  # wrapt keeps every registration: a repeated install() registers none
+
+AUTOTUNER = "triton.runtime.autotuner"
+INDUCTOR_HEURISTICS = "torch._inductor.runtime.triton_heuristics"
+
+
+def _wrapt_registrar(module: str, hook) -> None:
+    """The Guard's registrar of post-import hooks: wrapt's (imported at the first registration)."""
+    import wrapt
+
+    wrapt.register_post_import_hook(hook, module)
+
+
+# Whatever waits in the Guard's registry (an adapter's hook registered before activation) goes to wrapt.
+current().import_registrar(_wrapt_registrar)
 
 
 def arm() -> None:
-    """Register the post-import hooks once (each fires at once for a module imported already)."""
-    global _hooks_registered
-    if _hooks_registered:
-        return
+    """Register the post-import hooks (each fires at once for a module imported already); the
+    Guard's registry registers each once, however often this runs."""
     try:
-        import wrapt
+        import wrapt  # noqa: F401  (its absence is named here, before any hook is needed)
     except Exception as exc:
         raise ImportError(f"autotune_guard is active (an AUTOTUNE_* variable is set) but its dependency wrapt cannot "
                           f"be imported ({exc!r}); reinstall autotune-guard, or set AUTOTUNE_DISABLE=1 to run "
                           "unguarded") from exc
-    wrapt.register_post_import_hook(_on_autotuner, "triton.runtime.autotuner")
-    wrapt.register_post_import_hook(_on_distributed, "torch.distributed")
-    wrapt.register_post_import_hook(_on_inductor, "torch._inductor.runtime.triton_heuristics")
-    wrapt.register_post_import_hook(triton_adapter.watch_timers, "triton.testing")
-    _hooks_registered = True
+    guard = current()
+    guard.when_imported(AUTOTUNER, _on_autotuner)
+    guard.when_imported("torch.distributed", _on_distributed)
+    guard.when_imported(INDUCTOR_HEURISTICS, _on_inductor)
+    guard.when_imported("triton.testing", triton_adapter.watch_timers)
 
 
 def _on_autotuner(module) -> None:
-    global _hooks_registered
     _watch.unwatch()
     try:
         on_triton_import(module)
     except BaseException as exc:
-        # The failed import is rolled back and wrapt has dropped this hook: watch again, so that
-        # retrying ``import triton`` fails the same way instead of running unguarded.
-        _hooks_registered = False
+        # The failed import is rolled back and wrapt has dropped this hook (the registry registers
+        # it again at the next arm()): watch again, so that retrying ``import triton`` fails the
+        # same way instead of running unguarded.
         _watch.watch(arm)
-        uncaught.mark_activation_error(exc)
+        mark_activation_error(exc)
         raise
 
 
@@ -60,13 +86,6 @@ def _inductor_flag(name: str, variable: str) -> bool:
 
 def _on_distributed(module) -> None:
     distributed.wrap_barriers(module)
-
-
-def _watch_inductor() -> None:
-    """The Inductor patch for a policy installed by the API (fires at once if Inductor is loaded)."""
-    import wrapt
-
-    wrapt.register_post_import_hook(_on_inductor, "torch._inductor.runtime.triton_heuristics")
 
 
 def _on_inductor(module) -> None:
@@ -94,8 +113,9 @@ def carry_out(policy: AutotunePolicy) -> None:
     evidence.configure(policy)
     configure_logging(policy.log_level)
     distributed.on_install(policy)
-    _watch_inductor()
-    uncaught.install(policy.mode)
+    # The Inductor patch for a policy installed by the API: at once if Inductor is loaded.
+    guard.when_imported(INDUCTOR_HEURISTICS, _on_inductor)
+    install_excepthook(policy.mode)
     _started_with(policy, guard)
 
 
@@ -174,3 +194,114 @@ def _tag_rank(record) -> bool:
     facts = current().facts
     record.ag_rank = (facts.peek("rank_world") or facts.ask("rank_now", (0, 1)))[0]
     return True
+
+
+# --- how an uncaught error is shown -----------------------------------------------------------
+
+TRACEBACK_VARIABLE = "AUTOTUNE_TRACEBACK"
+_MARK = "_autotune_guard_at_activation"
+TIMING_MODES = ("auto", "record", "consensus")
+
+
+def mark_activation_error(exc: BaseException) -> None:
+    """``exc`` failed the guard's activation: shown short if nobody catches it, when it is the
+    guard's own verdict on a setting (a GuardError, or an OSError naming an ``AUTOTUNE_*`` path)."""
+    if isinstance(exc, GuardError) or (isinstance(exc, OSError) and str(exc).startswith("AUTOTUNE_")):
+        try:
+            setattr(exc, _MARK, True)
+        except Exception:  # an exception type that refuses attributes keeps Python's report
+            return
+        install_excepthook()
+
+
+class _ShortGuardErrors:
+    """The report of the ``sys.excepthook`` wrapper (``ExceptHook.report``); ``previous`` is the
+    hook the program had."""
+
+    def __init__(self):
+        self.mode = None  # the mode in force, for the hint on a timing failure
+
+    def __call__(self, previous, kind, value, tb):
+        if getattr(value, _MARK, False) and not _traceback_wanted():
+            # Python's own report goes to stderr too; this replaces it (the logger may not be set up yet).
+            sys.stderr.write(f"autotune_guard: error: {value}\n"
+                             f"  (Triton was being imported; {TRACEBACK_VARIABLE}=1 shows the traceback)\n")
+            return
+        refusal = _refusal_in(value)
+        if refusal is not None and not _traceback_wanted():
+            try:
+                lines = refusal_lines(refusal)
+            except Exception:  # never hide the error behind one of ours
+                lines = None
+            if lines:
+                sys.stderr.write("".join(line + "\n" for line in lines))
+                return
+        previous(kind, value, tb)
+        hint = no_driver_hint(value, self.mode)
+        if hint:
+            sys.stderr.write(f"autotune_guard: {hint}\n")
+
+
+def _refusal_in(exc: BaseException | None):
+    """The guard's own refusal (a SelectionError: AUTOTUNE_ON_MISS=error and the like) that is
+    ``exc`` or its cause (a wrapper such as Inductor's may carry it), else None."""
+    for _ in range(8):
+        if exc is None or isinstance(exc, SelectionError):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+MAX_KEYS = 5  # keys named one a line; a refusal's report stays within 10 lines a rank
+
+
+def refusal_lines(refusal: BaseException) -> list[str]:
+    """A refusal as a few lines tagged with the rank: what was refused, every key this process
+    refused, why the tables did not serve the last one, the fix, and how to see the traceback."""
+    from .core.misses import fix_hint, miss_reasons
+
+    guard = current()
+    epoch, tag = guard.epoch, f"autotune_guard[rank {_rank(guard)}]"
+    refused, policy = list(epoch.refused), epoch.settled_policy()
+    lines = [f"refused: {str(refusal).removeprefix('autotune_guard: ')}"]
+    if len(refused) > 1:
+        lines.append(f"every key refused in this process ({len(refused)}):")
+        lines += [f"  {key.what()}" for key in refused[:MAX_KEYS]]
+        lines += [f"  ... and {len(refused) - MAX_KEYS} more"] if len(refused) > MAX_KEYS else []
+    if refused and policy is not None:
+        last = refused[-1]
+        lines.append(f"tables: {'; '.join(miss_reasons(policy.table_path, last.arch, last.kernel, last.key))}")
+        lines.append(f"fix: {fix_hint(policy.table_path, last.arch)}")
+    lines.append(f"({TRACEBACK_VARIABLE}=1 shows the traceback)")
+    return [f"{tag} {line}" for line in lines]
+
+
+def _rank(guard) -> str:
+    try:
+        return str(guard.facts.get("rank_world")[0])
+    except Exception:  # no rank source: the launcher's variable
+        return os.environ.get("RANK", "0")
+
+
+def _traceback_wanted() -> bool:
+    return os.environ.get(TRACEBACK_VARIABLE, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def no_driver_hint(exc: BaseException, mode: str | None) -> str | None:
+    """What to do when a timing mode met Triton's ``0 active drivers`` (no GPU), else None."""
+    if mode not in TIMING_MODES or not isinstance(exc, RuntimeError) or "active drivers" not in str(exc):
+        return None
+    return (f"mode {mode} times candidate configs, and Triton found no GPU driver ({exc}). Without a GPU: "
+            "AUTOTUNE_MODE=pinned chooses without timing; TRITON_INTERPRET=1 runs kernels on the CPU, where a "
+            "timing mode needs a timer of the kernel's own (triton.autotune(..., do_bench=...)), since Triton's "
+            "default timer needs a GPU")
+
+
+def install_excepthook(mode: str | None = None) -> None:
+    """The short report on the process's one ``sys.excepthook`` wrapper (put there once; it chains
+    to the hook the program had)."""
+    hook = evidence_signals.wrap_excepthook()
+    if not isinstance(hook.report, _ShortGuardErrors):
+        hook.report = _ShortGuardErrors()
+    if mode is not None:
+        hook.report.mode = mode

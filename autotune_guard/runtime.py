@@ -6,7 +6,11 @@ defaults, versions: each read once, from the source an adapter provided), the ke
 govern, and the subscribers told of each new choice (the evidence writer). ``note()`` checks the
 epoch itself, under the guard's lock, so a choice lands in the log of the policy that made it or
 nowhere. ``after_fork()`` rebuilds in a child what it must not inherit (locks, the log).
-Imports only the core: the adapters fill it in, the API reads it.
+
+Its lifecycle (``core.lifecycle``, its base class) is the process's, one mechanism each: the objects
+the adapters and writers keep (``held``), the one fork hook below, the one exit sequence
+(``on_exit``, in the order of the ``EXIT_*`` steps) and the one post-import hook registry
+(``when_imported``). Imports only the core: the adapters fill it in, the API reads it.
 """
 
 from __future__ import annotations
@@ -19,11 +23,22 @@ from typing import Callable
 from .core import settings
 from .core import misses
 from .core.errors import ConsensusError, SelectionError, StoreError
+from .core.lifecycle import Lifecycle
 from .core.model import Choice, ChoiceKey, base_name, log_text
 from .core.pinned import Pick, pinned_pick
 from .core.tables import installed_version, load_tables, table_entry
 
 logger = logging.getLogger("autotune_guard")
+
+# The exit sequence (``Guard.on_exit(fn, order)``), in the order it runs: what the process did is
+# said first (the summary, the settings its kernels made ineffective), then the evidence files get
+# their final write (which says how the process ended), then the winners consensus tuned are added
+# to the table (last: it may wait for another job's table lock). ``_boot``'s verify-cadence check,
+# which may end the process with status 1, is registered with atexit at interpreter start, before
+# this package is imported, so it runs after all of these.
+EXIT_SUMMARY = 10
+EXIT_EVIDENCE = 20
+EXIT_TABLE = 30
 
 
 class ChoiceLog:
@@ -133,10 +148,11 @@ class Facts:
                 "python": sys.version.split()[0]}
 
 
-class Guard:
+class Guard(Lifecycle):
     """The process's autotune_guard state; see the module docstring."""
 
     def __init__(self):
+        super().__init__()
         self.lock = threading.Lock()  # held while the epoch is replaced and while a choice is noted
         self.epoch = Epoch(None, 0, self._settle)
         self.facts = Facts()
@@ -146,8 +162,6 @@ class Guard:
         self.warned: set[str] = set()  # warnings said once per process
         self._subscribers: list[Callable] = []
         self._epoch_listeners: list[Callable] = []
-        self._fork_listeners: list[Callable] = []
-        self._held: dict[str, object] = {}  # name -> an adapter's registry or a writer's state (``held``)
 
     # --- epochs -----------------------------------------------------------------------------------
 
@@ -285,24 +299,7 @@ class Guard:
             return []
         return settings.unmatched_settings(epoch.settled_policy(), epoch.launched)
 
-    # --- what the adapters and writers keep ------------------------------------------------------
-
-    def held(self, name: str, factory: Callable):
-        """The process's one object ``name`` (an adapter's registry, a writer's state), made by
-        ``factory()`` at first need. After a fork its ``after_fork()`` runs, when it has one."""
-        found = self._held.get(name)
-        if found is None:
-            with self.lock:
-                found = self._held.get(name)
-                if found is None:
-                    found = self._held[name] = factory()
-        return found
-
     # --- forks -------------------------------------------------------------------------------------
-
-    def on_fork(self, listener: Callable) -> None:
-        if listener not in self._fork_listeners:
-            self._fork_listeners.append(listener)
 
     def after_fork(self) -> None:
         """In a forked child: fresh locks (another thread may have held one at fork), an empty log
@@ -312,14 +309,10 @@ class Guard:
         self.epoch.launched = {}  # the exit checks are the parent's to make
         self.epoch.tuned = {}  # the parent adds its own winners to the table
         self.epoch.picked, self.epoch.refused = {}, []
-        for held in list(self._held.values()):
-            renew = getattr(held, "after_fork", None)
-            if callable(renew):
-                renew()
-        for listener in self._fork_listeners:
-            listener()
+        self.renew_lifecycle()  # the held objects' after_fork(), then the on_fork listeners
 
 
+# The package's one module-level state of its own: everything else hangs off this object.
 _guard = Guard()
 
 
@@ -327,5 +320,7 @@ def current() -> Guard:
     return _guard
 
 
+# The package's one fork hook of its own (the core's consensus engine keeps two until it moves
+# beside the decision engine): every renewal is a held object's after_fork() or an on_fork listener.
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_guard.after_fork)

@@ -180,7 +180,7 @@ def test_two_jobs_growing_one_table_at_once_lose_nothing(tmp_path):
 
 GROW = textwrap.dedent("""
     import json, sys
-    from autotune_guard import table_growth
+    from autotune_guard.evidence import table_growth
     from autotune_guard.core.model import ChoiceKey
     directory, tag = sys.argv[1], sys.argv[2]
     for i in range(40):  # one locked read-merge-rename per key, as a job growing its table as it goes does
@@ -271,7 +271,7 @@ def test_a_job_of_one_process_grows_its_table_too(tmp_path):
 def test_compiled_kernels_under_consensus_grow_the_table_and_then_pin_from_it(inductor_patched, guard, tmp_path):
     from test_inductor import X, _generated
 
-    from autotune_guard import table_growth
+    from autotune_guard.evidence import table_growth
     from autotune_guard.adapters.inductor import names
 
     guard({"AUTOTUNE_MODE": "consensus", "AUTOTUNE_TABLE_PATH": str(tmp_path)})

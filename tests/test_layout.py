@@ -35,9 +35,6 @@ ALLOWED = {
     "activation": ("top", ANYTHING),
     "_boot": ("top", ANYTHING),
     "evidence": ("writers", ("core", "runtime", "evidence")),  # the package and its paths, signals, journal
-    "table_growth": ("writers", ("core", "runtime", "evidence")),  # evidence: the run id
-    "store_growth": ("writers", ("core", "runtime", "evidence")),  # evidence: the run id
-    "uncaught": ("writers", ("core", "runtime")),
     "adapters": ("adapters", ("core", "runtime", "deciding", "adapters._patching")),  # + its own package
     "deciding": ("runtime", ("core", "runtime", "deciding")),
     "runtime": ("runtime", ("core",)),

@@ -237,10 +237,10 @@ def test_consensus_on_miss_error_without_a_table_is_still_said_to_be_ignored(tmp
 
 
 def test_a_kernel_whose_entries_were_deleted_takes_this_jobs_provenance(guard, ag_log, tmp_path, monkeypatch):
-    from autotune_guard import table_growth
+    from autotune_guard.evidence import table_growth
     from autotune_guard.core.model import tuned_winner
 
-    monkeypatch.setattr(table_growth, "_added", {})  # this process's exit line stays pytest's own
+    monkeypatch.setattr(table_growth._growth(), "added", {})  # this process's exit line stays pytest's own
     guard({"AUTOTUNE_MODE": "consensus"})
     desc = {"kwargs": {"BLOCK": 16}, "num_warps": 1, "num_stages": 3, "num_ctas": 1, "maxnreg": None}
     old = {"source": "aaaaaaaaaaaa", "candidates": "bbbbbbbbbbbb", "count": 2, "options": "cccccccccccc"}

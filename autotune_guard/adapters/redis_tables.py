@@ -234,7 +234,7 @@ def _checked_entry(where: str, field: bytes, value, notes: list):
 
 class Stores:
     """The process's table stores (held on the Guard): the reader ``core.tables.load_tables``
-    gets through the ``table_store`` fact, and the writer ``store_growth`` calls through it."""
+    gets through the ``table_store`` fact, and the writer ``evidence.store_growth`` calls through it."""
 
     def __init__(self):
         self.stores: dict[str, Store] = {}

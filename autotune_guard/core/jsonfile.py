@@ -9,6 +9,7 @@ they never write ``Infinity`` or ``NaN`` (null instead).
 from __future__ import annotations
 
 import errno
+import functools
 import json
 import math
 import os
@@ -20,27 +21,25 @@ from typing import Mapping
 from .errors import FileFormatError
 from .safe_files import user_name
 
-_file_mode: int | None = None
 
-
+# Read at the first write and kept, as before; a memo of a pure read rather than a module-level name
+# the core would have to rebind (the core sits below the Guard and cannot hang state on it).
+@functools.lru_cache(maxsize=1)
 def _new_file_mode() -> int:
     """What ``open(path, "w")`` would give (0o666 less the umask): mkstemp makes files 0o600,
     which would hide a record or table from the colleague who merges or pins with it."""
-    global _file_mode
-    if _file_mode is None:
-        umask = None
-        try:  # Linux reports it without the set-and-restore race of os.umask()
-            with open("/proc/self/status") as status:
-                for line in status:
-                    if line.startswith("Umask:"):
-                        umask = int(line.split()[1], 8)
-        except (OSError, ValueError):
-            pass
-        if umask is None:
-            umask = os.umask(0o022)
-            os.umask(umask)
-        _file_mode = 0o666 & ~umask
-    return _file_mode
+    umask = None
+    try:  # Linux reports it without the set-and-restore race of os.umask()
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    umask = int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    if umask is None:
+        umask = os.umask(0o022)
+        os.umask(umask)
+    return 0o666 & ~umask
 
 
 

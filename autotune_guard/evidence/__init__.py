@@ -15,38 +15,29 @@ overwriting its rank's.  Each file carries the run id (``run_id()``) so the repo
 files of this run from those an earlier run left under the same prefix, and the restart attempt
 (torchrun's ``TORCHELASTIC_RESTART_COUNT``) so that it can tell a restarted run's attempts apart.  The rank is fixed at the
 process's first choice (the ``rank_world`` fact).  Where the files go is the installed policy's;
-what this module keeps itself is the machinery only: the thread, the handlers, whether the final
-files are written.
+what this module keeps is the machinery only (the writer shell, the files' states), on one object
+the ``Guard`` holds (``_files_writer()``); its exit steps are the Guard's ``EXIT_SUMMARY`` and
+``EXIT_EVIDENCE``.
 """
 
 from __future__ import annotations
 
-import atexit
 import itertools
 import logging
 import os
 import socket
-import threading
 import time
 import uuid
 
 from . import journal as evidence_journal, paths as evidence_paths, signals as evidence_signals
 from . import summary as evidence_summary
-from ..core.debounced import DebouncedWriter
+from .writer import WriterShell
 from ..core.model import ChoiceKey, digest_of
 from ..core.schema import CHOICES_FORMAT, RECORD_FORMAT
-from ..runtime import current
+from ..runtime import EXIT_EVIDENCE, EXIT_SUMMARY, current
 
 logger = logging.getLogger("autotune_guard")
 
-# Serializes whole writes (snapshot + rename): without it the background writer could rename an
-# older snapshot over the final one written at exit.
-_write_lock = threading.Lock()
-_final_written = False
-_files: dict[str, evidence_journal.EvidenceFile] = {}  # rank file -> how it is kept current
-_persisted = 0  # entries of the current log in the files (whole or journaled)
-_exit_registered = False
-_started = time.time()
 check_writable = evidence_paths.check_writable  # called by activation before any kernel runs
 rank_file = evidence_paths.rank_file
 process_tag = evidence_paths.process_tag
@@ -97,17 +88,47 @@ def attempt() -> int:
         return 0
 
 
+class FilesWriter(WriterShell):
+    """The writer shell of this process's evidence files, and what it knows of them: each rank
+    file's state (``journal.EvidenceFile``), how many entries of the log are in the files, and
+    when the process started (a forked child starts anew, in a file of its own)."""
+
+    def __init__(self):
+        # Keeps the files current shortly after a change, off the launch path (a SIGKILLed rank
+        # loses at most the choices of the last interval).
+        super().__init__(write_files, interval_s=0.2, thread_name="autotune_guard-writer",
+                         failure="could not write the choices/record files: %s")
+        self.files: dict[str, evidence_journal.EvidenceFile] = {}  # rank file -> how it is kept current
+        self.persisted = 0  # entries of the current log in the files (whole or journaled)
+        self.started = time.time()
+
+    def renew(self) -> None:
+        # The child's file holds the choices the child makes (the parent's are in the parent's
+        # file); it keeps the parent's rank and run.
+        for state in self.files.values():
+            state.forget()
+        self.files.clear()
+        self.persisted = 0
+        self.started = time.time()
+
+
+def _made() -> FilesWriter:
+    """At the first need: the writer, subscribed to new choices, with its two exit steps."""
+    guard = current()
+    guard.subscribe(_changed)
+    guard.on_exit(_say_at_exit, EXIT_SUMMARY)
+    guard.on_exit(_final_write, EXIT_EVIDENCE)
+    return FilesWriter()
+
+
+def _files_writer() -> FilesWriter:
+    return current().held("evidence.files", _made)
+
+
 def configure(policy) -> None:
-    """Called as ``policy`` replaces the previous one (with its new, empty log): the exit and
-    fork handlers once, the run id children inherit and SIGTERM saving when files are wanted."""
-    global _exit_registered, _final_written
-    _final_written = False  # a new log: its final state is not on disk yet
-    if not _exit_registered:
-        atexit.register(_at_exit)
-        _save_in_forked_children()
-        current().subscribe(_changed)
-        current().on_fork(_after_fork_in_child)
-        _exit_registered = True
+    """Called as ``policy`` replaces the previous one (with its new, empty log): the writer with
+    its exit steps once, the run id children inherit and SIGTERM saving when files are wanted."""
+    _files_writer().final_written = False  # a new log: its final state is not on disk yet
     if policy is not None and (policy.digest_path or policy.record_path):
         inherited_run_id()  # children started from now on share it
         evidence_signals.watch(_save_now)
@@ -117,11 +138,11 @@ def write_files(complete: bool = False) -> None:
     """Bring this rank's choices and record files up to date now: whole (atomically) while
     small and at the end (``complete`` at exit, which the files then say only where the process
     ended normally), else the new entries appended to their journals."""
-    global _final_written
-    with _write_lock:
-        if _final_written and not complete:
+    shell = _files_writer()
+    with shell.lock:
+        if shell.final_written and not complete:
             return  # the final state is on disk; a late background write must not replace it
-        _final_written = _final_written or complete
+        shell.final_written = shell.final_written or complete
         epoch = current().epoch
         if epoch.installed is None:
             return
@@ -138,17 +159,19 @@ def _save_now(ended: str) -> None:
     """The save on a signal (``evidence.signals``), in whichever thread sees it first: the whole
     files.  The interrupted main thread may hold a lock the write needs: wait a little, never
     forever (what the background writer kept current is then what remains)."""
-    if not _write_lock.acquire(timeout=2.0):
+    shell = _files_writer()
+    lock = shell.lock
+    if not lock.acquire(timeout=2.0):
         return
     try:
         epoch = current().epoch
         snapshot = epoch.log.snapshot(timeout=2.0)
         if snapshot is not None:
             log, records, arch, packages = snapshot
-            if (log or records) and not _final_written and epoch.installed is not None:
+            if (log or records) and not shell.final_written and epoch.installed is not None:
                 _write(epoch.settled_policy(), *fix_rank(), log, records, arch, packages, False, ended, id(epoch.log))
     finally:
-        _write_lock.release()
+        lock.release()
 
 
 def _wanted(policy, rank: int) -> list[tuple[str, str]]:
@@ -159,13 +182,13 @@ def _wanted(policy, rank: int) -> list[tuple[str, str]]:
 def _append_new(log, policy) -> bool:
     """Append the entries made since the last write to the files' journals; False when a file
     is to be written whole instead (small, new, of another log, or a journal it cannot have)."""
-    global _persisted
+    shell = _files_writer()
     rank = fix_rank()[0]
-    files = [(kind, _files.get(path)) for kind, path in _wanted(policy, rank)]
+    files = [(kind, shell.files.get(path)) for kind, path in _wanted(policy, rank)]
     if any(state is None or state.wants_whole(id(log)) for _, state in files):
         return False
     with log.lock:  # only the new entries: a flush costs what it adds, not the whole log
-        new = list(itertools.islice(log.entries.items(), _persisted, None))
+        new = list(itertools.islice(log.entries.items(), shell.persisted, None))
         records = [(key, log.records.get(key.kernel, {}).get(key.key)) for key, _ in new]
         packages = dict(log.packages)
     for kind, state in files:
@@ -177,18 +200,18 @@ def _append_new(log, policy) -> bool:
                 lines.append({"packages": packages})
         if not state.append(lines):
             return False
-    _persisted += len(new)
+    shell.persisted += len(new)
     return True
 
 
 def _write(policy, rank, world, log, records, arch, packages, complete, ended=None, log_id=None) -> None:
-    global _persisted
+    shell = _files_writer()
     process = {"run_id": run_id(), "attempt": attempt(), "pid": os.getpid(), "host": socket.gethostname(),
-               "started": _started, "updated": time.time(), "written": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+               "started": shell.started, "updated": time.time(), "written": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     if ended:
         process["ended"] = ended
     for kind, path in _wanted(policy, rank):
-        state = _files.setdefault(path, evidence_journal.EvidenceFile())
+        state = shell.files.setdefault(path, evidence_journal.EvidenceFile())
         if kind == "record" and not records:
             state.nothing_yet(log_id)
             continue
@@ -202,19 +225,13 @@ def _write(policy, rank, world, log, records, arch, packages, complete, ended=No
                         "packages": packages, "kernels": records, "complete": complete, **process}
         target, size = evidence_paths.write(path, {**document, "journal_id": token})
         state.written_whole(log_id, target, size, token)
-    _persisted = len(log)
+    shell.persisted = len(log)
 
 
 def _current_arch_name(log) -> str:
     for entry in log:
         return ChoiceKey.parse(entry).arch
     return "unknown"
-
-
-# Keeps the files current shortly after a change, off the launch path (a SIGKILLed rank loses
-# at most the choices of the last interval).
-_writer = DebouncedWriter(write_files, interval_s=0.2, thread_name="autotune_guard-writer",
-                          failure="could not write the choices/record files: %s")
 
 
 def _changed() -> None:
@@ -226,62 +243,25 @@ def _changed() -> None:
         return
     if not evidence_signals.watching():
         evidence_signals.watch(_save_now)  # a handler the program set after install is chained too
-    _writer.wake()
+    _files_writer().wake()
 
 
-def _after_fork_in_child() -> None:
-    # A lock held by the parent's writer thread at fork() would stay held forever in the child.
-    # The child's file holds the choices the child makes (the parent's are in the parent's file);
-    # it keeps the parent's rank and run.
-    global _write_lock, _final_written, _started, _exited, _persisted
-    _write_lock = threading.Lock()
-    _writer.after_fork_in_child()
-    for state in _files.values():
-        state.forget()
-    _files.clear()
-    _persisted = 0
-    _started, _exited = time.time(), False
-    _final_written = False
-    evidence_signals.after_fork_in_child()
-    evidence_paths.after_fork_in_child()
-
-
-class _ForkedChildren:
-    """multiprocessing's fork and forkserver children end with ``os._exit``, so no atexit handler
-    runs there; multiprocessing's own finalizers do, and this registers one in each child."""
-
-    def __call__(self, _self=None):
-        from multiprocessing import util
-
-        util.Finalize(None, _at_exit, exitpriority=-100)
-
-
-_forked_children = _ForkedChildren()
-
-
-def _save_in_forked_children() -> None:
-    try:
-        from multiprocessing import util
-
-        util.register_after_fork(_forked_children, _ForkedChildren.__call__)
-    except Exception as exc:  # multiprocessing is optional to the guard
-        logger.debug("cannot watch multiprocessing children: %s", exc)
-
-
-_exited = False
-
-
-def _at_exit() -> None:
-    global _exited
+def _say_at_exit() -> None:
+    """The exit's first step (``EXIT_SUMMARY``): what was chosen, and the settings the kernels
+    that ran made ineffective."""
     guard = current()
-    policy = guard.epoch.installed
-    if policy is None or _exited:
-        return  # (a spawn child may get here twice: multiprocessing's finalizer, then atexit)
-    _exited = True
+    if guard.epoch.installed is None:
+        return
     evidence_summary.say_at_exit(guard, fix_rank()[0], guard.epoch.settled_policy())
     for line in guard.exit_lines():
         logger.warning("%s", line)
-    if policy.digest_path or policy.record_path:
+
+
+def _final_write() -> None:
+    """The evidence's exit step (``EXIT_EVIDENCE``): the files' final state, saying how the
+    process ended (``complete`` after a normal exit)."""
+    policy = current().epoch.installed
+    if policy is not None and (policy.digest_path or policy.record_path):
         evidence_signals.note_at_exit()
         try:
             write_files(complete=True)

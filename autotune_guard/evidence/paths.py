@@ -17,16 +17,29 @@ from ..runtime import current
 
 logger = logging.getLogger("autotune_guard")
 
-_absolute: dict[str, str] = {}  # a prefix as set -> its absolute form, fixed when it was set
-_instead: dict[str, str] = {}  # a rank file's name another user holds -> the name written instead
-_looked_at: set[str] = set()  # directories checked for other users' write access
 _RANK_DIGITS = 7  # room for any rank at start-up, when the rank is not known yet
 _FALLBACK_EXTRA = len("-") + 8  # the random part of a name written instead
 
 
+class Names:
+    """What the process knows of its files' names, held by the ``Guard`` (``_names()``)."""
+
+    def __init__(self):
+        self.absolute: dict[str, str] = {}  # a prefix as set -> its absolute form, fixed when it was set
+        self.instead: dict[str, str] = {}  # a rank file's name another user holds -> the name written instead
+        self.looked_at: set[str] = set()  # directories checked for other users' write access
+
+    def after_fork(self) -> None:
+        self.instead.clear()  # the child's names differ (its pid): none of them is known to be held
+
+
+def _names() -> Names:
+    return current().held("evidence.paths", Names)
+
+
 def absolute(prefix: str) -> str:
     """``prefix`` as it was resolved when set (``check_writable``), else resolved now."""
-    return _absolute.setdefault(prefix, os.path.abspath(prefix))
+    return _names().absolute.setdefault(prefix, os.path.abspath(prefix))
 
 
 def process_tag() -> str:
@@ -43,7 +56,7 @@ def rank_file(prefix: str, rank: int) -> str:
 def check_writable(prefix: str, variable: str) -> None:
     """Fix ``prefix``'s absolute form; refuse one whose directory cannot be created or written,
     or whose files' names would be too long there, before any kernel runs."""
-    path = _absolute[prefix] = os.path.abspath(prefix)
+    path = _names().absolute[prefix] = os.path.abspath(prefix)
     directory = os.path.dirname(path)
     if os.path.isdir(prefix):
         raise PermissionError(f"{variable}={prefix!r} is a directory; it is a file prefix, like {os.path.join(prefix, 'rec')}")
@@ -101,14 +114,15 @@ def write(path: str, document: dict) -> tuple[str, int]:
     symlink, directory, FIFO or another user's file), it is left alone and the file goes to a
     name with a random part, named once."""
     _warn_if_shared(os.path.dirname(path))
-    target = _instead.get(path, path)
+    instead = _names().instead
+    target = instead.get(path, path)
     try:
         return target, jsonfile.atomic_write_json(target, document, own_only=True)
     except jsonfile.NotOurs as exc:
         if target != path:
             raise
         reason = exc.strerror
-    other = _instead[path] = f"{path[:-len('.json')]}-{secrets.token_hex(4)}.json"
+    other = instead[path] = f"{path[:-len('.json')]}-{secrets.token_hex(4)}.json"
     current().warn_once(f"evidence-name:{path}", f"{path} {reason} (another user's, in a shared directory?); it is "
                         f"left alone and this process's evidence goes to {other} instead", scope="process")
     return other, jsonfile.atomic_write_json(other, document, own_only=True)
@@ -117,9 +131,10 @@ def write(path: str, document: dict) -> tuple[str, int]:
 def _warn_if_shared(directory: str) -> None:
     """Name once a directory other users can write (its group or everyone): they can put files
     at the names this process writes (which are then left alone, see ``write``)."""
-    if directory in _looked_at:
+    looked_at = _names().looked_at
+    if directory in looked_at:
         return
-    _looked_at.add(directory)
+    looked_at.add(directory)
     who = safe_files.others_can_write(directory)
     if who is None:
         return
@@ -129,6 +144,3 @@ def _warn_if_shared(directory: str) -> None:
                         "names, which are then left alone for names of their own; prefer a directory only you can write",
                         scope="process")
 
-
-def after_fork_in_child() -> None:
-    _instead.clear()  # the child's names differ (its pid): none of them is known to be held

@@ -11,6 +11,8 @@ thread returns to Python, as without the guard).  A wakeup fd set already (async
 place: SIGTERM is then saved when the main thread runs Python, as the handler alone does.
 
 This module knows nothing of the files: ``watch(save)`` gives it the function that writes them.
+What it keeps is one object the ``Guard`` holds (``_ending()``). It owns the process's one wrapper of
+``sys.excepthook`` (``ExceptHook``), which the activation also reports the guard's own errors through.
 """
 
 from __future__ import annotations
@@ -22,103 +24,109 @@ import sys
 import threading
 from typing import Callable
 
+from ..runtime import current
+
 logger = logging.getLogger("autotune_guard")
 
 HANDLER_GRACE_S = 1.0  # how long the watcher leaves the main thread's handler to run first
 
-_save: Callable[[str], None] | None = None
-# "SIGTERM" once that signal's save ran, "SIGINT" or "exception" once the main thread ended so:
-# every later write says so too (a program that ignores SIGTERM and runs on stays marked).
-_ended: str | None = None
-_exit_asked: str | None = None  # what the main thread's last failing sys.exit asked for, until the exit
-_previous_sigterm = None
-_handler_ran = threading.Event()
-_pipe: tuple[int, int] | None = None  # (read end, write end) of the wakeup fd
-_watcher_pid: int | None = None  # the process whose thread reads the pipe
-_hook_installed = False
+
+
+class Ending:
+    """How the process ended so far, and the machinery that sees it, held by the ``Guard``."""
+
+    def __init__(self):
+        self.save: Callable[[str], None] | None = None
+        # "SIGTERM" once that signal's save ran, "SIGINT" or "exception" once the main thread ended
+        # so: every later write says so too (a program that ignores SIGTERM and runs on stays marked).
+        self.ended: str | None = None
+        self.exit_asked: str | None = None  # what the main thread's last failing sys.exit asked for, until the exit
+        self.previous_sigterm = None
+        self.handler_ran = threading.Event()
+        self.pipe: tuple[int, int] | None = None  # (read end, write end) of the wakeup fd
+        self.watcher_pid: int | None = None  # the process whose thread reads the pipe
+        self.hook_installed = False  # the excepthook was wrapped (a later replacement is then noticed at exit)
+
+    def after_fork(self) -> None:
+        """The wakeup fd is inherited: give the child a pipe of its own at the same descriptor
+        numbers (the parent's watcher must never read the child's signals); its watcher starts at
+        the child's first choice."""
+        self.handler_ran.clear()
+        self.ended = self.exit_asked = None
+        if self.pipe is None or self.watcher_pid == os.getpid():
+            return
+        read_end, write_end = os.pipe()
+        os.dup2(read_end, self.pipe[0])
+        os.dup2(write_end, self.pipe[1])
+        os.close(read_end)
+        os.close(write_end)
+        os.set_blocking(self.pipe[1], False)
+        if self.watcher_pid != -1:
+            self.watcher_pid = None
+
+
+def _ending() -> Ending:
+    return current().held("evidence.signals", Ending)
 
 
 def ended() -> str | None:
     """How this process ended, so far: None for not (or a normal exit)."""
-    return _ended
+    return _ending().ended
 
 
 def reset() -> None:
-    global _ended, _exit_asked
-    _ended = _exit_asked = None
+    state = _ending()
+    state.ended = state.exit_asked = None
 
 
 def watch(save: Callable[[str], None]) -> None:
     """Save through ``save(ended)`` on SIGTERM (and SIGINT seen while blocked), and note an
     uncaught exception.  Only the main thread may set handlers; elsewhere this does nothing."""
-    global _save
-    _save = save
+    _ending().save = save
     if threading.current_thread() is not threading.main_thread():
         return
     _chain_sigterm()
     _start_watcher()
-    _wrap_excepthook()
+    wrap_excepthook()
     _wrap_exit()
 
 
 def watching() -> bool:
     """Whether SIGTERM is ours and read by this process's watcher (else ``watch`` again)."""
-    return signal.getsignal(signal.SIGTERM) is _on_sigterm and _watcher_pid in (os.getpid(), -1)
+    return signal.getsignal(signal.SIGTERM) is _on_sigterm and _ending().watcher_pid in (os.getpid(), -1)
 
 
 def _chain_sigterm() -> None:
-    global _previous_sigterm
     try:
         handler = signal.getsignal(signal.SIGTERM)
         if handler is not _on_sigterm:
             signal.signal(signal.SIGTERM, _on_sigterm)
-            _previous_sigterm = handler
+            _ending().previous_sigterm = handler
     except (ValueError, OSError) as exc:
         logger.debug("cannot save the files on SIGTERM: %s", exc)
 
 
 def _start_watcher() -> None:
-    global _pipe, _watcher_pid
-    if _watcher_pid in (os.getpid(), -1):
+    state = _ending()
+    if state.watcher_pid in (os.getpid(), -1):
         return  # running, or given up (another wakeup fd is in place)
-    if _pipe is None:
+    if state.pipe is None:
         read_end, write_end = os.pipe()
         os.set_blocking(write_end, False)  # the C handler must never block
-        _pipe = (read_end, write_end)
+        state.pipe = (read_end, write_end)
     try:
-        previous = signal.set_wakeup_fd(_pipe[1], warn_on_full_buffer=False)
+        previous = signal.set_wakeup_fd(state.pipe[1], warn_on_full_buffer=False)
     except (ValueError, OSError) as exc:
         logger.debug("no wakeup fd (%s): SIGTERM is saved when the main thread runs Python", exc)
         return
-    if previous not in (-1, _pipe[1]):
+    if previous not in (-1, state.pipe[1]):
         signal.set_wakeup_fd(previous)  # the program's (asyncio's): it stays
-        _watcher_pid = -1
+        state.watcher_pid = -1
         logger.debug("a wakeup fd is set already (fd %d, asyncio's?): SIGTERM is saved when the main thread "
                      "runs Python", previous)
         return
-    _watcher_pid = os.getpid()
-    threading.Thread(target=_read_wakeups, args=(_pipe[0],), name="autotune_guard-signals", daemon=True).start()
-
-
-def after_fork_in_child() -> None:
-    """The wakeup fd is inherited: give the child a pipe of its own at the same descriptor
-    numbers (the parent's watcher must never read the child's signals); its watcher starts at
-    the child's first choice."""
-    global _watcher_pid
-    _handler_ran.clear()
-    reset()
-    if _pipe is None:
-        return
-    if _watcher_pid == os.getpid():
-        return
-    read_end, write_end = os.pipe()
-    os.dup2(read_end, _pipe[0])
-    os.dup2(write_end, _pipe[1])
-    os.close(read_end)
-    os.close(write_end)
-    os.set_blocking(_pipe[1], False)
-    if _watcher_pid != -1:
-        _watcher_pid = None
+    state.watcher_pid = os.getpid()
+    threading.Thread(target=_read_wakeups, args=(state.pipe[0],), name="autotune_guard-signals", daemon=True).start()
 
 
 def _read_wakeups(fd: int) -> None:
@@ -139,31 +147,32 @@ def _read_wakeups(fd: int) -> None:
 
 def _save_quietly(ended: str) -> None:
     try:
-        if _save is not None:
-            _save(ended)
+        save = _ending().save
+        if save is not None:
+            save(ended)
     except Exception as exc:
         logger.error("could not write the choices/record files on %s: %s", ended, exc)
 
 
 def _sigterm_seen() -> None:
     """In the watcher thread, as SIGTERM arrives: save, then let SIGTERM have its effect."""
-    global _ended
     if signal.getsignal(signal.SIGTERM) is not _on_sigterm:
         return  # the program took SIGTERM over after the last choice: its handler decides
-    _ended = "SIGTERM"
+    state = _ending()
+    state.ended = "SIGTERM"
     _save_quietly("SIGTERM")
-    if _previous_sigterm in (signal.SIG_DFL, None) and not _handler_ran.wait(HANDLER_GRACE_S):
+    if state.previous_sigterm in (signal.SIG_DFL, None) and not state.handler_ran.wait(HANDLER_GRACE_S):
         _die_of_sigterm()
 
 
 def _on_sigterm(signum, frame):
     """The main thread's handler: save (the interrupted thread may hold a lock the write needs:
     the save waits a little, never forever), then the program's handler or the default effect."""
-    global _ended
-    _ended = "SIGTERM"
-    _handler_ran.set()
+    state = _ending()
+    state.ended = "SIGTERM"
+    state.handler_ran.set()
     _save_quietly("SIGTERM")
-    previous = _previous_sigterm
+    previous = state.previous_sigterm
     if callable(previous):
         return previous(signum, frame)
     if previous == signal.SIG_IGN:
@@ -190,22 +199,35 @@ def _die_of_sigterm() -> None:
     os._exit(128 + signal.SIGTERM)
 
 
-def _wrap_excepthook() -> None:
-    """Note an uncaught exception (KeyboardInterrupt: Ctrl-C) of the main thread, then run the
-    hook that was in place.  An exception in another thread (``threading.excepthook``) is not
-    an ending."""
-    global _hook_installed
-    if getattr(sys.excepthook, "_autotune_guard", False):
-        return
-    previous = sys.excepthook
+class ExceptHook:
+    """The process's one wrapper of ``sys.excepthook``: it notes that the main thread ended on an
+    uncaught exception (KeyboardInterrupt: Ctrl-C), then reports it through ``report(previous,
+    kind, value, tb)`` where the activation set one (the guard's own errors said short), else
+    through the hook that was in place. An exception in another thread (``threading.excepthook``)
+    is not an ending."""
 
-    def excepthook(kind, value, traceback):
+    _autotune_guard = True
+
+    def __init__(self, previous):
+        self.previous = previous
+        self.report: Callable | None = None
+
+    def __call__(self, kind, value, traceback):
         note_uncaught(kind)
-        return previous(kind, value, traceback)
+        report = self.report
+        if report is None:
+            return self.previous(kind, value, traceback)
+        return report(self.previous, kind, value, traceback)
 
-    excepthook._autotune_guard = True
-    sys.excepthook = excepthook
-    _hook_installed = True
+
+def wrap_excepthook() -> ExceptHook:
+    """The wrapper on ``sys.excepthook``, put there if the hook in place is not it (once, or again
+    where the program replaced it since; it chains to the hook that was there)."""
+    hook = sys.excepthook
+    if not isinstance(hook, ExceptHook):
+        hook = sys.excepthook = ExceptHook(hook)
+    _ending().hook_installed = True
+    return hook
 
 
 def _wrap_exit() -> None:
@@ -230,39 +252,39 @@ def _wrap_exit() -> None:
 def note_exit(status) -> None:
     """The main thread asks to exit with ``status`` (``sys.exit``'s argument).  Held until the
     exit: a program may catch the ``SystemExit`` (argparse's, say) and carry on."""
-    global _exit_asked
+    state = _ending()
     if status is None or status == 0 or sys.flags.interactive or hasattr(sys, "ps1"):
-        _exit_asked = None
+        state.exit_asked = None
     elif isinstance(status, int) and not isinstance(status, bool):
-        _exit_asked = f"exit {status}"
+        state.exit_asked = f"exit {status}"
     else:  # a message: Python prints it and exits with status 1
         text = " ".join(str(status).split())
-        _exit_asked = f"exit 1: {text[:200]}" if text else "exit 1"
+        state.exit_asked = f"exit 1: {text[:200]}" if text else "exit 1"
 
 
 def carried_on() -> None:
     """The main thread went on after a ``sys.exit`` it caught (it made a new choice): not an ending."""
-    global _exit_asked
-    if _exit_asked is not None and threading.current_thread() is threading.main_thread():
-        _exit_asked = None
+    state = _ending()
+    if state.exit_asked is not None and threading.current_thread() is threading.main_thread():
+        state.exit_asked = None
 
 
 def note_uncaught(kind) -> None:
-    global _ended
     if sys.flags.interactive or hasattr(sys, "ps1"):
         return  # an interactive session carries on after an error
-    if _ended is None:
-        _ended = "SIGINT" if issubclass(kind, KeyboardInterrupt) else "exception"
+    state = _ending()
+    if state.ended is None:
+        state.ended = "SIGINT" if issubclass(kind, KeyboardInterrupt) else "exception"
 
 
 def note_at_exit() -> None:
     """At exit: a failing ``sys.exit`` asked for last says how it ended; and where the program
     replaced the hook after install, what the interpreter kept of an uncaught exception
     (``sys.last_value``) does."""
-    global _ended
-    if _ended is None and _exit_asked is not None:
-        _ended = _exit_asked
-    if _ended is None and _hook_installed and not getattr(sys.excepthook, "_autotune_guard", False):
+    state = _ending()
+    if state.ended is None and state.exit_asked is not None:
+        state.ended = state.exit_asked
+    if state.ended is None and state.hook_installed and not isinstance(sys.excepthook, ExceptHook):
         last = getattr(sys, "last_value", None)
         if isinstance(last, BaseException) and not isinstance(last, SystemExit):
             note_uncaught(type(last))

@@ -13,7 +13,7 @@ import torch
 
 import kernels.demo as demo
 import autotune_guard
-from autotune_guard import store_growth
+from autotune_guard.evidence import store_growth
 
 
 def run(kernel, n):

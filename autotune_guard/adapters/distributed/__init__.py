@@ -13,13 +13,13 @@ from __future__ import annotations
 from .barriers import count_and_check, register_hook, resolve, wrap_barriers
 from .cadence import read_startup, startup
 from .check import run_check
-from .state import STATE
+from .state import adapter_state
 from .store import initialized_dist, job_store, process_rank, rank_and_world
 
 __all__ = ["wrap_barriers", "on_install", "verify_choices", "maybe_verify_choices", "provide_facts", "last_check",
            "initialized_dist", "rank_and_world", "job_store"]
 
-last_check: dict = STATE.last_check  # what the latest check moved: where, group, size, bytes, count
+last_check: dict = adapter_state().last_check  # what the latest check moved: where, group, size, bytes, count
 
 
 def provide_facts(guard) -> None:

@@ -11,10 +11,11 @@ from __future__ import annotations
 import logging
 import sys
 
+from ... import runtime
 from .. import _patching
 from . import cadence
 from .check import run_check
-from .state import STATE
+from .state import adapter_state
 from .store import initialized_dist, rank_and_world
 
 logger = logging.getLogger("autotune_guard")
@@ -48,10 +49,11 @@ def _wrap(c10d, name: str) -> None:
     found = _patching.patched(c10d, name)
     if found is None:
         original = getattr(c10d, name)
-        wrapper = STATE.wrappers.get(name)
+        wrappers = adapter_state().wrappers
+        wrapper = wrappers.get(name)
         if wrapper is None or wrapper.__wrapped__ is not original:
             hook = _after_barrier if name == "barrier" else _after_monitored_barrier
-            wrapper = STATE.wrappers[name] = wrapt.FunctionWrapper(original, hook)
+            wrapper = wrappers[name] = wrapt.FunctionWrapper(original, hook)
         found = _patching.patch(c10d, name, wrapper)
     _patching.rebind_aliases(name, found.original, found.replacement)
 
@@ -86,11 +88,12 @@ def count_and_check(group, every: int) -> None:
     group = resolve(dist, group)
     if group is None:  # this rank is not a member: the barrier itself returned at once
         return
-    state = STATE.group_state(group)
-    with STATE.lock:
+    adapter = adapter_state()
+    state = adapter.group_state(group)
+    with adapter.lock:
         state.barriers += 1
         count = state.barriers
-        STATE.barriers_counted += 1
+        adapter.barriers_counted += 1
     if count % every == 0:
         run_check(dist, group, f"barrier {count} of this group")
 
@@ -105,14 +108,12 @@ def resolve(dist, group):
 
 
 def register_hook() -> None:
-    """Wrap the barriers now, or when torch.distributed is imported."""
+    """Wrap the barriers now, or when torch.distributed is imported (the Guard's registry of
+    post-import hooks registers this once)."""
     if "torch.distributed" in sys.modules:
         wrap_barriers(sys.modules["torch.distributed"])
-    elif not STATE.hook_registered:
-        import wrapt
-
-        STATE.hook_registered = True
-        wrapt.register_post_import_hook(wrap_barriers, "torch.distributed")
+    else:
+        runtime.current().when_imported("torch.distributed", wrap_barriers)
 
 
 def say_unchecked_cadence() -> bool:
@@ -137,9 +138,9 @@ def unchecked_cadence() -> tuple[str, bool] | None:
         every, strict = cadence.startup().verify_every, cadence.strict()
     except Exception:  # a bad start-up value was reported already
         return None
-    if not every or STATE.last_check.get("count", 0) or rank_and_world()[1] < 2 or _helper_process():
+    if not every or adapter_state().last_check.get("count", 0) or rank_and_world()[1] < 2 or _helper_process():
         return None
-    barriers = STATE.barriers_counted
+    barriers = adapter_state().barriers_counted
     line = (f"AUTOTUNE_VERIFY_EVERY={every} but no check ran: the program called torch.distributed.barrier "
             f"{barriers} time{'s' * (barriers != 1)} (checks run after barrier {every}, {2 * every}, ...), so the ranks' choices "
             "were never compared; lower AUTOTUNE_VERIFY_EVERY, or call autotune_guard.maybe_verify_choices(step) "

@@ -10,21 +10,21 @@ from __future__ import annotations
 from ... import runtime
 from ...core import settings
 from ...core.settings import StartupSettings
-from .state import STATE
+from .state import adapter_state
 
 
 def read_startup() -> None:
     """Set ``guard.startup`` from the environment (and ``AUTOTUNE_ENV_FILE``) unless start-up has
     already; a bad value is kept and raised by ``startup()``, naming the variable."""
     guard = runtime.current()
-    with STATE.lock:
+    with adapter_state().lock:
         if getattr(guard, "startup_read", False):
             return
         try:
             found, _ = settings.settings_from_environment()
             guard.startup = settings.startup_settings(found)
         except Exception as exc:  # PolicyError (or an unreadable env file), named by the parser
-            STATE.startup_error.append(exc)
+            adapter_state().startup_error.append(exc)
         guard.startup_read = True
 
 
@@ -33,8 +33,8 @@ def startup() -> StartupSettings:
     guard = runtime.current()
     if not getattr(guard, "startup_read", False):
         read_startup()
-    if STATE.startup_error:
-        raise STATE.startup_error[0]
+    if adapter_state().startup_error:
+        raise adapter_state().startup_error[0]
     return guard.startup
 
 

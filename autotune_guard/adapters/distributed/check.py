@@ -14,7 +14,7 @@ from ...core.agreement import GroupState, compare_arrived, learn, pair_hash, ran
 from ...core.errors import ChoiceMismatchError
 from ...core.model import ChoiceKey
 from . import cadence, exchange
-from .state import STATE
+from .state import adapter_state
 
 logger = logging.getLogger("autotune_guard")
 
@@ -22,7 +22,7 @@ logger = logging.getLogger("autotune_guard")
 def run_check(dist, group, where: str) -> bool:
     """One check in ``group``: True when its ranks agree; False after a report (on the group's
     first rank), or ChoiceMismatchError on every rank when strict."""
-    state = STATE.group_state(group)
+    state = adapter_state().group_state(group)
     pending = _gather_new(state)
     ranks = dist.get_process_group_ranks(group)
     if len(ranks) < 2:
@@ -50,19 +50,20 @@ def run_check(dist, group, where: str) -> bool:
 def _gather_new(state: GroupState) -> list:
     """This rank's (key, signature) pairs the group has not seen, taken from the epoch's log."""
     taken = runtime.current().epoch.log.take_unverified()
-    with STATE.lock:
+    adapter = adapter_state()
+    with adapter.lock:
         for key, choice in taken.items():
-            STATE.taken.append((key, choice.signature))  # the config, not how it was chosen
-        for pair in STATE.taken[state.cursor:]:
+            adapter.taken.append((key, choice.signature))  # the config, not how it was chosen
+        for pair in adapter.taken[state.cursor:]:
             if pair not in state.known:
                 state.pending.add(pair)
-        state.cursor = len(STATE.taken)
+        state.cursor = len(adapter.taken)
         return sorted(state.pending)
 
 
 def _alone(state: GroupState, pending: list, group, ranks, where: str) -> bool:
     """A group of one: nobody to disagree with; what it brought is what the group knows."""
-    with STATE.lock:
+    with adapter_state().lock:
         for pair in pending:
             learn(state, pair)
             state.reference.setdefault(pair[0], (pair[1], ranks[0] if ranks else 0))
@@ -83,7 +84,7 @@ def _collective(where: str, ranks, call):
 
 def _learn_agreed(state: GroupState, pending: list, hashed: dict, differ: set, ranks) -> None:
     """Pairs in buckets whose views agree: every rank brought the same new pairs there."""
-    with STATE.lock:
+    with adapter_state().lock:
         for pair in pending:
             if hashed[pair][0] not in differ:
                 learn(state, pair)
@@ -95,7 +96,7 @@ def _learn_agreed(state: GroupState, pending: list, hashed: dict, differ: set, r
 
 def _verdict(state: GroupState, arrived: dict, ranks, where: str) -> dict:
     """On the group's first rank: what every member learns from what arrived (wire form)."""
-    with STATE.lock:
+    with adapter_state().lock:
         before = dict(state.reference)
     reference = dict(before)
     conflicts = compare_arrived(arrived, reference)
@@ -106,7 +107,7 @@ def _verdict(state: GroupState, arrived: dict, ranks, where: str) -> dict:
 
 
 def _apply(state: GroupState, verdict: dict) -> None:
-    with STATE.lock:
+    with adapter_state().lock:
         for key, signature, rank in verdict["reference"]:
             state.reference[ChoiceKey(*key)] = (signature, rank)
         for pair in exchange.decode_pairs(verdict["pairs"]):
@@ -116,11 +117,12 @@ def _apply(state: GroupState, verdict: dict) -> None:
 def _record(where: str, group, ranks, moved, buckets: int, gathered: int) -> None:
     """``last_check``: what the latest check moved (bytes sent/received by this rank, payloads) and
     the connections this rank holds for the group's checks."""
-    count = STATE.last_check.get("count", 0) + 1
-    tree = STATE.group_state(group).guard
-    STATE.last_check.update(where=where, group=getattr(group, "group_name", None), size=len(ranks), sent=moved[0],
-                            received=moved[1], buckets=buckets, gathered=gathered, count=count,
-                            connections=len(tree.edges) if tree is not None else 0)
+    adapter = adapter_state()
+    count = adapter.last_check.get("count", 0) + 1
+    tree = adapter.group_state(group).guard
+    adapter.last_check.update(where=where, group=getattr(group, "group_name", None), size=len(ranks), sent=moved[0],
+                              received=moved[1], buckets=buckets, gathered=gathered, count=count,
+                              connections=len(tree.edges) if tree is not None else 0)
 
 
 def _log_check(size: int, where: str, differ: set, sent: int, verdict, new: int) -> None:

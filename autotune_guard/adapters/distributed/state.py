@@ -1,5 +1,5 @@
-"""What the adapter keeps for the process's life, on one object it owns (``STATE``); a forked
-child renews its lock (``runtime.current().on_fork``)."""
+"""What the adapter keeps for the process's life, on one object the ``Guard`` holds
+(``adapter_state()``); a forked child renews its lock (``after_fork``)."""
 
 from __future__ import annotations
 
@@ -22,12 +22,11 @@ class AdapterState:
         self.groups_by_id: dict[int, GroupState] = {}  # groups that cannot be weakly referenced
         self.wrappers: dict[str, object] = {}  # barrier name -> the FunctionWrapper put in its place
         self.startup_error: list[Exception] = []  # a bad start-up value, raised at each use
-        self.hook_registered = False
         self.last_check: dict = {}  # what the latest check moved: read by the benchmarks and tests
         self.barriers_counted = 0  # in every group, destroyed ones included: named at exit if no check ran
 
-    def renew(self) -> None:
-        """In a forked child: another thread may have held the lock at fork."""
+    def after_fork(self) -> None:
+        """In a forked child (``Guard.held``): another thread may have held the lock at fork."""
         self.lock = threading.Lock()
 
     def group_state(self, group) -> GroupState:
@@ -41,5 +40,6 @@ class AdapterState:
             return state
 
 
-STATE = AdapterState()
-runtime.current().on_fork(STATE.renew)
+def adapter_state() -> AdapterState:
+    """The adapter's state, made at the first need."""
+    return runtime.current().held("adapters.distributed", AdapterState)

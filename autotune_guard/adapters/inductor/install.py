@@ -56,16 +56,11 @@ def patch(heuristics) -> list:
 
 def _watch_templates() -> None:
     """max-autotune's template selection and the FX graph cache key (``templates``), patched when
-    Inductor imports them (at once if it has)."""
-    adapter = state()
-    if adapter.watched:
-        return
-    import wrapt
-
+    Inductor imports them (at once if it has); the Guard's registry registers each hook once."""
+    guard = current()
     for module in templates.AFTER_SELECTOR:
-        wrapt.register_post_import_hook(templates.on_import, module)
-    wrapt.register_post_import_hook(template_cache.patch_codecache, "torch._inductor.codecache")
-    adapter.watched = True
+        guard.when_imported(module, templates.on_import, once=True)
+    guard.when_imported("torch._inductor.codecache", template_cache.patch_codecache, once=True)
 
 
 def seam_missing(what: str) -> None:

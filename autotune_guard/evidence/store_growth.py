@@ -1,5 +1,5 @@
 """A table store grows by what consensus tunes (``AUTOTUNE_MODE=consensus`` with a Redis URL in
-``AUTOTUNE_TABLE_PATH``): the store's counterpart of ``table_growth`` for a table directory.
+``AUTOTUNE_TABLE_PATH``): the store's counterpart of ``evidence.table_growth`` for a table directory.
 
 A winner this process tuned for its whole job (``Guard.tuned_for_job``) is added shortly after the
 choice, by a background thread subscribed to the ``Guard``, and once more at exit. The server adds
@@ -11,53 +11,58 @@ the winners stay chosen in this process and its evidence files; they are tried o
 
 from __future__ import annotations
 
-import atexit
 import logging
 import socket
-import threading
 import time
 
-from . import evidence
-from .core.debounced import DebouncedWriter
-from .core.model import signature
-from .core.store_url import hide_password, store_urls
-from .runtime import current
+from .. import evidence
+from ..core.model import signature
+from ..core.store_url import hide_password, store_urls
+from ..runtime import EXIT_TABLE, current
+from .writer import WriterShell
 
 logger = logging.getLogger("autotune_guard")
 
 
-class _State:
+class StoreGrowth(WriterShell):
+    """The writer shell of the store growth (its lock: one flush at a time in this process), and
+    what the growth knows."""
+
     def __init__(self):
-        self.lock = threading.Lock()
+        # Adds new winners shortly after they are chosen, off the launch path.
+        super().__init__(flush, interval_s=0.2, thread_name="autotune_guard-store",
+                         failure="could not add this job's winners to the table store: %s")
         self.url: str | None = None  # where this policy's winners go; None: nowhere
         self.stores = None
         self.written: set = set()  # ChoiceKeys put in the store (or found there)
         self.added = 0
-        self.registered = False
-        self.writer = DebouncedWriter(flush, interval_s=0.2, thread_name="autotune_guard-store",
-                                      failure="could not add this job's winners to the table store: %s")
 
-    def after_fork(self) -> None:
-        self.lock = threading.Lock()
+    def renew(self) -> None:
         self.written = set()  # the parent adds its own winners
-        self.writer.after_fork_in_child()
 
 
-def _state() -> _State:
-    return current().held("store_growth", _State)
+def _made() -> StoreGrowth:
+    """At the first consensus policy with a store URL: the growth, told of new choices, with its exit step."""
+    guard = current()
+    guard.subscribe(_changed)
+    guard.on_exit(_at_exit, EXIT_TABLE)
+    return StoreGrowth()
+
+
+def _state(make: bool = True) -> StoreGrowth | None:
+    guard = current()
+    return guard.held("evidence.store_growth", _made) if make else guard.held_already("evidence.store_growth")
 
 
 def configure(policy) -> None:
     """Where ``policy``'s winners are added: the first store URL of its table path, in consensus,
     through the store writer the adapter registered (the ``table_store`` fact: adapters.redis_tables)."""
-    state = _state()
     urls = store_urls(policy.table_path) if policy is not None and policy.mode == "consensus" else []
+    state = _state(make=bool(urls))
+    if state is None:
+        return
     stores = current().facts.get("table_store") if urls else None
     state.url, state.stores, state.added = (urls[0] if urls and stores is not None else None), stores, 0
-    if state.url and not state.registered:
-        atexit.register(_at_exit)
-        current().subscribe(_changed)
-        state.registered = True
 
 
 def flush() -> None:
@@ -111,8 +116,8 @@ def _provenance() -> dict:
 
 
 def _at_exit() -> None:
-    state = _state()
-    if state.url is None:
+    state = _state(make=False)
+    if state is None or state.url is None:
         return
     flush()
     if state.added:
@@ -122,6 +127,6 @@ def _at_exit() -> None:
 
 def _changed() -> None:
     """A new choice: wake the writer when this process tuned something not added yet."""
-    state = _state()
-    if state.url is not None and len(current().epoch.tuned) > len(state.written):
+    state = _state(make=False)
+    if state is not None and state.url is not None and len(current().epoch.tuned) > len(state.written):
         state.writer.wake()

@@ -20,60 +20,79 @@ Each kernel new to the table gets this job's provenance of it (``provenance``, a
 writes it), so pinned mode and consensus name its entries once the kernel changes. A kernel the
 table holds against another version of it (source, candidates or tuning options) gets none of
 this job's winners, and that is said once: one version per kernel.
+
+What it keeps (the writer shell, the keys written, where the table grows) is one object the
+``Guard`` holds (``_growth()``); its exit step is the Guard's ``EXIT_TABLE``, after the evidence.
 """
 
 from __future__ import annotations
 
-import atexit
 import errno
 import logging
 import os
 import socket
 import stat
 import tempfile
-import threading
 import time
 
-from . import evidence, store_growth
-from .core import jsonfile, safe_files, tables
-from .core.debounced import DebouncedWriter
-from .core.errors import FileFormatError, PolicyError, UnsafePathError
-from .core.model import signature
-from .core.schema import TABLE_FORMAT, read_document
-from .core.store_url import store_urls
-from .runtime import current
+from .. import evidence
+from ..core import jsonfile, safe_files, tables
+from ..core.store_url import store_urls
+from ..core.errors import FileFormatError, PolicyError, UnsafePathError
+from ..core.model import signature
+from ..core.schema import TABLE_FORMAT, read_document
+from ..runtime import EXIT_TABLE, current
+from . import store_growth
+from .writer import WriterShell
 
 logger = logging.getLogger("autotune_guard")
 
-_write_lock = threading.Lock()  # one write at a time in this process (record locks do not exclude its threads)
-_written: set = set()  # ChoiceKeys this process has put in its table
-_directory: str | None = None  # where this policy's table grows; None: it does not
-_added: dict[str, int] = {}  # table file -> entries this process added to it
-_registered = False
-_tuned_seen: tuple = ()  # (identity, size) of the epoch's tuned winners at the last wake-up
-_given_up: set = set()  # lock files this process waited for in vain: later tries do not wait
-
 LOCK_WAIT_S = 10.0  # the longest a write waits for another process's table lock
+
+
+class TableGrowth(WriterShell):
+    """The writer shell of the table growth (its lock: one write at a time in this process, since
+    record locks do not exclude its threads), and what the growth knows."""
+
+    def __init__(self):
+        # Adds new winners shortly after they are chosen, off the launch path.
+        super().__init__(flush, interval_s=0.2, thread_name="autotune_guard-table",
+                         failure="could not add this job's winners to the table: %s")
+        self.written: set = set()  # ChoiceKeys this process has put in its table
+        self.directory: str | None = None  # where this policy's table grows; None: it does not
+        self.added: dict[str, int] = {}  # table file -> entries this process added to it
+        self.tuned_seen: tuple = ()  # (identity, size) of the epoch's tuned winners at the last wake-up
+        self.given_up: set = set()  # lock files this process waited for in vain: later tries do not wait
+
+
+def _made() -> TableGrowth:
+    """At the first consensus policy with a table path: the growth, told of new choices, with its
+    exit step."""
+    guard = current()
+    guard.subscribe(_changed)
+    guard.on_exit(_at_exit, EXIT_TABLE)
+    return TableGrowth()
+
+
+def _growth(make: bool = True) -> TableGrowth | None:
+    """The growth's state; None where none was needed yet and ``make`` is false."""
+    guard = current()
+    return guard.held("evidence.table_growth", _made) if make else guard.held_already("evidence.table_growth")
 
 
 def configure(policy) -> None:
     """Called as ``policy`` is installed: where its table grows, if anywhere. A table directory
     that cannot be written fails here, before any kernel runs; table files alone are said once."""
-    global _directory, _registered
-    _directory = None
-    _added.clear()  # what the exit says is this policy's
-    # --- a table store (Redis URL) grows instead: store_growth, through the registered writer
-    store_growth.configure(policy)  # a policy without a URL stops it
+    growth = _growth(make=False)
+    if growth is not None:
+        growth.directory = None
+        growth.added.clear()  # what the exit says is this policy's
+    store_growth.configure(policy)  # a table store (a Redis URL) grows instead; a policy without one stops it
     if policy is not None and store_urls(policy.table_path):
         return
-    # ---
     if policy is None or policy.mode != "consensus" or not policy.table_path:
         return
-    if not _registered:
-        atexit.register(_at_exit)
-        current().subscribe(_changed)
-        current().on_fork(_after_fork_in_child)
-        _registered = True
+    growth = _growth()
     directory = tables.writable_table_dir(policy.table_path)
     if directory is None:
         current().warn_once("table growth: no directory", (
@@ -83,7 +102,7 @@ def configure(policy) -> None:
         return
     check_writable(directory, policy.table_path)
     _name_if_shared(directory)
-    _directory = directory
+    growth.directory = directory
 
 
 def _name_if_shared(directory: str) -> None:
@@ -108,10 +127,11 @@ def check_writable(directory: str, table_path) -> None:
 
 def flush() -> None:
     """Add this process's winners not written yet to the table, now."""
-    with _write_lock:
-        directory = _directory
+    growth = _growth()
+    with growth.lock:
+        directory = growth.directory
         epoch = current().epoch
-        pending = {key: desc for key, desc in list(epoch.tuned.items()) if key not in _written}
+        pending = {key: desc for key, desc in list(epoch.tuned.items()) if key not in growth.written}
         if directory is None or not pending:
             return
         by_arch: dict = {}
@@ -125,7 +145,7 @@ def flush() -> None:
                 current().warn_once(f"table growth: {directory} {arch}", f"could not add this job's winners to the "
                                     f"table in {directory}: {exc}; the next run tunes them again", scope="process")
                 continue
-            _written.update(key for key in pending if key.arch == arch)
+            growth.written.update(key for key in pending if key.arch == arch)
 
 
 def _grow(directory: str, arch: str, additions: dict) -> bool:
@@ -148,7 +168,8 @@ def _grow(directory: str, arch: str, additions: dict) -> bool:
                 grown["source"] = {**grown["source"], "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
             jsonfile.atomic_write_json(path, grown)
             logger.debug("added %d entr%s to the table %s", count, "y" if count == 1 else "ies", path)
-            _added[path] = _added.get(path, 0) + count
+            added = _growth().added
+            added[path] = added.get(path, 0) + count
     finally:
         os.close(fd)  # releases the lock
     _said_differing(path, arch, additions, grown, differing, stale)
@@ -158,17 +179,18 @@ def _grow(directory: str, arch: str, additions: dict) -> bool:
 def _locked(lock: str) -> int | None:
     """The lock file's descriptor, locked; None (said once) when another process held it for
     ``LOCK_WAIT_S`` (and at once on later tries). Never opened through a symlink."""
+    given_up = _growth().given_up
     fd, _ = safe_files.open_regular(lock, os.O_RDWR | os.O_CREAT, 0o666)
     try:
-        holder = safe_files.lock_within(fd, 0 if lock in _given_up else LOCK_WAIT_S)
+        holder = safe_files.lock_within(fd, 0 if lock in given_up else LOCK_WAIT_S)
     except BaseException:
         os.close(fd)
         raise
     if holder is None:
         return fd
     os.close(fd)
-    if lock not in _given_up:
-        _given_up.add(lock)
+    if lock not in given_up:
+        given_up.add(lock)
         current().warn_once(f"table lock: {lock}", (
             f"could not lock {lock} within {LOCK_WAIT_S:g} s: "
             f"{f'process {holder} holds it' if holder else 'another process holds it'}; this job's new winners "
@@ -227,30 +249,19 @@ def _provenance() -> dict:
             "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "triton": facts.get("triton_version")}
 
 
-# Adds new winners shortly after they are chosen, off the launch path.
-_writer = DebouncedWriter(flush, interval_s=0.2, thread_name="autotune_guard-table",
-                          failure="could not add this job's winners to the table: %s")
-
-
 def _at_exit() -> None:
+    """The exit step ``EXIT_TABLE``: what is left is added, and what was added is said."""
     flush()
-    for path, count in sorted(_added.items()):
+    for path, count in sorted(_growth().added.items()):
         logger.info("added %d entr%s this process tuned to the table %s", count, "y" if count == 1 else "ies", path)
 
 
 def _changed() -> None:
     """A new choice: when the winners tuned here grew, the table is written soon (a constant-time
     check: it runs after every choice)."""
-    global _tuned_seen
+    growth = _growth()
     tuned = current().epoch.tuned
-    if _directory is None or _tuned_seen == (id(tuned), len(tuned)):
+    if growth.directory is None or growth.tuned_seen == (id(tuned), len(tuned)):
         return
-    _tuned_seen = (id(tuned), len(tuned))
-    _writer.wake()
-
-
-def _after_fork_in_child() -> None:
-    # The parent's writer thread may have held the lock at fork(); the child writes its own winners.
-    global _write_lock
-    _write_lock = threading.Lock()
-    _writer.after_fork_in_child()
+    growth.tuned_seen = (id(tuned), len(tuned))
+    growth.wake()
