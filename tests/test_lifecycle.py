@@ -2,6 +2,7 @@
 one registry of post-import hooks, held objects renewed after fork, one ``sys.excepthook`` wrapper.
 In-process and fast: each test makes a ``Lifecycle`` of its own (the process's Guard is untouched)."""
 
+import pytest
 import os
 import subprocess
 import sys
@@ -70,6 +71,7 @@ def test_held_objects_are_renewed_in_a_forked_child():
     assert kept.renewed == 1 and heard == [1]
 
 
+@pytest.mark.slow
 def test_the_guard_wraps_sys_excepthook_once_for_the_ending_and_the_short_report():
     code = textwrap.dedent("""
         import sys
