@@ -11,12 +11,12 @@ import logging
 from typing import Any, NamedTuple, Sequence
 
 from ..core import consensus as protocol
-from . import consensus
 from ..core import tables
 from ..core.errors import SelectionError
 from ..core.model import Choice, ChoiceKey, record_entry, signature, tuned_winner
 from ..core.pinned import Pick
 from ..runtime import Epoch, current
+from . import consensus
 
 logger = logging.getLogger("autotune_guard")
 
@@ -64,8 +64,9 @@ class Tunable:
         return None
 
     def check_provenance(self) -> None:
-        """A table entry for this key exists: name it (or refuse it) when it was recorded against
-        another version of the kernel."""
+        """Before the pinned rule, and before a table's entry decides: a table entry for this key
+        recorded against another version of the kernel is named (or refused); nothing when the
+        tables hold no entry for the key (the family looks)."""
 
     def pick(self, epoch: Epoch) -> Pick:
         """The pinned rule's candidate (table, block sizes, on-miss, chaos)."""
