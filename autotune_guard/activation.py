@@ -26,7 +26,7 @@ from . import _watch, evidence
 from .adapters import distributed, redis_tables, torch_flags
 from .adapters import triton as triton_adapter
 from .core import settings
-from .core.errors import GuardError, SelectionError
+from .core.errors import ActivationError, GuardError, SelectionError
 from .core.settings import AutotunePolicy, policy_from_settings
 from .evidence import signals as evidence_signals, table_growth
 from .runtime import current
@@ -54,9 +54,9 @@ def arm() -> None:
     try:
         import wrapt  # noqa: F401  (its absence is named here, before any hook is needed)
     except Exception as exc:
-        raise ImportError(f"autotune_guard is active (an AUTOTUNE_* variable is set) but its dependency wrapt cannot "
-                          f"be imported ({exc!r}); reinstall autotune-guard, or set AUTOTUNE_DISABLE=1 to run "
-                          "unguarded") from exc
+        raise ActivationError(f"autotune_guard is active (an AUTOTUNE_* variable is set) but its dependency wrapt "
+                              f"cannot be imported ({exc!r}); reinstall autotune-guard, or set AUTOTUNE_DISABLE=1 to "
+                              "run unguarded", dependency="wrapt") from exc
     guard = current()
     guard.when_imported(AUTOTUNER, _on_autotuner)
     guard.when_imported("torch.distributed", _on_distributed)

@@ -320,7 +320,6 @@ def current() -> Guard:
     return _guard
 
 
-# The package's one fork hook of its own (the core's consensus engine keeps two until it moves
-# beside the decision engine): every renewal is a held object's after_fork() or an on_fork listener.
+# The package's one fork hook: every renewal is a held object's after_fork() or an on_fork listener.
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_guard.after_fork)

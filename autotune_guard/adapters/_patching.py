@@ -88,6 +88,16 @@ class Patch:
             _rebind(self.name, self.original, self.replacement)
         return True
 
+    def forget(self) -> None:
+        """The owner was given a value of its own over the replacement (a plain assignment, not a
+        wrapper that calls ours): this patch is no longer in force and is dropped from the registry
+        without putting anything back, so a new patch can go over what the owner holds now."""
+        with _lock:
+            key = (id(self.owner), self.name)
+            if self.kept and _in_force.get(key) is self:
+                del _in_force[key]
+            self.undone = True
+
     def _holds(self, value) -> bool:
         """Whether the owner itself (not a base class) holds ``value`` (``_MISSING``: nothing)."""
         return vars(self.owner).get(self.name, _MISSING) is value

@@ -1,2 +1,2 @@
 """The pure core: settings, the choice model, the rules and the files. Imports only the standard
-library (and python-dotenv, in ``settings``, when an env file is read)."""
+library (and python-dotenv, in ``envfile``, when an env file is read)."""

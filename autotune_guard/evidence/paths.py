@@ -13,6 +13,7 @@ import socket
 import tempfile
 
 from ..core import jsonfile, safe_files
+from ..core.errors import OutputPathError
 from ..runtime import current
 
 logger = logging.getLogger("autotune_guard")
@@ -59,13 +60,16 @@ def check_writable(prefix: str, variable: str) -> None:
     path = _names().absolute[prefix] = os.path.abspath(prefix)
     directory = os.path.dirname(path)
     if os.path.isdir(prefix):
-        raise PermissionError(f"{variable}={prefix!r} is a directory; it is a file prefix, like {os.path.join(prefix, 'rec')}")
+        raise OutputPathError(f"{variable}={prefix!r} is a directory; it is a file prefix, like {os.path.join(prefix, 'rec')}",
+                              variable=variable, value=prefix, path=prefix)
     if os.path.exists(directory) and not os.path.isdir(directory):
-        raise PermissionError(f"{variable}={prefix!r}: {directory} is not a directory")
+        raise OutputPathError(f"{variable}={prefix!r}: {directory} is not a directory", variable=variable, value=prefix,
+                              path=directory)
     try:
         os.makedirs(directory, exist_ok=True)
     except OSError as exc:
-        raise PermissionError(f"{variable}={prefix!r}: directory {directory} cannot be created ({exc.strerror})") from None
+        raise OutputPathError(f"{variable}={prefix!r}: directory {directory} cannot be created ({exc.strerror})",
+                              variable=variable, value=prefix, path=directory) from None
     _check_name_length(prefix, variable, path)
     # Try it: os.access() says yes to root even where the filesystem refuses (read-only, /proc).
     try:
@@ -73,7 +77,8 @@ def check_writable(prefix: str, variable: str) -> None:
         os.close(fd)
         os.unlink(probe)
     except OSError as exc:
-        raise PermissionError(f"{variable}={prefix!r}: cannot write files in {directory} ({exc.strerror})") from None
+        raise OutputPathError(f"{variable}={prefix!r}: cannot write files in {directory} ({exc.strerror})",
+                              variable=variable, value=prefix, path=directory) from None
 
 
 def _longest_name(path: str) -> str:
@@ -99,13 +104,14 @@ def _check_name_length(prefix: str, variable: str, path: str) -> None:
     size = len(os.fsencode(longest)) + extra
     if size > name_max:
         room = name_max - (size - len(os.fsencode(os.path.basename(path))))
-        raise PermissionError(
+        raise OutputPathError(
             f"{variable}={prefix!r}: its files' names, like {os.path.basename(rank_file(prefix, 0))} (up to "
             f"{size} bytes with the rank, pid and temporary name), are over the {name_max}-byte limit of names in "
-            f"{directory}; shorten the prefix's last part {os.path.basename(path)!r} to at most {max(room, 0)} bytes")
+            f"{directory}; shorten the prefix's last part {os.path.basename(path)!r} to at most {max(room, 0)} bytes",
+            variable=variable, value=prefix, path=directory)
     if len(os.fsencode(os.path.join(directory, longest))) + extra > path_max:
-        raise PermissionError(f"{variable}={prefix!r}: its files' paths would be over the {path_max}-byte limit of "
-                              f"paths in {directory}; use a shorter prefix")
+        raise OutputPathError(f"{variable}={prefix!r}: its files' paths would be over the {path_max}-byte limit of "
+                              f"paths in {directory}; use a shorter prefix", variable=variable, value=prefix, path=directory)
 
 
 def write(path: str, document: dict) -> tuple[str, int]:

@@ -11,7 +11,7 @@ import logging
 
 from ... import runtime
 from ...core.agreement import GroupState, compare_arrived, learn, pair_hash, rank_list, report
-from ...core.errors import ChoiceMismatchError
+from ...core.errors import ChoiceMismatchError, VerificationError
 from ...core.model import ChoiceKey
 from . import cadence, exchange
 from .state import adapter_state
@@ -78,8 +78,9 @@ def _collective(where: str, ranks, call):
     try:
         return call()
     except Exception as exc:
-        raise RuntimeError(f"autotune_guard: the choice check at {where} in group {rank_list(ranks)} did not complete "
-                           f"on every rank ({exc}); the program's own collectives are not affected") from exc
+        raise VerificationError(f"autotune_guard: the choice check at {where} in group {rank_list(ranks)} did not "
+                                f"complete on every rank ({exc}); the program's own collectives are not affected",
+                                where=where, ranks=list(ranks)) from exc
 
 
 def _learn_agreed(state: GroupState, pending: list, hashed: dict, differ: set, ranks) -> None:

@@ -14,6 +14,7 @@ import logging
 import sys
 from functools import cached_property
 
+from ...core.errors import UnsupportedError
 from ...runtime import current
 from .. import _patching
 from . import foreign, guarded, library, seam
@@ -106,8 +107,8 @@ def check_supported(autotuner_module) -> tuple:
     numbers = tuple(int(p) for p in version.split("+")[0].split(".")[:2] if p.isdigit())
     cls = getattr(autotuner_module, "Autotuner", None)
     if numbers < MIN_TRITON or cls is None or not all(hasattr(cls, n) for n in ("run", "prune_configs")):
-        raise RuntimeError(f"autotune_guard supports Triton {MIN_TRITON[0]}.{MIN_TRITON[1]} and newer; this is "
-                           f"Triton {version}. Set AUTOTUNE_DISABLE=1 to run unguarded.")
+        raise UnsupportedError(f"autotune_guard supports Triton {MIN_TRITON[0]}.{MIN_TRITON[1]} and newer; this is "
+                               f"Triton {version}. Set AUTOTUNE_DISABLE=1 to run unguarded.", what="triton", version=version)
     if numbers > NEWEST_TESTED_TRITON:
         # Still guarded: the patch checks the methods it needs above; a newer release may change what they do.
         newest = ".".join(map(str, NEWEST_TESTED_TRITON))

@@ -8,6 +8,7 @@ import logging
 import os
 import sys
 
+from ...core.errors import UnsupportedError
 from ...runtime import current
 from . import launch, library, observe, seam
 from .eager import pinned_choice
@@ -42,8 +43,8 @@ def init(self, *args, **kwargs):
 
 
 def _no_timer_under_interpreter(kernel_call, quantiles):
-    raise RuntimeError("Triton's default timer needs a GPU driver; under TRITON_INTERPRET=1 give the kernel "
-                       "do_bench=..., or pin it with AUTOTUNE_MODE=pinned")
+    raise UnsupportedError("Triton's default timer needs a GPU driver; under TRITON_INTERPRET=1 give the kernel "
+                           "do_bench=..., or pin it with AUTOTUNE_MODE=pinned", what="Triton's default timer")
 
 
 def state_for(autotuner, launching=None) -> TunerState:

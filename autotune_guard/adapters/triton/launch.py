@@ -66,7 +66,7 @@ class Observe:
 
 
 class PinThroughPruning:
-    """The choice lives in Triton's ``cache``; ``prune.pinned_survivor`` makes it."""
+    """The choice lives in Triton's ``cache``; the guarded pruning (``guarded.prune``) makes it."""
 
     name = "pin-through-pruning"
 

@@ -206,8 +206,7 @@ def chain_listener(interpreting: bool) -> None:
     registry().user_listener = knobs.listener
     stale = _patching.patched(knobs, "listener")
     if stale is not None:  # the program set a listener of its own over ours since: ours goes first again
-        stale.undo()
-        knobs.listener = registry().user_listener
+        stale.forget()
     _patching.patch(knobs, "listener", listener)
 
 
