@@ -83,7 +83,7 @@ def test_test_sh_says_what_it_installs_shows_progress_and_needs_no_terminal(tmp_
     proc = subprocess.run(["bash", os.path.join(REPO, "scripts", "test.sh")], env=env, capture_output=True,
                           text=True, timeout=60, stdin=subprocess.DEVNULL, start_new_session=True)
     lines = proc.stdout.splitlines()
-    assert proc.returncode == 1 and lines[0].startswith("scripts/test.sh: installs chromium with apt-get"), proc.stdout
+    assert proc.returncode == 1 and lines[0].startswith("scripts/test.sh: installs chromium and redis-server with apt-get"), proc.stdout
     said = next(i for i, line in enumerate(lines) if line.startswith("chromium: missing; installing Debian's chromium"))
     progress = [line for line in lines[said:] if line.startswith("    ... ") and "fake chromium part" in line]
     assert progress and any(line.startswith("    done in ") for line in lines[said:]), proc.stdout

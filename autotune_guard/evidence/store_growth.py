@@ -129,4 +129,4 @@ def _changed() -> None:
     """A new choice: wake the writer when this process tuned something not added yet."""
     state = _state(make=False)
     if state is not None and state.url is not None and len(current().epoch.tuned) > len(state.written):
-        state.writer.wake()
+        state.wake()
