@@ -165,7 +165,7 @@ PRUNE = {"early_config_prune": matmul248_kernel_config_pruner, "perf_model": Non
 
 @autotune(configs=CONFIGS, key=["M", "N", "K"], nearest_power_of_two=True, prune_configs_by=PRUNE)
 @triton.jit
-def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K: tl.constexpr, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                   BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr, BLOCK_SIZE_K: tl.constexpr,
                   GROUP_SIZE_M: tl.constexpr):
     # the grouped program order of GPTQ's matmul248 kernel, over plain float32 (no dequantisation)
@@ -182,8 +182,9 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk,
     offs_n = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
     offs_k = tl.arange(0, BLOCK_SIZE_K)
     accumulator = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BLOCK_SIZE_K)):
-        ks = k * BLOCK_SIZE_K + offs_k
+    # K is a constexpr here: Triton 3.3's interpreter cannot loop to a runtime scalar (with NumPy 2)
+    for start in range(0, K, BLOCK_SIZE_K):
+        ks = start + offs_k
         a = tl.load(a_ptr + offs_m[:, None] * stride_am + ks[None, :] * stride_ak,
                     mask=(offs_m[:, None] < M) & (ks[None, :] < K), other=0.0)
         b = tl.load(b_ptr + ks[:, None] * stride_bk + offs_n[None, :] * stride_bn,
