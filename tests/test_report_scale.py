@@ -141,7 +141,7 @@ def test_show_json_and_text_of_many_files_equal_the_whole_file_path(capsys, many
     # which the table holds too (42)
     assert {len(r["choices"]) for r in reference} == {40, 42}
     shown = json.loads(out)
-    assert shown["keys"] == json.loads(json.dumps(output.plain(reference)))
+    assert shown["keys"] == json.loads(json.dumps(jsonfile.finite(reference)))
     assert shown["disagreements"] == sum(not r["agree"] for r in reference)
 
     code, out, _ = run(capsys, "show", "--jobs", jobs, *args)

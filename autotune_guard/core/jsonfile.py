@@ -48,15 +48,23 @@ class NotOurs(OSError):
     directory, a FIFO or a file of another user (pre-created in a shared directory)."""
 
 
-def _finite(value):
+def remove_quietly(path: str) -> None:
+    """Remove a temporary file of ours that a failed write left; gone already is fine."""
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def finite(value):
     """``value`` with each float that is not finite (Triton's time for a candidate that failed)
     as null: strict JSON parsers refuse ``Infinity``."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
+        return {k: finite(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
+        return [finite(v) for v in value]
     return value
 
 
@@ -65,7 +73,7 @@ def dumps(document) -> str:
     try:
         return json.dumps(document, indent=1, sort_keys=True, allow_nan=False) + "\n"
     except ValueError:  # a non-finite float somewhere: rare, so the common case pays nothing
-        return json.dumps(_finite(document), indent=1, sort_keys=True, allow_nan=False) + "\n"
+        return json.dumps(finite(document), indent=1, sort_keys=True, allow_nan=False) + "\n"
 
 
 def _check_target(path: str) -> None:
@@ -114,10 +122,7 @@ def atomic_write_json(path: str, document: Mapping, *, own_only: bool = False) -
         raise OSError(exc.errno, exc.strerror or str(exc), path) from None  # named: not the temporary's name
     finally:
         if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+            remove_quietly(tmp)
 
 
 def _create_exclusive(path: str, *, own_only: bool) -> tuple[int, str]:
@@ -133,10 +138,7 @@ def _create_exclusive(path: str, *, own_only: bool) -> tuple[int, str]:
         os.replace(tmp, path)
     except BaseException:
         os.close(fd)
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        remove_quietly(tmp)
         raise
     return fd, path
 
@@ -164,7 +166,7 @@ class Journal:
 
     def append(self, values) -> int:
         """Add ``values``, one line each, in one write; returns the bytes written."""
-        text = "".join(json.dumps(_finite(v), sort_keys=True, allow_nan=False, separators=(",", ":")) + "\n"
+        text = "".join(json.dumps(finite(v), sort_keys=True, allow_nan=False, separators=(",", ":")) + "\n"
                        for v in values)
         data = self._compress.compress(text.encode()) + self._compress.flush(zlib.Z_SYNC_FLUSH)
         view = memoryview(data)

@@ -52,6 +52,15 @@ def fix_rank() -> tuple[int, int]:
     return current().facts.get("rank_world") or (0, 1)
 
 
+def entry_author() -> dict:
+    """Who adds a table entry (a table file's or a table store's): the run (the id the evidence
+    files carry), rank, host, time, Triton."""
+    facts = current().facts
+    rank = (facts.peek("rank_world") or facts.ask("rank_now", (0, 1)))[0]
+    return {"run_id": run_id(), "rank": rank, "host": socket.gethostname(),
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "triton": facts.get("triton_version")}
+
+
 def run_id() -> str:
     """What the processes of one run share: ``AUTOTUNE_RUN_ID`` when set, else torchrun's run id
     (``--standalone`` or ``--rdzv-id``), else Slurm's job step, else the id the first guarded

@@ -12,14 +12,12 @@ the winners stay chosen in this process and its evidence files; they are tried o
 from __future__ import annotations
 
 import logging
-import socket
-import time
 
 from .. import evidence
 from ..core.model import signature
 from ..core.store_url import hide_password, store_urls
-from ..runtime import EXIT_TABLE, current
-from .writer import WriterShell
+from ..runtime import current
+from .writer import WriterShell, held_growth
 
 logger = logging.getLogger("autotune_guard")
 
@@ -41,17 +39,9 @@ class StoreGrowth(WriterShell):
         self.written = set()  # the parent adds its own winners
 
 
-def _made() -> StoreGrowth:
-    """At the first consensus policy with a store URL: the growth, told of new choices, with its exit step."""
-    guard = current()
-    guard.subscribe(_changed)
-    guard.on_exit(_at_exit, EXIT_TABLE)
-    return StoreGrowth()
-
-
 def _state(make: bool = True) -> StoreGrowth | None:
-    guard = current()
-    return guard.held("evidence.store_growth", _made) if make else guard.held_already("evidence.store_growth")
+    """The growth's state; None where none was needed yet and ``make`` is false."""
+    return held_growth("evidence.store_growth", StoreGrowth, _changed, _at_exit, make)
 
 
 def configure(policy) -> None:
@@ -76,7 +66,7 @@ def flush() -> None:
         grouped: dict = {}
         for key, desc in pending.items():
             grouped.setdefault((key.arch, key.kernel), {})[key.key] = desc
-        who = _provenance()
+        who = evidence.entry_author()
         for (arch, kernel), entries in sorted(grouped.items()):
             if url in stores.down or not _add(stores, url, arch, kernel, entries, who):
                 return  # said once; what is left is tried again at exit
@@ -105,14 +95,6 @@ def _add(stores, url: str, arch: str, kernel: str, entries: dict, who: dict) -> 
                 "wins)"), scope="process")
     _state().added += len(entries) - len(found)
     return True
-
-
-def _provenance() -> dict:
-    """Who adds an entry: the run (the id the evidence files carry), rank, host, time, Triton."""
-    facts = current().facts
-    rank = (facts.peek("rank_world") or facts.ask("rank_now", (0, 1)))[0]
-    return {"run_id": evidence.run_id(), "rank": rank, "host": socket.gethostname(),
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "triton": facts.get("triton_version")}
 
 
 def _at_exit() -> None:

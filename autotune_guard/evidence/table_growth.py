@@ -30,7 +30,6 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import socket
 import stat
 import tempfile
 import time
@@ -41,9 +40,9 @@ from ..core.store_url import store_urls
 from ..core.errors import FileFormatError, PolicyError, UnsafePathError
 from ..core.model import signature
 from ..core.schema import TABLE_FORMAT, read_document
-from ..runtime import EXIT_TABLE, current
+from ..runtime import current
 from . import store_growth
-from .writer import WriterShell
+from .writer import WriterShell, held_growth
 
 logger = logging.getLogger("autotune_guard")
 
@@ -65,19 +64,9 @@ class TableGrowth(WriterShell):
         self.given_up: set = set()  # lock files this process waited for in vain: later tries do not wait
 
 
-def _made() -> TableGrowth:
-    """At the first consensus policy with a table path: the growth, told of new choices, with its
-    exit step."""
-    guard = current()
-    guard.subscribe(_changed)
-    guard.on_exit(_at_exit, EXIT_TABLE)
-    return TableGrowth()
-
-
 def _growth(make: bool = True) -> TableGrowth | None:
     """The growth's state; None where none was needed yet and ``make`` is false."""
-    guard = current()
-    return guard.held("evidence.table_growth", _made) if make else guard.held_already("evidence.table_growth")
+    return held_growth("evidence.table_growth", TableGrowth, _changed, _at_exit, make)
 
 
 def configure(policy) -> None:
@@ -159,7 +148,7 @@ def _grow(directory: str, arch: str, additions: dict) -> bool:
         document = _read_table(path)
         if document is not None and document["arch"] != arch:
             raise FileFormatError(f"{path}: is a table for arch {document['arch']}, not {arch}")
-        grown, differing, count, stale = tables.grow_table(document, arch, additions, _provenance(),
+        grown, differing, count, stale = tables.grow_table(document, arch, additions, evidence.entry_author(),
                                                            current().facts.get("config_defaults") or {},
                                                            _kernel_provenance(additions))
         if count:
@@ -239,14 +228,6 @@ def _kernel_provenance(additions: dict) -> dict:
         if said:
             found[kernel] = said[0]
     return found
-
-
-def _provenance() -> dict:
-    """Who adds an entry: the run (the id the evidence files carry), rank, host, time, Triton."""
-    facts = current().facts
-    rank = (facts.peek("rank_world") or facts.ask("rank_now", (0, 1)))[0]
-    return {"run_id": evidence.run_id(), "rank": rank, "host": socket.gethostname(),
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "triton": facts.get("triton_version")}
 
 
 def _at_exit() -> None:

@@ -11,6 +11,8 @@ import threading
 import time
 from typing import Callable
 
+from ..runtime import EXIT_TABLE, current
+
 logger = logging.getLogger("autotune_guard")
 
 
@@ -59,3 +61,19 @@ class WriterShell:
             except Exception as exc:
                 logger.warning(self.failure, exc)
             time.sleep(self.interval_s)
+
+
+def held_growth(name: str, make_shell: Callable, changed: Callable, at_exit: Callable, make: bool = True):
+    """A table's growth writer ``name``, held by the Guard: made at first need, told of every new
+    choice (``changed``) and given its step of the exit sequence (``at_exit``, after the evidence);
+    None where none was made yet and ``make`` is false."""
+    guard = current()
+    if not make:
+        return guard.held_already(name)
+
+    def made():
+        guard.subscribe(changed)
+        guard.on_exit(at_exit, EXIT_TABLE)
+        return make_shell()
+
+    return guard.held(name, made)

@@ -5,12 +5,12 @@ target's directory, renamed over it once the command has finished)."""
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import tempfile
 
 from ..core.errors import InputError
+from ..core.jsonfile import finite, remove_quietly
 
 
 # Characters a terminal acts on (C0 but newline and tab, DEL, C1): a kernel name, key, run id or
@@ -37,24 +37,13 @@ class Visible:
         return getattr(self.stream, name)
 
 
-def plain(value):
-    """JSON without Infinity/NaN (a failed candidate's time), which strict parsers refuse."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
-    return value
-
-
 def dump(document, out) -> None:
-    json.dump(plain(document), out, indent=1, sort_keys=False, allow_nan=False)
+    json.dump(finite(document), out, indent=1, sort_keys=False, allow_nan=False)
     out.write("\n")
 
 
 def _nested(value, depth: int) -> str:
-    return json.dumps(plain(value), indent=1, allow_nan=False).replace("\n", "\n" + " " * depth)
+    return json.dumps(finite(value), indent=1, allow_nan=False).replace("\n", "\n" + " " * depth)
 
 
 def dump_streamed(fields: list, out) -> None:
@@ -95,8 +84,5 @@ def write_atomically(path: str, produce) -> int:
         raise InputError(f"{path}: cannot be written ({exc.strerror or exc})", path=path) from None
     finally:
         if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+            remove_quietly(tmp)
     return status
