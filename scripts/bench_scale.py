@@ -3,14 +3,14 @@
     python scripts/bench_scale.py [--waiters 64,128,256,512,1024] [--tune-s 2] [--verify-ranks 2,4,8,16,32,64]
                                   [--entries 500] [--repeat 5] [--procs 16] [--time-limit 540] [--json FILE]
                                   [--schemes-ranks 2,4,8,16,32,64] [--fanin-waiters 64,128,256,512,1024] [--batch-keys 16]
-                                  [--store-ranks 64,256,1024] [--store-keys 16] [--store-filler 500] [--first-launch-reps 20]
+                                  [--store-ranks 64,256,1024 (default: off)] [--store-keys 16] [--store-filler 500] [--first-launch-reps 20]
 
 (``--schemes-ranks`` and ``--fanin-waiters``: verification's full mesh against its tree, and
 consensus with and without node-level fan-in, and with and without batches (``--batch-keys``);
 scripts/scale_parts.py says what they measure.)  ``--store-ranks``: table-store (Redis) requests per node and
 key against the same job on a table directory, and the latency a pinned first launch adds
-(scripts/store_parts.py says how; a real redis-server is started and stopped by it; ``--store-ranks ''``
-leaves the part out).
+(scripts/store_parts.py says how; a real redis-server is started and stopped by it; off unless
+``--store-ranks`` is given, so the other parts run as before without Redis).
 
 Every rank is a thread in one of --procs worker processes (forked from a server that has imported
 torch), and they all talk to ONE real TCPStore hosted by this process, on loopback.  A worker hosts
@@ -461,8 +461,9 @@ def main():
     parser.add_argument("--schemes-ranks", type=ints, default=[2, 4, 8, 16, 32, 64])
     parser.add_argument("--fanin-waiters", type=ints, default=[64, 128, 256, 512, 1024])
     parser.add_argument("--batch-keys", type=int, default=16, help="keys of the batch rows (0: none; default 16)")
-    parser.add_argument("--store-ranks", type=ints, default=[64, 256, 1024],
-                        help="simulated ranks of the table-store rows ('' : none; default 64,256,1024)")
+    parser.add_argument("--store-ranks", type=ints, default=[],
+                        help="simulated ranks of the table-store rows, e.g. 64,256,1024 (default none: the part "
+                             "needs redis-server and the redis client)")
     parser.add_argument("--store-keys", type=int, default=16, help="keys the store rows' job reads or adds (default 16)")
     parser.add_argument("--store-filler", type=int, default=500,
                         help="entries of other kernels in the store rows' table (default 500)")

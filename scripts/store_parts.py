@@ -158,8 +158,9 @@ def patch_counting(counts):
 
 
 def one_job(where, job, n, keys, server, prefix, directory, counts):
-    """One job of ``n`` ranks against the store (``where`` "store") or the directory; returns
-    (requests per node and key: p50, max; reads per rank: max; seconds; server delta)."""
+    """One job of ``n`` ranks against the store (``where`` "store") or the directory: its row
+    (reads and all requests per node and key, p50 and max; reads per rank, max; the server's
+    commandstats and bytes sent over the job; seconds)."""
     from autotune_guard.adapters import redis_tables
     from autotune_guard.core.tables import load_tables, table_entry
     from autotune_guard.evidence import table_growth
