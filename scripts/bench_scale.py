@@ -3,10 +3,14 @@
     python scripts/bench_scale.py [--waiters 64,128,256,512,1024] [--tune-s 2] [--verify-ranks 2,4,8,16,32,64]
                                   [--entries 500] [--repeat 5] [--procs 16] [--time-limit 540] [--json FILE]
                                   [--schemes-ranks 2,4,8,16,32,64] [--fanin-waiters 64,128,256,512,1024] [--batch-keys 16]
+                                  [--store-ranks 64,256,1024 (default: off)] [--store-keys 16] [--store-filler 500] [--first-launch-reps 20]
 
 (``--schemes-ranks`` and ``--fanin-waiters``: verification's full mesh against its tree, and
 consensus with and without node-level fan-in, and with and without batches (``--batch-keys``);
-scripts/scale_parts.py says what they measure.)
+scripts/scale_parts.py says what they measure.)  ``--store-ranks``: table-store (Redis) requests per node and
+key against the same job on a table directory, and the latency a pinned first launch adds
+(scripts/store_parts.py says how; a real redis-server is started and stopped by it; off unless
+``--store-ranks`` is given, so the other parts run as before without Redis).
 
 Every rank is a thread in one of --procs worker processes (forked from a server that has imported
 torch), and they all talk to ONE real TCPStore hosted by this process, on loopback.  A worker hosts
@@ -64,6 +68,7 @@ from autotune_guard.adapters.distributed.tree import Tree  # noqa: E402
 from autotune_guard.core.model import ChoiceKey  # noqa: E402
 
 import scale_parts  # noqa: E402
+import store_parts  # noqa: E402
 
 HOST = "127.0.0.1"
 SIGNATURES = [f"BLOCK={b},num_warps={w},num_stages=3,num_ctas=1" for b in (32, 64, 128, 256) for w in (4, 8)]
@@ -456,9 +461,21 @@ def main():
     parser.add_argument("--schemes-ranks", type=ints, default=[2, 4, 8, 16, 32, 64])
     parser.add_argument("--fanin-waiters", type=ints, default=[64, 128, 256, 512, 1024])
     parser.add_argument("--batch-keys", type=int, default=16, help="keys of the batch rows (0: none; default 16)")
+    parser.add_argument("--store-ranks", type=ints, default=[],
+                        help="simulated ranks of the table-store rows, e.g. 64,256,1024 (default none: the part "
+                             "needs redis-server and the redis client)")
+    parser.add_argument("--store-keys", type=int, default=16, help="keys the store rows' job reads or adds (default 16)")
+    parser.add_argument("--store-filler", type=int, default=500,
+                        help="entries of other kernels in the store rows' table (default 500)")
+    parser.add_argument("--first-launch-reps", type=int, default=20,
+                        help="repetitions of the pinned first-launch figures (0: none; default 20)")
     args = parser.parse_args()
     if max(args.waiters, default=0) > MAX_WAITERS or max(args.verify_ranks, default=0) > MAX_RANKS:
         parser.error(f"bounded: at most {MAX_WAITERS} waiters and {MAX_RANKS} gloo ranks")
+    if max(args.store_ranks, default=0) > MAX_WAITERS or not 1 <= args.store_keys <= 10000 \
+            or not 0 <= args.store_filler <= 100000 or not 0 <= args.first_launch_reps <= 200:
+        parser.error(f"bounded: at most {MAX_WAITERS} store ranks, 10000 store keys, 100000 filler entries, "
+                     "200 first-launch repetitions")
     if not 1 <= args.procs <= MAX_PROCS or min(args.waiters + args.verify_ranks, default=1) < 1:
         parser.error(f"--procs from 1 to {MAX_PROCS}; counts of at least 1")
     torch.set_num_threads(1)
@@ -475,7 +492,7 @@ def main():
     watchdog = threading.Timer(args.time_limit + 30, hard_stop)
     watchdog.daemon = True
     watchdog.start()
-    results, ok = {"consensus": [], "verify": [], "schemes": [], "fanin": [], "batch": []}, True
+    results, ok = {"consensus": [], "verify": [], "schemes": [], "fanin": [], "batch": [], "store": {}}, True
     try:
         if args.schemes_ranks:
             results["schemes"], ok = scale_parts.bench_schemes(args, pool, server, stop_at, spread, left, BenchError)
@@ -492,6 +509,9 @@ def main():
         if args.verify_ranks:
             results["verify"], verified = bench_verify(args, pool, server, stop_at)
             ok = ok and verified
+        if args.store_ranks:
+            results["store"], stored = store_parts.bench_store(args, stop_at, left)
+            ok = ok and stored
     finally:
         watchdog.cancel()
         pool.close()

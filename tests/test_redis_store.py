@@ -360,3 +360,25 @@ def test_report_round_trips_tables_between_files_and_the_store(redis_server, tmp
         assert back[name] == exported[name], name
     missing = _report("show", f"redis://127.0.0.1:{server.port}/9", check=False)
     assert missing.returncode == 2 and "holds no table" in missing.stderr
+
+
+@pytest.mark.slow
+def test_bench_scale_counts_store_requests_per_node_and_key_against_a_directory(tmp_path):
+    # scripts/bench_scale.py's store part at a tiny size: its own redis-server, one read per rank,
+    # the same reads per node and key as a table directory, and a first launch read once.
+    _need_server()
+    out = tmp_path / "store.json"
+    proc = subprocess.run([sys.executable, os.path.join(os.path.dirname(TESTS), "scripts", "bench_scale.py"),
+                           "--waiters", "", "--verify-ranks", "", "--schemes-ranks", "", "--fanin-waiters", "",
+                           "--procs", "1", "--store-ranks", "16", "--store-keys", "4", "--store-filler", "20",
+                           "--first-launch-reps", "1", "--json", str(out)],
+                          env=clean_env(), capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = {(r["job"], r["where"]): r for r in json.loads(out.read_text())["store"]["requests"]}
+    for job in ("pinned", "consensus"):
+        store, directory = rows[job, "store"], rows[job, "directory"]
+        assert store["reads_per_rank_max"] == directory["reads_per_rank_max"] == 1
+        assert store["reads_per_node_key_p50"] == directory["reads_per_node_key_p50"] == 8 / 4
+        assert store["server_commands"]["eval"] == 16 + (4 if job == "consensus" else 0)
+    first = {r["table"]: r for r in json.loads(out.read_text())["store"]["first_launch"]}
+    assert first["store E=20"]["store_reads_first"] == 1 and first["store E=20"]["store_reads_second"] == 0
