@@ -15,7 +15,7 @@ import os
 import pytest
 
 from realistic import hand_job, torchrun_job
-from support import TESTS
+from support import TESTS, clean_env, last_json, run_python
 
 pytestmark = pytest.mark.slow  # every test here starts processes (conftest.py: the slow tier)
 
@@ -81,3 +81,61 @@ def test_a_rank_killed_holding_a_share_has_its_share_taken_over(tmp_path):
     assert sorted(len(r["timed"]) for r in survivors) == [2, 2, 4], survivors  # one took the dead rank's share over
     assert "held a share of the split tuning" in job.text and "rank 2 (pid" in job.text, job.text[-4000:]
     assert _tuning_wall(survivors) < 2 * 2 + 2 + 3, survivors  # its share, then the dead one's, and no hang
+
+
+SPLIT_RUN = """
+import json, threading, time
+from datetime import timedelta
+import torch.distributed as dist
+from autotune_guard.deciding import split
+server = dist.TCPStore("127.0.0.1", 0, 1, True, timedelta(seconds=30), wait_for_workers=False)
+store = dist.PrefixStore("default_pg", dist.TCPStore("127.0.0.1", server.port, 1, False, timedelta(seconds=30)))
+SIGS = [f"BLOCK={b}" for b in (16, 32, 64, 128, 256, 512)]
+MS = {"BLOCK=16": 3.0, "BLOCK=32": 2.0, "BLOCK=64": 1.0, "BLOCK=128": 1.0, "BLOCK=256": 4.0, "BLOCK=512": 5.0}
+
+def run_ranks(name, ranks, world, time_share, signatures=lambda r: SIGS):
+    results, go = {}, threading.Barrier(ranks)
+    def rank(r):
+        go.wait()
+        start, sigs = time.monotonic(), signatures(r)
+        try:
+            results[r] = ["ok", list(split.decide(store, "kernel k key (1) arch a", name, r, world, sigs,
+                                                  lambda ix: time_share(r, [sigs[i] for i in ix], ix), 30, 120))]
+            results[r][1][0] = sigs[results[r][1][0]]
+        except Exception as exc:
+            results[r] = [type(exc).__name__, str(exc)]
+        results[r].append(round(time.monotonic() - start, 2))
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(ranks)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    return [results[r] for r in range(ranks)]
+
+def timed(r, sigs, ix):
+    time.sleep(0.2 * len(sigs))
+    return {i: MS[s] for i, s in zip(ix, sigs)}
+out = {"agree": run_ranks("consensus/a", 3, 3, timed, lambda r: SIGS[::-1] if r % 2 else SIGS)}
+def broken(r, sigs, ix):
+    if r == 1:
+        raise RuntimeError("out of memory")
+    return timed(r, sigs, ix)
+out["failed"] = run_ranks("consensus/b", 3, 3, broken)
+out["differ"] = run_ranks("consensus/c", 2, 2, timed, lambda r: SIGS if r == 0 else SIGS[1:] + ["BLOCK=1024"])
+out["window"] = run_ranks("consensus/d", 2, 4, timed)  # 2 of a world of 4 reach it: the window closes
+print(json.dumps(out))
+"""
+
+
+def test_split_decide_over_a_real_tcpstore_threads_as_ranks():
+    """``deciding.split.decide`` with threads as ranks: every rank the same winner (ties broken by
+    signature: BLOCK=128 before BLOCK=64) whatever the order of its list; a share whose timing fails
+    is named on every rank; differing candidate lists are refused on both ranks without a hang; a
+    key only some of the job's ranks reach is decided once the join window closes."""
+    out = last_json(run_python(SPLIT_RUN, env=clean_env()).stdout)
+    assert [r[0] for r in out["agree"]] == ["ok"] * 3, out["agree"]
+    assert {r[1][0] for r in out["agree"]} == {"BLOCK=128"} and sorted(r[1][1] for r in out["agree"]) == [2, 2, 2]
+    assert sum(r[0] == "RuntimeError" for r in out["failed"]) == 1, out["failed"]
+    named = [r for r in out["failed"] if r[0] == "ConsensusError"]
+    assert len(named) == 2 and all("failed while timing its share" in m and "out of memory" in m for _, m, _ in named)
+    assert [r[0] for r in out["differ"]] == ["ConsensusError"] * 2, out["differ"]
+    assert all("differ" in m and s < 10 for _, m, s in out["differ"])
+    assert [r[0] for r in out["window"]] == ["ok"] * 2 and all(s < 5 for *_, s in out["window"]), out["window"]

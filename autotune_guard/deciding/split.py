@@ -47,17 +47,22 @@ def decide(store, what: str, name: str, rank: int, world: int, signatures: Seque
         slot = int(store.add(key + "/arrivals", 1))
         store.set(f"{key}/member/{slot}", me)
         roster = _roster(store, key, slot, world, signatures, what)
+        shares = split_shares(name, roster.get("candidates") or [], int(roster.get("members", 0)))
         if roster.get("candidates_hash") != candidates_hash(signatures):
-            raise ConsensusError(f"autotune_guard consensus: {what}: this rank's candidates after pruning differ from "
-                                 f"those the job split (hash {candidates_hash(signatures)} vs "
-                                 f"{roster.get('candidates_hash')}). The kernel's pruning must not depend on the rank")
-        shares = split_shares(name, roster["candidates"], int(roster["members"]))
+            message = (f"autotune_guard consensus: {what}: rank {rank}'s candidates after pruning differ from those "
+                       f"the job split (hash {candidates_hash(signatures)} vs {roster.get('candidates_hash')}). The "
+                       "kernel's pruning (early_config_prune, perf_model/top_k) must not depend on the rank")
+            if slot in shares:  # the others must not wait for a share this rank will not time
+                store.compare_set(f"{key}/share/{slot}", "", encode_share(slot, rank, None, message))
+            raise ConsensusError(message)
         timed = 0
         if slot in shares:
             timed += _time_and_publish(store, key, slot, rank, shares[slot], signatures, time_share)
         timings, more = _collect(store, key, shares, (rank, me), signatures, time_share, (what, timeout, dead_after))
     except ConsensusError:
         raise
+    except _OwnFailure as own:  # this rank's own timing raised: its error, as the one-claimer protocol's claimer
+        raise own.args[0] from None
     except Exception as exc:  # what the Store's client raised
         raise ConsensusError(store_lost_message(what, exc)) from exc
     winner = split_winner(timings)
@@ -98,8 +103,12 @@ def _time_and_publish(store, key, slot, rank, share, signatures, time_share) -> 
     finally:
         beats.stop(store, beat)
     if failed is not None:
-        raise failed
+        raise _OwnFailure(failed)
     return len(share)
+
+
+class _OwnFailure(Exception):
+    """The error this rank's timing raised (published to the others as its share's error)."""
 
 
 class _Holder:
