@@ -65,7 +65,7 @@ class Job:
         return ranks
 
 
-def torchrun_job(out, nproc=3, nodes=1, own_namespace=(), **settings):
+def torchrun_job(out, nproc=3, nodes=1, own_namespace=(), prog=PROG, **settings):
     """A torchrun job of ``nodes`` agents on this machine; the agents listed in ``own_namespace``
     run in a pid namespace of their own."""
     env = clean_env(**settings)
@@ -75,11 +75,11 @@ def torchrun_job(out, nproc=3, nodes=1, own_namespace=(), **settings):
         agent = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--monitor-interval=1"]
         agent += (["--standalone"] if nodes == 1 else
                   ["--nnodes=2", f"--node-rank={node}", "--master-addr=127.0.0.1", f"--master-port={port}"])
-        commands.append((OWN_NAMESPACE if node in own_namespace else []) + agent + [PROG, str(out)])
+        commands.append((OWN_NAMESPACE if node in own_namespace else []) + agent + [prog, str(out)])
     return Job(out, commands, [env] * nodes, f"{out.name} ({settings})")
 
 
-def hand_job(out, world, own_namespace=(), **settings):
+def hand_job(out, world, own_namespace=(), prog=PROG, **settings):
     """``world`` ranks started by hand (env://), the Store hosted here as torchrun's agent hosts it:
     unlike torchrun, nothing stops the others when one dies, so what each waiter concludes is seen."""
     from datetime import timedelta
@@ -91,7 +91,7 @@ def hand_job(out, world, own_namespace=(), **settings):
     for rank in range(world):
         envs.append(clean_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=server.port, RANK=rank, WORLD_SIZE=world,
                               LOCAL_RANK=rank, TORCHELASTIC_USE_AGENT_STORE="True", **settings))
-        commands.append((OWN_NAMESPACE if rank in own_namespace else []) + [sys.executable, PROG, str(out)])
+        commands.append((OWN_NAMESPACE if rank in own_namespace else []) + [sys.executable, prog, str(out)])
     job = Job(out, commands, envs, f"{out.name} ({settings})")
     job.server = server  # kept while the job runs
     return job

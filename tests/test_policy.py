@@ -149,6 +149,7 @@ BAD = [
     ({"AUTOTUNE_CONSENSUS_TIMEOUT": "soon"}, ["positive number of seconds, or none"]),
     ({"AUTOTUNE_CONSENSUS_DEAD_AFTER": "2"}, ["positive number of seconds of at least 5"]),
     ({"AUTOTUNE_CONSENSUS_DEAD_AFTER": "none"}, ["positive number of seconds"]),
+    ({"AUTOTUNE_CONSENSUS_SPLIT": "yes"}, ["AUTOTUNE_CONSENSUS_SPLIT='yes'", "0 (off) or 1 (on)"]),
     ({"AUTOTUNE_LOG_LEVEL": "verbose"}, ["debug, info, warning, error"]),
     ({"AUTOTUNE_RUN_ID": "two words"}, ["letters, digits"]),
     ({"AUTOTUNE_DISABLE": "maybe"}, ["1/0, true/false"]),

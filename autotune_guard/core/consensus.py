@@ -228,3 +228,81 @@ def is_winner(value: str) -> bool:
     except ValueError:
         return False
     return isinstance(payload, dict) and "winner" in payload
+
+
+# --- split tuning (AUTOTUNE_CONSENSUS_SPLIT=1): the candidates divided among the ranks that arrived ----
+# Per decision, under ``decision_key(...) + SPLIT``:
+#   arrivals        add(1) by each rank that reaches the decision: its slot (1, 2, ...), in arrival order
+#   member/<slot>   the identity of the slot's rank (``identity``), for its liveness
+#   roster          set once (compare_set) when the join window closes: the slots that take shares and
+#                   the candidate list they divide (``encode_roster``); a slot after them only reads
+#   holder/<slot>/<n>  the n-th rank that took over a dead holder's share (compare_set)
+#   beat/<slot>     the heartbeat of whoever times the slot's share
+#   share/<slot>    the share's timings, or the error that ended its timing (``encode_share``)
+SPLIT = "/split"
+SPLIT_FORMAT = "autotune_guard.split/1"
+
+
+def split_shares(name: str, signatures: Sequence[str], members: int) -> dict[int, list[str]]:
+    """Which candidates each of ``members`` slots (1..members) times: the candidates in signature
+    order dealt round the slots, starting at a slot the decision's name picks (so that slot 1, the
+    first to arrive, is not always the one with the extra candidate). The same on every rank."""
+    ordered = sorted(set(signatures))
+    members = max(1, members)
+    start = int(hashlib.sha256(name.encode()).hexdigest()[:8], 16) % members
+    shares: dict[int, list[str]] = {slot: [] for slot in range(1, members + 1)}
+    for position, sig in enumerate(ordered):
+        shares[(start + position) % members + 1].append(sig)
+    return shares
+
+
+def split_winner(timings: Mapping[str, float]) -> str:
+    """The winner over every share: the lowest median timing, ties broken by signature."""
+    if not timings:
+        raise ValueError("no timings")
+    return min(timings, key=lambda sig: (timings[sig], sig))
+
+
+def encode_roster(members: int, signatures: Sequence[str]) -> str:
+    """What closes the join window: how many slots take shares, and the list they divide."""
+    return json.dumps({"format": SPLIT_FORMAT, "members": members, "candidates": sorted(set(signatures)),
+                       "candidates_hash": candidates_hash(signatures)}, sort_keys=True)
+
+
+def encode_share(slot: int, rank: int, timings: Mapping[str, float] | None, error: str | None = None) -> str:
+    """One share's published timings (milliseconds, the median of each candidate), or its error."""
+    payload = {"format": SPLIT_FORMAT, "slot": slot, "rank": rank}
+    if error is not None:
+        payload["error"] = error
+    else:
+        payload["timings"] = {sig: (t if math.isfinite(t) else None) for sig, t in timings.items()}
+    return json.dumps(payload, sort_keys=True)
+
+
+def decode_split(text_value: str, what: str, key: str, field: str) -> dict:
+    """A roster or a share read from the Store; ConsensusError naming the key when it is not one."""
+    try:
+        payload = json.loads(text_value)
+    except ValueError:
+        payload = None
+    if not isinstance(payload, dict) or payload.get("format") != SPLIT_FORMAT or not (
+            field in payload or "error" in payload):
+        raise ConsensusError(f"autotune_guard consensus: {what}: the job's Store holds at {key} a value this version "
+                             f"cannot read ({str(text_value)[:120]!r}); are all ranks running the same autotune_guard "
+                             "with the same AUTOTUNE_CONSENSUS_SPLIT?")
+    return payload
+
+
+def share_timings(payload: dict, what: str, key: str) -> dict[str, float]:
+    """The timings a decoded share holds (an unmeasurable candidate: infinity); ConsensusError when
+    its rank failed while timing, or the value is malformed."""
+    if "error" in payload:
+        raise ConsensusError(f"autotune_guard consensus: {what}: rank {payload.get('rank', '?')} failed while timing "
+                             f"its share of the candidates ({payload['error']}); this rank will not pick a config of "
+                             "its own")
+    found = payload.get("timings")
+    if not isinstance(found, dict) or not all(
+            isinstance(t, (int, float)) and not isinstance(t, bool) or t is None for t in found.values()):
+        raise ConsensusError(f"autotune_guard consensus: {what}: the job's Store holds at {key} timings that are not "
+                             "numbers by signature")
+    return {sig: math.inf if t is None else float(t) for sig, t in found.items()}

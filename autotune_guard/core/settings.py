@@ -15,7 +15,7 @@ from typing import Mapping, NamedTuple
 from .envfile import read_env_file
 from .store_url import hide_password, store_urls
 from .errors import PolicyError
-from .settings_values import (parse_block_sizes, parse_bool, parse_choice, parse_file_path, parse_int_at_least,
+from .settings_values import (parse_block_sizes, parse_bool, parse_switch, parse_choice, parse_file_path, parse_int_at_least,
                               parse_mode, parse_names, parse_paths, parse_seconds, parse_seconds_or_none,
                               parse_token)
 
@@ -47,6 +47,7 @@ class AutotunePolicy:
     run_id: str | None = None  # what the evidence files of one run share; derived when None (see writer.run_id)
     consensus_timeout: float | None = DEFAULT_CONSENSUS_TIMEOUT_S
     consensus_dead_after: float = DEFAULT_CONSENSUS_DEAD_AFTER_S
+    consensus_split: bool = False  # AUTOTUNE_CONSENSUS_SPLIT: off until measured on GPUs of one node
     log_level: str = "INFO"
     table_store_down: str = "error"  # AUTOTUNE_TABLE_STORE_DOWN: see docs/shared-store.md
     env_file: str | None = field(default=None, compare=False)
@@ -104,6 +105,7 @@ _VARIABLES = {
     "AUTOTUNE_VERIFY_STRICT": ("verify_strict", parse_bool),
     "AUTOTUNE_CONSENSUS_TIMEOUT": ("consensus_timeout", parse_seconds_or_none),
     "AUTOTUNE_CONSENSUS_DEAD_AFTER": ("consensus_dead_after", lambda var, v: parse_seconds(var, v, at_least=5.0)),
+    "AUTOTUNE_CONSENSUS_SPLIT": ("consensus_split", parse_switch),
     "AUTOTUNE_RUN_ID": ("run_id", lambda var, v: parse_token(var, v)),
     "AUTOTUNE_TABLE_STORE_DOWN": ("table_store_down", lambda var, v: parse_choice(var, v, STORE_DOWN)),
     "AUTOTUNE_LOG_LEVEL": ("log_level", lambda var, v: parse_choice(var, v, [l.lower() for l in LOG_LEVELS]).upper()),
@@ -254,7 +256,7 @@ def ineffective_settings(policy: AutotunePolicy, startup: StartupSettings) -> li
         for var, value in pinned_only:
             found.append(f"{var}={_show(value)} has an effect in pinned mode only, and the mode is {policy.mode} "
                          f"(from {policy.mode_from}): it is ignored")
-    for name in ("consensus_timeout", "consensus_dead_after"):
+    for name in ("consensus_timeout", "consensus_dead_after", "consensus_split"):
         if getattr(policy, name) != getattr(default, name) and policy.mode != "consensus":
             found.append(f"AUTOTUNE_{name.upper()}={getattr(policy, name):g} has an effect in consensus mode only, "
                          f"and the mode is {policy.mode}: it is ignored")

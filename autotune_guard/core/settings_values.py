@@ -29,6 +29,17 @@ def parse_bool(var: str, value) -> bool:
                       variable=var, value=value, allowed=_TRUE + _FALSE)
 
 
+def parse_switch(var: str, value) -> bool:
+    """A switch that is 0 or 1 and nothing else (AUTOTUNE_CONSENSUS_SPLIT)."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip()
+    if text in ("0", "1"):
+        return text == "1"
+    raise PolicyError(f"{var}={value!r} is not a switch; allowed: 0 (off) or 1 (on)", variable=var, value=value,
+                      allowed=("0", "1"))
+
+
 def parse_choice(var: str, value, allowed) -> str:
     text = str(value).strip().lower()
     if text not in allowed:

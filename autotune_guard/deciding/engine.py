@@ -16,7 +16,7 @@ from ..core.errors import SelectionError
 from ..core.model import Choice, ChoiceKey, record_entry, signature, tuned_winner
 from ..core.pinned import Pick
 from ..runtime import Epoch, current
-from . import consensus
+from . import consensus, split
 
 logger = logging.getLogger("autotune_guard")
 
@@ -76,6 +76,17 @@ class Tunable:
         """Time the candidates here (the family's own tuner); None when the family's tuner deferred
         the choice (it is noted later, by the family)."""
         raise NotImplementedError
+
+    @property
+    def splits(self) -> bool:
+        """Whether :meth:`time_share` can time a share of the candidates (split tuning); a family
+        that cannot is tuned by one rank for the job (the one-claimer protocol)."""
+        return False
+
+    def time_share(self, indices: Sequence[int]) -> dict[int, float]:
+        """Time the candidates at ``indices`` of ``descriptors`` here, each on its own, nothing
+        launched for the caller: ``{index: milliseconds}`` (the median; inf: it cannot run)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot time a share of its candidates")
 
 
 def decide(epoch: Epoch, tunable: Tunable) -> Decision:
@@ -157,6 +168,8 @@ def _consensus(epoch: Epoch, tunable: Tunable) -> Decision:
     if store is None:
         return _alone(epoch, tunable, table)
     signatures = [signature(d) for d in tunable.descriptors]
+    if epoch.policy.consensus_split and table is None and len(signatures) > 1 and tunable.splits:
+        return _split(epoch, tunable, store, signatures)
 
     def tune():  # on the claimer only, when its table lacks the key
         tuned = tunable.tune("consensus")
@@ -171,13 +184,34 @@ def _consensus(epoch: Epoch, tunable: Tunable) -> Decision:
     if tuned_here and answer is not None and answer[1] is not None:
         tuned = answer[1]
         return Decision(index, tuned.how or "consensus", tuned, noted(epoch, tunable, tuned, "consensus", for_job=True))
-    how = "table" if index == table else "consensus"  # "table": the job followed the entry this rank holds too
+    return _followed(epoch, tunable, index, signatures, "table" if index == table else "consensus")
+
+
+def _followed(epoch: Epoch, tunable: Tunable, index: int, signatures: list, how: str) -> Decision:
+    """Note the job's winner, which this rank did not launch: ``how`` is ``table`` where the job
+    followed the entry this rank holds too."""
+    guard, key = current(), tunable.key
     record = None
     if epoch.policy.record_path:
         desc = tunable.descriptors[index]
         record = record_entry(desc, signatures[index], how, None, list(tunable.every()), tunable.provenance())
     logger.debug("consensus %s -> %s (%s)", key.what(), signatures[index], how)
     return Decision(index, how, None, guard.note(epoch, key, Choice(signatures[index], how), record))
+
+
+def _split(epoch: Epoch, tunable: Tunable, store, signatures: list) -> Decision:
+    """AUTOTUNE_CONSENSUS_SPLIT=1: the ranks that reach the key each time a share of its candidates
+    (``deciding.split``); the winner is launched afterwards by the family, on every rank."""
+    guard, key = current(), tunable.key
+    rank, world = guard.facts.ask("rank_now", (0, 1))
+    if getattr(store, "node_store", None) is not None:
+        store = store.job  # every rank of the job takes a share: the node's fan-in is not used
+    index, _ = split.decide(store, key.what(), protocol.decision_name(key.arch, key.kernel, key.key), rank,
+                                     world, signatures, tunable.time_share, epoch.policy.consensus_timeout,
+                                     epoch.policy.consensus_dead_after)
+    if epoch.policy.table_path and rank == 0:  # one rank grows a table directory by it
+        guard.tuned_for_job(epoch, key, tuned_winner(tunable.descriptors[index], tunable.provenance()))
+    return _followed(epoch, tunable, index, signatures, "consensus")
 
 
 def _alone(epoch: Epoch, tunable: Tunable, table: int | None) -> Decision:

@@ -14,7 +14,7 @@ from ...core.model import ChoiceKey, descriptor, key_text
 from ...deciding import Decision, Tunable, Tuned, decide, noted, pinned
 from ...runtime import current
 from . import provenance
-from .seam import candidates, swap_run, tell_listener, tuning_launch
+from .seam import can_time_one, candidates, swap_run, tell_listener, time_configs, tuning_launch
 from .registry import MISSING, registry
 
 
@@ -66,6 +66,19 @@ class TritonChoice(Tunable):
         with self.state.lock:
             result, winner, timings = tuning_launch(self.autotuner, self.tuning_key, args, kwargs)
         return Tuned(descriptor(winner), winner, timings, result)
+
+
+    @property
+    def splits(self) -> bool:
+        return self.call is not None and can_time_one(self.autotuner)
+
+    def time_share(self, indices) -> dict:
+        """Triton times each candidate at ``indices`` on its own (``seam.time_configs``)."""
+        args, kwargs = self.call
+        configs = [self.live[i] for i in indices]
+        with self.state.lock:
+            found = time_configs(self.autotuner, configs, args, kwargs)
+        return dict(zip(indices, found))
 
 
 def pinned_choice(autotuner, state, key, live: list):

@@ -136,6 +136,10 @@ class LibTunerChoice(TritonChoice):
         super().__init__(autotuner, state, key, call)
         self.original = original
 
+    @property
+    def splits(self) -> bool:  # the library's policy over its timings is its own run's: one rank tunes
+        return False
+
     def tune(self, how: str) -> Tuned:
         args, kwargs = self.call
         with self.state.lock:

@@ -119,6 +119,29 @@ def tuning_launch(autotuner, key, args, kwargs, run=None):
     return result, winner, measured(autotuner, attrs.get("configs_timings"), timings_before)
 
 
+def can_time_one(autotuner) -> bool:
+    """Whether one config can be timed on its own (Triton's ``Autotuner._bench``): split tuning."""
+    return callable(getattr(autotuner, "_bench", None))
+
+
+def time_configs(autotuner, configs, args, kwargs) -> list:
+    """Each of ``configs`` timed on its own through Triton's ``_bench`` (its ``do_bench``, hooks and
+    failures as a tuning launch has them): the median of each, in milliseconds (inf: it cannot run).
+    Nothing is launched for the caller, and the reset hook runs afterwards as after Triton's own
+    timing. The caller holds the lock."""
+    attrs = autotuner.__dict__
+    saved = attrs.get("nargs", MISSING)
+    autotuner.nargs = dict(zip(autotuner.arg_names, args))
+    try:
+        found = [float(_as_list(autotuner._bench(*args, config=c, **kwargs))[0]) for c in configs]
+        hook = getattr(autotuner, "pre_hook", None)
+        if callable(hook):
+            hook({**autotuner.nargs, **kwargs}, reset_only=True)
+        return found
+    finally:
+        _restore_fields(autotuner, (attrs.get("best_config", MISSING), saved))
+
+
 def timings_now(autotuner):
     """Triton's timings of its latest tuning launch (the object itself: a new one means it timed)."""
     return autotuner.__dict__.get("configs_timings")
