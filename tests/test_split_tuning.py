@@ -38,16 +38,32 @@ def _one_rank_times_all(tmp_path):
     return ranks
 
 
+def _entries(document):
+    """Every record entry (a dict with a ``signature`` and ``timings``) anywhere in a record file."""
+    if isinstance(document, dict):
+        if "signature" in document and "timings" in document:
+            yield document
+        else:
+            for value in document.values():
+                yield from _entries(value)
+    elif isinstance(document, list):
+        for value in document:
+            yield from _entries(value)
+
+
 def test_four_ranks_split_eight_candidates_and_agree_with_one_rank_timing_all(tmp_path):
     """Each rank times 2 of the 8: the job's tuning takes at most 0.35x what one rank timing all
     takes, and every rank launches the winner one rank timing all picks from the same timings."""
     one = _one_rank_times_all(tmp_path)
-    split = torchrun_job(tmp_path / "split", nproc=4, prog=PROG, AUTOTUNE_MODE="consensus",
-                         AUTOTUNE_CONSENSUS_SPLIT=1).wait().passed(4)
+    split = torchrun_job(tmp_path / "split", nproc=4, prog=PROG, AUTOTUNE_MODE="consensus", AUTOTUNE_CONSENSUS_SPLIT=1,
+                         AUTOTUNE_RECORD_PATH=tmp_path / "rec" / "run").wait().passed(4)
     assert sorted(len(r["timed"]) for r in split) == [2, 2, 2, 2], split
     assert sorted(t for r in split for t in r["timed"]) == sorted(t for r in one for t in r["timed"])
     assert {r["launched"] for r in split} == {WINNER}, split  # the winner's result, on every rank
     assert {r["hash"] for r in split} == {one[0]["hash"]}, (split, one)
+    recorded = [entry for path in (tmp_path / "rec").glob("run*.json") for entry in _entries(json.loads(path.read_text()))]
+    assert len(recorded) == 4 and all(len(e["timings"] or {}) == CANDIDATES for e in recorded), recorded
+    assert all(min(e["timings"], key=e["timings"].get) == e["signature"] for e in recorded), recorded  # every share's
     ratio = _tuning_wall(split) / _tuning_wall(one)
     print(f"split tuning wall {_tuning_wall(split):.2f} s, one rank timing all {_tuning_wall(one):.2f} s, "
           f"ratio {ratio:.3f}")
@@ -135,6 +151,8 @@ def test_split_decide_over_a_real_tcpstore_threads_as_ranks():
     out = last_json(run_python(SPLIT_RUN, env=clean_env()).stdout)
     assert [r[0] for r in out["agree"]] == ["ok"] * 3, out["agree"]
     assert {r[1][0] for r in out["agree"]} == {"BLOCK=128"} and sorted(r[1][1] for r in out["agree"]) == [2, 2, 2]
+    assert all(r[1][2] == {f"BLOCK={b}": ms for b, ms in zip((16, 32, 64, 128, 256, 512), (3, 2, 1, 1, 4, 5))}
+               for r in out["agree"]), out["agree"]  # every share's timings, on every rank
     assert sum(r[0] == "RuntimeError" for r in out["failed"]) == 1, out["failed"]
     named = [r for r in out["failed"] if r[0] == "ConsensusError"]
     assert len(named) == 2 and all("failed while timing its share" in m and "out of memory" in m for _, m, _ in named)

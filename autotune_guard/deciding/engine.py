@@ -187,14 +187,15 @@ def _consensus(epoch: Epoch, tunable: Tunable) -> Decision:
     return _followed(epoch, tunable, index, signatures, "table" if index == table else "consensus")
 
 
-def _followed(epoch: Epoch, tunable: Tunable, index: int, signatures: list, how: str) -> Decision:
+def _followed(epoch: Epoch, tunable: Tunable, index: int, signatures: list, how: str,
+              timings: dict | None = None) -> Decision:
     """Note the job's winner, which this rank did not launch: ``how`` is ``table`` where the job
-    followed the entry this rank holds too."""
+    followed the entry this rank holds too; ``timings``: the job's, where every rank has them (split)."""
     guard, key = current(), tunable.key
     record = None
     if epoch.policy.record_path:
         desc = tunable.descriptors[index]
-        record = record_entry(desc, signatures[index], how, None, list(tunable.every()), tunable.provenance())
+        record = record_entry(desc, signatures[index], how, timings, list(tunable.every()), tunable.provenance())
     logger.debug("consensus %s -> %s (%s)", key.what(), signatures[index], how)
     return Decision(index, how, None, guard.note(epoch, key, Choice(signatures[index], how), record))
 
@@ -206,12 +207,12 @@ def _split(epoch: Epoch, tunable: Tunable, store, signatures: list) -> Decision:
     rank, world = guard.facts.ask("rank_now", (0, 1))
     if getattr(store, "node_store", None) is not None:
         store = store.job  # every rank of the job takes a share: the node's fan-in is not used
-    index, _ = split.decide(store, key.what(), protocol.decision_name(key.arch, key.kernel, key.key), rank,
+    index, _, timings = split.decide(store, key.what(), protocol.decision_name(key.arch, key.kernel, key.key), rank,
                                      world, signatures, tunable.time_share, epoch.policy.consensus_timeout,
                                      epoch.policy.consensus_dead_after)
     if epoch.policy.table_path and rank == 0:  # one rank grows a table directory by it
         guard.tuned_for_job(epoch, key, tuned_winner(tunable.descriptors[index], tunable.provenance()))
-    return _followed(epoch, tunable, index, signatures, "consensus")
+    return _followed(epoch, tunable, index, signatures, "consensus", timings)
 
 
 def _alone(epoch: Epoch, tunable: Tunable, table: int | None) -> Decision:

@@ -36,9 +36,9 @@ POLL_S = 0.25  # the longest pause between two looks at the shares
 
 
 def decide(store, what: str, name: str, rank: int, world: int, signatures: Sequence[str], time_share: Callable,
-           timeout: float | None, dead_after: float) -> tuple[int, int]:
+           timeout: float | None, dead_after: float) -> tuple[int, int, dict]:
     """One split decision: (the winner's index in ``signatures``, how many candidates were timed
-    here). ``world``: how many ranks may reach it (the window closes as soon as they all have).
+    here, every share's timings by signature: what a record keeps). ``world``: how many ranks may reach it (the window closes as soon as they all have).
     Raises ConsensusError when a share's timing failed, the candidate lists differ, a live holder
     publishes nothing within ``timeout`` (None: as long as it lives), or the Store fails."""
     key = decision_key(attempt_prefix(os.environ), name) + SPLIT
@@ -67,7 +67,7 @@ def decide(store, what: str, name: str, rank: int, world: int, signatures: Seque
         raise ConsensusError(store_lost_message(what, exc)) from exc
     winner = split_winner(timings)
     logger.debug("consensus split %s: slot %d of %d, timed %d here -> %s", what, slot, len(shares), timed + more, winner)
-    return list(signatures).index(winner), timed + more
+    return list(signatures).index(winner), timed + more, timings
 
 
 def _roster(store, key, slot, world, signatures, what) -> dict:
