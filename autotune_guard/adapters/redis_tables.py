@@ -90,9 +90,15 @@ class Store:
         self._errors = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
                         redis.exceptions.AuthenticationError, OSError)
         self._refusals = (redis.exceptions.ResponseError,)  # NOAUTH and WRONGPASS are AuthenticationErrors
+        # No retries (redis-py 6+ retries 3 to 10 times with backoff by default): TIMEOUT_S bounds a
+        # request, as with redis-py 4 and 5; a socket the server closed is still reconnected by the pool.
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+
         self.client = redis.Redis(host=a.host, port=a.port, db=a.db, username=a.username, password=a.password,
-                                  ssl=a.tls, socket_timeout=TIMEOUT_S, socket_connect_timeout=TIMEOUT_S,
-                                  decode_responses=False)
+                                  ssl=a.tls, ssl_check_hostname=a.tls,  # redis-py 4 and 5 default to False
+                                  socket_timeout=TIMEOUT_S, socket_connect_timeout=TIMEOUT_S,
+                                  retry=Retry(NoBackoff(), 0), decode_responses=False)
 
     def keys(self, arch: str) -> tuple[str, str]:
         base = f"{self.address.prefix}{{{arch}}}"
@@ -102,7 +108,7 @@ class Store:
         try:
             return getattr(self.client, what)(*args)
         except self._errors as exc:
-            raise StoreDown(f"{type(exc).__name__}: {exc}") from None
+            raise StoreDown(f"{type(exc).__name__}: {exc}{_tls_hint(exc, self.address.tls)}") from None
         except self._refusals as exc:
             raise StoreRefused(f"{type(exc).__name__}: {exc}") from None
 
@@ -180,6 +186,20 @@ class Store:
                 continue
             added += len(entries) - len(kept)
         return added, notes
+
+
+def _tls_hint(exc, tls: bool) -> str:
+    """What the client's words mean when TLS is the cause: an untrusted certificate, or a URL
+    whose scheme does not match what the port speaks."""
+    text = str(exc)
+    if "certificate verify failed" in text.lower():
+        return ("; the server's TLS certificate failed verification: it must be signed by a CA this machine "
+                "trusts and name the URL's host (a private CA: SSL_CERT_FILE=<its certificate, PEM>)")
+    if tls and "Timeout connecting" in text:
+        return "; with rediss:// the server must speak TLS on that port (redis:// for a plain one)"
+    if not tls and ("reset by peer" in text or "closed by server" in text):
+        return "; a server that speaks only TLS on that port ends plain connections: rediss:// for TLS"
+    return ""
 
 
 def _pairs(flat):
