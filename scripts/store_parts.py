@@ -18,6 +18,13 @@ its own (a fresh ``adapters.redis_tables.Stores``, so a client and connection of
   keys for the job, adds them: one ``Stores.add_kernel`` per key (each key's tuning takes longer
   than the writer's 0.2 s wake-up, so each flush holds one key: the upper bound).
 
+The same two jobs through the node's snapshot (``core.store_snapshot``, as under torchrun): each
+rank's ``Stores`` is given the job and its node's directory (``Stores.snapshot_node``: one
+directory per node of 8, one job id per job), so the first rank of a node to read takes the lock,
+reads the store and writes the snapshot, and the node's other ranks read the file (counted:
+snapshot reads). Threads stand for processes here: ``flock`` locks an open file, so separate opens
+in threads exclude each other as processes do.
+
 The same two jobs on a table directory: the read is ``load_tables`` over the directory (counted:
 ``read_document`` calls on the table file, i.e. opens and whole-file reads), the growth
 ``evidence.table_growth._grow`` per key (lock, re-read, rename).  Requests to the store are
@@ -28,7 +35,10 @@ First launch: a child process (TRITON_INTERPRET=1, the kernel's launch stubbed a
 bench_launch.py does) installs pinned with the table in the store, in a file, or none
 (``AUTOTUNE_ON_MISS=min_cost``), rotating, --first-launch-reps times each, and times the first
 launch of the decided key after each install (a new policy: its tables are read anew), and a
-second launch.  Figures: medians; "added" is against no table.
+second launch.  Figures: medians; "added" is against no table.  Through a snapshot (the
+process's TORCHELASTIC_RUN_ID set): "reads the store" is a run id new at each install (this process
+takes the lock, reads the store, writes the snapshot), "reads the file" one whose snapshot was
+written before (another process of the node read the store).
 """
 
 from __future__ import annotations
@@ -50,6 +60,8 @@ NODE = 8
 ARCH = "sm90"
 KERNEL = "bench.module.store_kernel"
 THREADS = 32
+SNAPSHOT_READS_STORE = ", snapshot: reads the store"  # the first-launch variants through a snapshot
+SNAPSHOT_READS_FILE = ", snapshot: reads the file"
 
 
 class RedisServer:
@@ -130,7 +142,10 @@ def patch_counting(counts):
     from autotune_guard.core import tables
     from autotune_guard.evidence import table_growth
 
+    from autotune_guard.core import store_snapshot
+
     saved = [(redis_tables.Store, "call", redis_tables.Store.call), (tables, "read_document", tables.read_document),
+             (store_snapshot, "_load", store_snapshot._load),
              (table_growth, "read_document", table_growth.read_document), (table_growth, "_locked", table_growth._locked),
              (table_growth.jsonfile, "atomic_write_json", table_growth.jsonfile.atomic_write_json)]
     store_call, read_document, locked, write = (redis_tables.Store.call, tables.read_document, table_growth._locked,
@@ -149,7 +164,15 @@ def patch_counting(counts):
             return function(*args, **kwargs)
         return wrapped
 
+    def load(path, expected):
+        found = snapshot_load(path, expected)
+        if found is not None:
+            counts.add("snapshot read")
+        return found
+
+    snapshot_load = store_snapshot._load
     redis_tables.Store.call = call
+    store_snapshot._load = load
     tables.read_document = counted("file read", read_document)
     table_growth.read_document = counted("file re-read", read_document)
     table_growth._locked = counted("file lock", locked)
@@ -158,22 +181,28 @@ def patch_counting(counts):
 
 
 def one_job(where, job, n, keys, server, prefix, directory, counts):
-    """One job of ``n`` ranks against the store (``where`` "store") or the directory: its row
+    """One job of ``n`` ranks against the store (``where`` "store"), through the node's snapshot of
+    it ("snapshot") or on the directory: its row
     (reads and all requests per node and key, p50 and max; reads per rank, max; the server's
     commandstats and bytes sent over the job; seconds)."""
     from autotune_guard.adapters import redis_tables
     from autotune_guard.core.tables import load_tables, table_entry
+    from autotune_guard.core.store_snapshot import SUBDIRECTORY, Node
     from autotune_guard.evidence import table_growth
 
     url = server.url(prefix)
-    path = [url] if where == "store" else [directory]
+    path = [directory] if where == "directory" else [url]
+    nodes = tempfile.mkdtemp(prefix="bench-nodes-")  # each node's own <tmp>/autotune_guard-<uid>
+    job_id = f"bench-{where}-{job}-{n}-{prefix}/0"
     versions = {"triton": None, "torch": None}
     wanted = [f"{1024 * (k + 1)},torch.float16" for k in range(keys)]
     errors = []
 
     def rank_main(rank):
         counts.local.rank = rank
-        stores = redis_tables.Stores() if where == "store" else None
+        stores = redis_tables.Stores() if where != "directory" else None
+        if where == "snapshot":
+            stores.snapshot_node = Node(job_id, os.path.join(nodes, f"node{rank // NODE}", SUBDIRECTORY))
         try:
             if stores is not None:
                 stores.store(url).ping()  # the install's check (redis_tables.configure)
@@ -184,7 +213,7 @@ def one_job(where, job, n, keys, server, prefix, directory, counts):
             if job == "consensus" and rank == 0:  # the claimer adds the K winners it tuned for the job
                 for k, key in enumerate(wanted):
                     desc = {"kwargs": {"BLOCK": 64 << (k % 3)}, "num_warps": 4, "num_stages": 3, "num_ctas": 1}
-                    if where == "store":
+                    if where != "directory":
                         answer = stores.add_kernel(url, ARCH, KERNEL, None,
                                                    {key: (desc, {"run_id": "bench", "rank": 0})})
                         if answer is None or answer[0] != "ok":
@@ -205,11 +234,12 @@ def one_job(where, job, n, keys, server, prefix, directory, counts):
         list(pool.map(rank_main, range(n)))
     seconds = time.monotonic() - start
     after = server.commands()
+    shutil.rmtree(nodes, ignore_errors=True)
     if errors:
         raise RuntimeError(f"{where} {job} {n}: {errors[:2]}")
     delta = {name: calls - before[0].get(name, 0) for name, calls in after[0].items() if calls != before[0].get(name, 0)}
     per_node, read_node = collections.Counter(), collections.Counter()
-    reads = collections.Counter()
+    reads, file_reads = collections.Counter(), collections.Counter()
     kinds = collections.Counter()
     for (rank, what), count in counts.by_rank.items():
         per_node[rank // NODE] += count
@@ -218,6 +248,8 @@ def one_job(where, job, n, keys, server, prefix, directory, counts):
         kinds[what] += count
         if what in ("store read", "file read"):
             reads[rank] += count
+        if what == "snapshot read":
+            file_reads[rank // NODE] += count
     counts.by_rank.clear()
     per_key = sorted(c / keys for c in per_node.values())
     read_key = sorted(c / keys for c in read_node.values())
@@ -225,6 +257,8 @@ def one_job(where, job, n, keys, server, prefix, directory, counts):
             "reads_per_node_key_p50": statistics.median(read_key), "reads_per_node_key_max": read_key[-1],
             "per_node_key_p50": statistics.median(per_key), "per_node_key_max": per_key[-1],
             "per_node_p50": statistics.median(per_node.values()), "reads_per_rank_max": max(reads.values()),
+            "reads_per_node_max": max(read_node.values()),
+            "snapshot_reads_per_node_p50": statistics.median([file_reads[node] for node in per_node]),
             "requests": dict(kinds), "server_commands": delta, "server_bytes_out": after[1] - before[1],
             "seconds": seconds}
 
@@ -254,7 +288,7 @@ def bench_store(args, stop_at, left):
         for n in args.store_ranks:
             for job in ("pinned", "consensus"):
                 pair = {}
-                for where in ("store", "directory"):
+                for where in ("store", "snapshot", "directory"):
                     if left(stop_at) < 20:
                         print(f"  {n:>5} {job:<10} {where:<10} skipped: past the time bound (--time-limit)", flush=True)
                         continue
@@ -280,31 +314,14 @@ def bench_store(args, stop_at, left):
                     rows.append(r)
                     pair[where] = r
                     trips = sum(v for k, v in r["server_commands"].items() if k not in SCRIPT_CALLS + ("info",))
-                    r["server_round_trips"] = trips if where == "store" else None
+                    r["server_round_trips"] = trips if where != "directory" else None
                     print(f"  {n:>5} {job:<10} {where:<10} {r['reads_per_node_key_p50']:>11.3f} "
                           f"{r['reads_per_node_key_max']:>11.3f} {r['per_node_key_p50']:>12.3f} {r['per_node_key_max']:>13.3f} "
-                          f"{r['reads_per_rank_max']:>6} {trips if where == 'store' else '-':>7} "
-                          f"{r['server_bytes_out'] / 1024 if where == 'store' else 0:>7.0f} {r['seconds']:>5.1f}",
+                          f"{r['reads_per_rank_max']:>6} {trips if where != 'directory' else '-':>7} "
+                          f"{r['server_bytes_out'] / 1024 if where != 'directory' else 0:>7.0f} {r['seconds']:>5.1f}",
                           flush=True)
-                if len(pair) == 2:
-                    s, d = pair["store"], pair["directory"]
-                    ratio = lambda what: s[what] / d[what] if d[what] else float("nan")  # noqa: E731
-                    print(f"  {'':>5} {'':<10} {'store/dir':<10} {ratio('reads_per_node_key_p50'):>11.2f} "
-                          f"{ratio('reads_per_node_key_max'):>11.2f} {ratio('per_node_key_p50'):>12.2f} "
-                          f"{ratio('per_node_key_max'):>13.2f}", flush=True)
-                    print(f"  {'':>5} {'':<10} {'':<10} store: "
-                          f"{', '.join(f'{k[6:]} {v}' for k, v in sorted(s['requests'].items()))}; directory: "
-                          f"{', '.join(f'{k[5:]} {v}' for k, v in sorted(d['requests'].items()))}; server (INFO "
-                          f"commandstats): {', '.join(f'{k} {v}' for k, v in sorted(s['server_commands'].items()) if k != 'info')}",
-                          flush=True)
-        reads = [r for r in rows if r["where"] == "store"]
-        if reads:
-            worst = max(r["reads_per_rank_max"] for r in reads)
-            print(f"  reads: at most {worst} per rank (the design, docs/shared-store.md: once per process and arch). "
-                  f"Per node that is {NODE} reads (one per rank), not one; each read takes the whole arch's table, "
-                  f"so per node and key {NODE}/K reads: {NODE / args.store_keys:.2f} at K={args.store_keys}, more than once "
-                  f"per node and key (the issue's figure) wherever K < {NODE}; requests add the install's ping per rank "
-                  f"and, in consensus, the claimer's adds (one per key at most)")
+                print_pairs(pair)
+        print_summary(rows, args.store_keys)
         first = first_launch(args, server, left(stop_at)) if args.first_launch_reps else []
     finally:
         restore()
@@ -312,17 +329,58 @@ def bench_store(args, stop_at, left):
     return {"requests": rows, "first_launch": first}, ok
 
 
+def print_pairs(pair):
+    """Each way of reading against the table directory, and what its requests were."""
+    d = pair.get("directory")
+    for where, label in (("store", "store/dir"), ("snapshot", "snap/dir")):
+        s = pair.get(where)
+        if s is None or d is None:
+            continue
+        ratio = lambda what: s[what] / d[what] if d[what] else float("nan")  # noqa: E731
+        print(f"  {'':>5} {'':<10} {label:<10} {ratio('reads_per_node_key_p50'):>11.2f} "
+              f"{ratio('reads_per_node_key_max'):>11.2f} {ratio('per_node_key_p50'):>12.2f} "
+              f"{ratio('per_node_key_max'):>13.2f}", flush=True)
+    for where, s in pair.items():
+        if where != "directory":
+            print(f"  {'':>5} {'':<10} {'':<10} {where}: "
+                  f"{', '.join(f'{k} {v}' for k, v in sorted(s['requests'].items()))}; server (INFO "
+                  f"commandstats): {', '.join(f'{k} {v}' for k, v in sorted(s['server_commands'].items()) if k != 'info')}",
+                  flush=True)
+    if d is not None:
+        print(f"  {'':>5} {'':<10} {'':<10} directory: {', '.join(f'{k} {v}' for k, v in sorted(d['requests'].items()))}",
+              flush=True)
+
+
+def print_summary(rows, keys):
+    store = [r for r in rows if r["where"] == "store"]
+    snapshot = [r for r in rows if r["where"] == "snapshot"]
+    if store:
+        print(f"  store, each rank reading it: at most {max(r['reads_per_rank_max'] for r in store)} read per rank, "
+              f"{max(r['reads_per_node_max'] for r in store)} per node: per node and key {NODE}/K = "
+              f"{NODE / keys:.2f} at K={keys}")
+    if snapshot:
+        print(f"  store through the node's snapshot (core.store_snapshot): at most "
+              f"{max(r['reads_per_node_max'] for r in snapshot)} store read per node (per node and key 1/K = "
+              f"{1 / keys:.3f} at K={keys}), the node's other ranks reading the file "
+              f"(p50 {statistics.median(r['snapshot_reads_per_node_p50'] for r in snapshot):.0f} file reads per node); "
+              "requests add the install's ping per rank and, in consensus, the claimer's adds (one per key at most)")
+
+
 def first_launch(args, server, time_left):
     """The child process's figures, printed: tables of one entry, and of --store-filler more."""
     if time_left < 60:
         print("\nfirst launch: skipped: past the time bound (--time-limit)")
         return []
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOTUNE_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AUTOTUNE_", "TORCHELASTIC_", "XDG_RUNTIME"))}
     env["TRITON_INTERPRET"] = "1"
+    env["TMPDIR"] = tempfile.mkdtemp(prefix="bench-first-tmp-")  # the child's snapshots, removed after
     sizes = sorted({0, args.store_filler})
     command = [sys.executable, os.path.abspath(__file__), "--first-launch-child", str(server.port),
                str(args.first_launch_reps), ",".join(map(str, sizes))]
-    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=max(30, time_left - 20))
+    try:
+        proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=max(30, time_left - 20))
+    finally:
+        shutil.rmtree(env["TMPDIR"], ignore_errors=True)
     if proc.returncode:
         print(f"\nfirst launch: failed: {proc.stderr[-2000:]}")
         return []
@@ -331,10 +389,11 @@ def first_launch(args, server, time_left):
     print(f"\nfirst launch of a decided key, pinned (one process, TRITON_INTERPRET=1, the launch stubbed; "
           f"{args.first_launch_reps} repetitions, each installs anew, variants rotating; the table: the key's entry "
           "+ E entries of other kernels; medians)")
-    print(f"  {'table in':<18} {'install ms':>10} {'first launch ms':>16} {'added vs none':>14} {'second launch ms':>17} "
+    print(f"  {'table in':<38} {'install ms':>10} {'first launch ms':>16} {'added vs none':>14} {'second launch ms':>17} "
           f"{'store reads 1st/2nd':>20}")
     rows = []
-    for name in ["none"] + [f"{where} E={size}" for size in sizes for where in ("file", "store")]:
+    for name in ["none"] + [f"{where} E={size}{way}" for size in sizes for where, way in
+                            (("file", ""), ("store", ""), ("store", SNAPSHOT_READS_STORE), ("store", SNAPSHOT_READS_FILE))]:
         f = figures[name]
         first_ms = statistics.median(f["first_ms"])
         row = {"table": name, "install_ms": statistics.median(f["install_ms"]), "first_ms": first_ms,
@@ -342,7 +401,7 @@ def first_launch(args, server, time_left):
                "store_reads_first": f.get("store_reads_first"), "store_reads_second": f.get("store_reads_second")}
         rows.append(row)
         reads = (f"{row['store_reads_first']:.0f} / {row['store_reads_second']:.0f}" if name.startswith("store") else "-")
-        print(f"  {name:<18} {row['install_ms']:>10.2f} {first_ms:>16.2f} {row['added_ms']:>+14.2f} "
+        print(f"  {name:<38} {row['install_ms']:>10.2f} {first_ms:>16.2f} {row['added_ms']:>+14.2f} "
               f"{row['second_ms']:>17.3f} {reads:>20}")
     return rows
 
@@ -389,6 +448,8 @@ def child(port, reps, sizes):
         setup.put_table(document, {"run_id": "bench-setup"})
         settings[f"file E={size}"] = {"AUTOTUNE_MODE": "pinned", "AUTOTUNE_TABLE_PATH": directories[-1]}
         settings[f"store E={size}"] = {"AUTOTUNE_MODE": "pinned", "AUTOTUNE_TABLE_PATH": url}
+        settings[f"store E={size}{SNAPSHOT_READS_STORE}"] = settings[f"store E={size}"]
+        settings[f"store E={size}{SNAPSHOT_READS_FILE}"] = settings[f"store E={size}"]
     names = list(settings)
     figures = {name: {"install_ms": [], "first_ms": [], "second_ms": []} for name in names}
     reads = {name: {"first": [], "second": []} for name in names}
@@ -399,6 +460,11 @@ def child(port, reps, sizes):
 
     for rep in range(reps + 1):  # the first round warms imports up and is not kept
         for name in names[rep % len(names):] + names[:rep % len(names)]:
+            os.environ.pop("TORCHELASTIC_RUN_ID", None)
+            if name.endswith(SNAPSHOT_READS_STORE):  # a job of its own: this process reads the store, writes
+                os.environ["TORCHELASTIC_RUN_ID"] = f"bench-first-{rep}-{time.time_ns()}"
+            elif name.endswith(SNAPSHOT_READS_FILE):  # one job: its snapshot was written at the first round
+                os.environ["TORCHELASTIC_RUN_ID"] = f"bench-first-{name}"
             t0 = time.perf_counter()
             autotune_guard.install(settings[name])
             t1 = time.perf_counter()

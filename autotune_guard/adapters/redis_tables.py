@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import logging
 
-from ..core import jsonfile, schema
+from ..core import jsonfile, schema, store_snapshot
 from ..core.errors import FileFormatError, PolicyError
 from ..core.model import compact, provenance_differences
 from ..core.store_url import hide_password, parse_store_url, store_urls
@@ -265,7 +265,16 @@ class Stores:
             self.stores[url] = Store(url)
         return self.stores[url]
 
+    snapshot_node = None  # core.store_snapshot.Node: whose and where the snapshots are; None: from the environment
+
     def read(self, url: str, arch: str) -> tuple[dict | None, list[str]]:
+        """Once per job and node where torchrun says the job (``core.store_snapshot``), else from the store."""
+        if url in self.down:
+            return None, []
+        read = lambda: self.read_server(url, arch)  # noqa: E731
+        return store_snapshot.read(url, arch, read, 2 * TIMEOUT_S + 1, self.snapshot_node)
+
+    def read_server(self, url: str, arch: str) -> tuple[dict | None, list[str]]:
         if url in self.down:
             return None, []
         try:
