@@ -204,17 +204,26 @@ def _shared_results(tmp_path):
 
 
 def _plant_as_nobody(path, data):
+    """Write ``path`` as user nobody (a forked child); what stopped it, if anything, is in the failure."""
+    read_end, write_end = os.pipe()
     child = os.fork()
     if child == 0:
+        os.close(read_end)
         try:
             os.setgid(NOBODY)
             os.setuid(NOBODY)
             with open(path, "wb") as out:
                 out.write(data)
             os._exit(0)
-        except BaseException:
+        except BaseException as exc:
+            os.write(write_end, repr(exc).encode()[:2000])
             os._exit(1)
-    assert os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]) == 0
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as said:
+        why = said.read().decode()
+    status = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
+    existing = os.stat(path) if os.path.lexists(path) else None
+    assert status == 0, (why, existing, sorted(os.listdir(os.path.dirname(path))))
 
 
 @root_only

@@ -10,9 +10,13 @@
 #             4 torchrun ranks: plain, the README's command twice (consensus + a table directory),
 #             pinned from that table
 #   record    the same program: record -> report merge -> pinned from the merged table
+#   steady    plain and the README's command alternated, 3 jobs each, warm caches: the steady step's ratio
+#             with its spread (one job of each cannot resolve 2 % with 4 ranks on one GPU)
 #   flaggems  FlagGems mm/softmax/layer_norm, cold processes: plain, pinned, the README's command twice
 #             (one process: consensus without a group times alone and grows the table)
 #   mm        a max-autotune mm under torch.compile (scripts/gpu/templates_proof.py)
+#   split     split tuning (AUTOTUNE_CONSENSUS_SPLIT=1) against one rank timing all: 4 ranks, one key of a
+#             real kernel with 8 configs (scripts/gpu/split_proof.py); the ranks share the one GPU
 #   liger     Liger-Kernel's own tests for autotuned ops, at the installed version: plain, pinned, the
 #             README's command twice; each must pass the same tests
 #
@@ -23,7 +27,7 @@ cd "$(dirname "$0")/../.."
 REPO=$(pwd)
 FINAL="${OUT:-$(mktemp -d)}"; mkdir -p "$FINAL"
 OUT=/tmp/accept-results; rm -rf "$OUT"; mkdir -p "$OUT"  # packed into $FINAL/acceptance.tgz at the end
-PHASES="${PHASES:-train record flaggems mm liger}"
+PHASES="${PHASES:-train record flaggems split mm liger}"
 STEPS="${TRAIN_STEPS:-30}"
 W=/tmp/accept; mkdir -p "$W"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -43,8 +47,9 @@ run() {
   local name=$1; shift
   rm -rf "$W/$name"; mkdir -p "$W/$name"
   local start=$SECONDS
-  env ACCEPT_CALLS="$W/$name" PYTHONPATH="$REPO/scripts/gpu/acceptance/counting" TORCHINDUCTOR_CACHE_DIR="$W/$name/inductor" \
-    TRITON_CACHE_DIR="$W/$name/triton" "$@" timeout 420 "$PY" -m torch.distributed.run --standalone --nproc-per-node 4 \
+  local cache=${CACHE:-$W/$name}  # CACHE: compile caches shared between runs (the steady phase)
+  env ACCEPT_CALLS="$W/$name" PYTHONPATH="$REPO/scripts/gpu/acceptance/counting" TORCHINDUCTOR_CACHE_DIR="$cache/inductor" \
+    TRITON_CACHE_DIR="$cache/triton" "$@" timeout 420 "$PY" -m torch.distributed.run --standalone --nproc-per-node 4 \
     scripts/gpu/acceptance/train_lm.py "$STEPS" > "$W/$name/log.txt" 2>&1
   local rc=$?
   echo "$name: exit $rc in $((SECONDS - start)) s; $(grep -c '^RESULT' "$W/$name/log.txt") ranks finished"
@@ -65,6 +70,28 @@ phase_train() {
   run pinned AUTOTUNE_MODE=pinned AUTOTUNE_TABLE_PATH="$W/tables"
   cp "$W/tables"/*.json "$OUT/" 2>/dev/null
   summary plain readme1 readme2 pinned
+}
+
+# The steady step of plain against the README's command (its table: the train phase's), 3 jobs each,
+# alternated, compile caches warm: 4 ranks sharing one GPU vary by several % from job to job, so
+# one job of each cannot tell 2 % apart. Prints each job and the ratio of the mean of job medians.
+phase_steady() {
+  [ -f "$W/tables/sm90.json" ] || { mkdir -p "$W/tables"; run readme1 AUTOTUNE_MODE=consensus AUTOTUNE_TABLE_PATH="$W/tables"; }
+  local names=()
+  for i in 1 2 3; do
+    CACHE="$W/cache-plain" run "steady-plain-$i"
+    CACHE="$W/cache-readme" run "steady-readme-$i" AUTOTUNE_MODE=consensus AUTOTUNE_TABLE_PATH="$W/tables"
+    names+=("steady-plain-$i" "steady-readme-$i")
+  done
+  summary "${names[@]}"
+  "$PY" - "$W" "${names[@]}" <<'PYEOF' | tee -a "$OUT/summary.txt"
+import json, statistics, sys
+jobs = {n: json.load(open(f"{sys.argv[1]}/{n}/summary.json"))["steady"] for n in sys.argv[2:]}
+plain = [v for n, v in jobs.items() if "plain" in n]; readme = [v for n, v in jobs.items() if "readme" in n]
+print(f"steady step, mean of job medians: plain {statistics.mean(plain)*1e3:.2f} ms (jobs {[round(v*1e3, 2) for v in plain]}), "
+      f"README command {statistics.mean(readme)*1e3:.2f} ms (jobs {[round(v*1e3, 2) for v in readme]}): "
+      f"{statistics.mean(readme)/statistics.mean(plain):.3f}x")
+PYEOF
 }
 
 phase_record() {
@@ -93,6 +120,10 @@ phase_flaggems() {
   flaggems pinned AUTOTUNE_MODE=pinned
   flaggems readme1 AUTOTUNE_MODE=consensus AUTOTUNE_TABLE_PATH="$W/fg-tables"
   flaggems readme2 AUTOTUNE_MODE=consensus AUTOTUNE_TABLE_PATH="$W/fg-tables"
+}
+
+phase_split() {
+  timeout 300 "$PY" scripts/gpu/split_proof.py --repeat 2 --out "$OUT/split" 2>&1 | tail -12
 }
 
 phase_mm() {
