@@ -136,7 +136,7 @@ liger() {
   local start=$SECONDS
   (cd .whl/liger && env ACCEPT_CALLS="$W/liger-$name" PYTHONPATH="$REPO/scripts/gpu/acceptance/counting:." \
     TRITON_CACHE_DIR="$W/liger-$name/triton" "$@" timeout ${LIGER_TIMEOUT:-200} "$PY" -m pytest -q -p no:cacheprovider -x \
-    ${LIGER_TESTS:-test/transformers/test_dyt.py -k correctness} 2>&1 | tail -1) > "$W/liger-$name.txt"
+    ${LIGER_TESTS:-test/transformers/test_dyt.py -k correctness} 2>&1 | grep -E "passed|failed|error" | tail -1) > "$W/liger-$name.txt"
   local calls
   calls=$(cat "$W/liger-$name"/calls.*.json 2>/dev/null | "$PY" -c "import json,sys; print(sum(json.loads(l)['do_bench'] for l in sys.stdin.read().replace('}{','}\n{').splitlines() if l.strip()))")
   echo "liger $name: $(cat "$W/liger-$name.txt") | $((SECONDS - start)) s | do_bench calls ${calls:-0}"
