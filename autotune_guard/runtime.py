@@ -39,6 +39,7 @@ logger = logging.getLogger("autotune_guard")
 EXIT_SUMMARY = 10
 EXIT_EVIDENCE = 20
 EXIT_TABLE = 30
+EXIT_NODE = 40  # a rank counts itself out of its node's Store: last, after what may still use it
 
 
 class ChoiceLog:

@@ -16,7 +16,7 @@ long as that job Store lives.
 
 from __future__ import annotations
 
-import atexit
+import functools
 import hashlib
 import logging
 import os
@@ -27,7 +27,7 @@ import tempfile
 from ...core import safe_files
 from ...core.consensus import attempt_scope
 from ...deciding.stores import ByStore
-from ...runtime import current
+from ...runtime import EXIT_NODE, current
 
 logger = logging.getLogger("autotune_guard")
 
@@ -72,7 +72,7 @@ def fanned(job_store):
     try:
         safe_files.private_directory(os.path.dirname(path))
         store = FannedStore(job_store, sys.modules["torch.distributed"].FileStore(path, -1), path)
-        atexit.register(_leave, store, os.getpid())
+        current().on_exit(functools.partial(_leave, store, os.getpid()), EXIT_NODE)
     except Exception as exc:
         logger.warning("consensus: the node's Store %s could not be made (%s): this rank asks the job's Store itself",
                        path, exc)
