@@ -16,52 +16,47 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/venv.sh
 
+# apt_install NAME COMMAND "PACKAGES" "FOR WHAT" "HOW MUCH": Debian's PACKAGES when COMMAND is
+# missing and this is root with apt-get; otherwise, or when apt-get fails, one line says what cannot
+# run (those tests then skip, and fail where CI is set). Returns 0 when it installed them now.
+apt_install() {
+  local name=$1 command=$2 packages=$3 purpose=$4 size=$5 log
+  command -v "$command" >/dev/null 2>&1 && return 1
+  if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+    echo "$name: missing, and installing it needs root with apt-get: the $purpose cannot run"
+    return 1
+  fi
+  log=$(mktemp "/tmp/autotune-guard-$name.XXXXXX")
+  echo "$name: missing; installing Debian's ${packages// / and } with apt-get, for the $purpose"
+  echo "  ($size; apt-get's output: $log)"
+  if with_progress "$log" env DEBIAN_FRONTEND=noninteractive bash -c \
+      "apt-get update && apt-get install -y -o Dpkg::Use-Pty=0 $packages"; then
+    return 0
+  fi
+  echo "$name: apt-get install $name failed (its output: $log): the $purpose cannot run"
+  return 1
+}
+
 # The browser test (tests/test_report_html.py) opens a page in Debian's headless Chromium: installed
-# here when missing and this is root with apt-get; otherwise one line says why (the test then skips,
-# and fails where CI is set).
+# by apt_install when missing.
 # GUARD_CHROMIUM names the browser command (default chromium).
 CHROMIUM="${GUARD_CHROMIUM:-chromium}"
 ensure_chromium() {
-  command -v "$CHROMIUM" >/dev/null 2>&1 && return 0
-  if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
-    echo "chromium: missing, and installing it needs root with apt-get: the browser test cannot run"
-    return 0
-  fi
-  local log
-  log=$(mktemp /tmp/autotune-guard-chromium.XXXXXX)
-  echo "chromium: missing; installing Debian's chromium and chromium-driver with apt-get, for the browser test"
-  echo "  (about 1 minute, about 100 MB downloaded; apt-get's output: $log)"
-  if with_progress "$log" env DEBIAN_FRONTEND=noninteractive bash -c \
-      'apt-get update && apt-get install -y -o Dpkg::Use-Pty=0 chromium chromium-driver'; then
-    echo "chromium: installed $("$CHROMIUM" --version 2>/dev/null) with apt-get"
-  else
-    echo "chromium: apt-get install chromium failed (its output: $log): the browser test cannot run"
-  fi
+  apt_install chromium "$CHROMIUM" "chromium chromium-driver" "browser test" "about 1 minute, about 100 MB downloaded" \
+    && echo "chromium: installed $("$CHROMIUM" --version 2>/dev/null) with apt-get"
+  return 0
 }
 
-# The table-store tests (tests/test_redis_store.py) start Debian's redis-server on a loopback port:
-# installed here when missing and this is root with apt-get; otherwise one line says why (those
-# tests then skip, and fail where CI is set). The redis client goes into each venv (scripts/venv.sh).
+# The table-store tests (tests/test_redis_store.py, test_redis_tls.py, test_store_snapshot.py) start
+# Debian's redis-server on a loopback port. The redis client goes into each venv (scripts/venv.sh).
 ensure_redis_server() {
-  command -v redis-server >/dev/null 2>&1 && return 0
-  if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
-    echo "redis-server: missing, and installing it needs root with apt-get: the table-store tests cannot run"
-    return 0
-  fi
-  local log
-  log=$(mktemp /tmp/autotune-guard-redis.XXXXXX)
-  echo "redis-server: missing; installing Debian's redis-server with apt-get, for the table-store tests"
-  echo "  (under a minute, a few MB downloaded; it is started only by the tests, on 127.0.0.1; apt-get's output: $log)"
-  if with_progress "$log" env DEBIAN_FRONTEND=noninteractive bash -c \
-      'apt-get update && apt-get install -y -o Dpkg::Use-Pty=0 redis-server'; then
-    echo "redis-server: installed $(redis-server --version 2>/dev/null | cut -d' ' -f3) with apt-get"
-    # Debian's package starts a system service on port 6379; the tests start their own and need none.
-    command -v systemctl >/dev/null 2>&1 && systemctl stop redis-server >/dev/null 2>&1
-  else
-    echo "redis-server: apt-get install redis-server failed (its output: $log): the table-store tests cannot run"
-  fi
+  apt_install redis-server redis-server redis-server "table-store tests" \
+      "under a minute, a few MB downloaded; it is started only by the tests, on 127.0.0.1" || return 0
+  echo "redis-server: installed $(redis-server --version 2>/dev/null | cut -d' ' -f3) with apt-get"
+  # Debian's package starts a system service on port 6379; the tests start their own and need none.
+  command -v systemctl >/dev/null 2>&1 && systemctl stop redis-server >/dev/null 2>&1
+  return 0
 }
-
 
 ALL_TRITONS="3.3.1 3.4.0 3.5.1 3.6.0 3.7.1 3.8.0 3.9.0"
 TRITONS="${TRITONS:-3.9.0 3.3.1}"
