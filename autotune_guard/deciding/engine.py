@@ -8,12 +8,12 @@ A family subclasses :class:`Tunable` for one pending choice and applies the :cla
 from __future__ import annotations
 
 import logging
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 from ..core import consensus as protocol
 from ..core import tables
 from ..core.errors import SelectionError
-from ..core.model import Choice, ChoiceKey, record_entry, signature, tuned_winner
+from ..core.model import Choice, ChoiceKey, provenance_differences, record_entry, signature, tuned_winner
 from ..core.pinned import Pick
 from ..runtime import Epoch, current
 from . import consensus, split
@@ -156,6 +156,26 @@ def table_index(epoch: Epoch, tunable: Tunable) -> int | None:
         guard.warn_once(f"consensus table miss {key.text()}", f"the table entry for {key.what()} matches no live "
                         "candidate; it is tuned instead")
     return index
+
+
+def check_table_provenance(epoch: Epoch, key: ChoiceKey, live: Callable[[], dict | None]) -> None:
+    """A family's ``check_provenance``: a table entry for ``key`` recorded against another version
+    of the kernel than ``live()`` (its provenance now, asked only where there is an entry) is named
+    once per kernel, and refused with AUTOTUNE_ON_MISS=error."""
+    guard = current()
+    if guard.table_entry(epoch, key.arch, key.kernel, key.key) is None:
+        return
+    recorded = tables.table_provenance(epoch.tables.get(key.arch) or {}, key.kernel)
+    now = live() if isinstance(recorded, dict) else None
+    differs = provenance_differences(recorded, now) if now is not None else []
+    if not differs:
+        return
+    message = (f"kernel {key.kernel}: its table entries were recorded against another version of it "
+               f"({', '.join(differs)}); record and merge it again (a table consensus grows: delete its entries "
+               "there, and the next consensus run tunes and adds them)")
+    if epoch.policy.on_miss == "error":
+        raise SelectionError(f"autotune_guard: {key.what()}: {message}; refused with AUTOTUNE_ON_MISS=error")
+    guard.warn_once(f"stale provenance {key.kernel}", message + "; its entries are used where a config still matches")
 
 
 def _consensus(epoch: Epoch, tunable: Tunable) -> Decision:

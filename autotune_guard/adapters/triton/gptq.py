@@ -16,9 +16,7 @@ from __future__ import annotations
 import math
 
 from ... import deciding
-from ...core.errors import SelectionError
-from ...core.model import ChoiceKey, base_name, descriptor, key_text, provenance, provenance_differences, signature
-from ...core.tables import table_provenance
+from ...core.model import ChoiceKey, base_name, descriptor, key_text, provenance, signature
 from ...runtime import current
 from . import families
 from .foreign import kernel_of
@@ -110,20 +108,7 @@ class GptqTunable(deciding.Tunable):
         return provenance(source_text(tuner), self.every(), options, facts.get("triton_version"), facts.get("arch"))
 
     def check_provenance(self) -> None:
-        """A table entry for this key recorded against another version of the kernel (its source,
-        candidates, key or pruning): named once per kernel, refused with AUTOTUNE_ON_MISS=error."""
-        guard, epoch, key = current(), self.epoch, self.key
-        if guard.table_entry(epoch, key.arch, key.kernel, key.key) is None:
-            return
-        recorded = table_provenance(epoch.tables.get(key.arch) or {}, key.kernel)
-        differs = provenance_differences(recorded, self.provenance()) if isinstance(recorded, dict) else []
-        if not differs:
-            return
-        message = (f"kernel {key.kernel}: its table entries were recorded against another version of it "
-                   f"({', '.join(differs)}); record and merge it again")
-        if epoch.policy.on_miss == "error":
-            raise SelectionError(f"autotune_guard: {key.what()}: {message}; refused with AUTOTUNE_ON_MISS=error")
-        guard.warn_once(f"stale provenance {key.kernel}", f"{message}; its entries are used where a config matches")
+        deciding.check_table_provenance(self.epoch, self.key, self.provenance)
 
     def tune(self, how: str) -> deciding.Tuned:
         """The tuner's own run times the candidates (an entry of an earlier policy hidden first)."""

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import inspect
 
-from ...core.errors import SelectionError
-from ...core.model import descriptor, provenance, provenance_differences
-from ...core.tables import table_provenance
+from ...deciding import check_table_provenance
+from ...core.model import descriptor, provenance
 from ...runtime import current
 from .registry import registry
 from .tuner import _source_of
@@ -69,18 +68,5 @@ def _name(fn):
 
 def check_pinned(autotuner, state, choice_key) -> None:
     """Before a key is pinned from a table (pinned mode's pick; consensus's ``table_index``, on
-    every rank): a table entry for this key recorded against another version of the kernel is
-    named once per kernel, and refused with AUTOTUNE_ON_MISS=error."""
-    guard = current()
-    if guard.table_entry(state.epoch, choice_key.arch, choice_key.kernel, choice_key.key) is None:
-        return
-    recorded = table_provenance(state.epoch.tables.get(choice_key.arch) or {}, choice_key.kernel)
-    differs = provenance_differences(recorded, of(autotuner)) if isinstance(recorded, dict) else []
-    if not differs:
-        return
-    message = (f"kernel {choice_key.kernel}: its table entries were recorded against another version of it "
-               f"({', '.join(differs)}); record and merge it again (a table consensus grows: delete its entries "
-               "there, and the next consensus run tunes and adds them)")
-    if state.epoch.policy.on_miss == "error":
-        raise SelectionError(f"autotune_guard: {choice_key.what()}: {message}; refused with AUTOTUNE_ON_MISS=error")
-    guard.warn_once(f"stale provenance {choice_key.kernel}", message + "; its entries are used where a config still matches")
+    every rank): the engine's check against the kernel as it is now (``of``)."""
+    check_table_provenance(state.epoch, choice_key, lambda: of(autotuner))
