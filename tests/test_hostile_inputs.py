@@ -5,10 +5,13 @@ control sequences in files, NaN and infinite timings, and Ctrl-C of the report."
 
 import json
 import os
+import pathlib
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -191,16 +194,19 @@ def _journal_lines(document, path):
     return gzip.compress("".join(json.dumps(v) + "\n" for v in (header, planted)).encode())
 
 
-def _shared_results(tmp_path):
-    results = tmp_path / "results"
+@pytest.fixture
+def shared_results():
+    """A results directory the group nobody shares, right under the system's temporary directory:
+    not under pytest's ``/tmp/pytest-of-root``, which every pytest session that starts (another
+    suite on this machine) sets back to mode 0700, so that user nobody could not reach it."""
+    base = tempfile.mkdtemp(prefix="autotune-guard-shared-")
+    os.chmod(base, 0o711)
+    results = pathlib.Path(base) / "results"
     results.mkdir()
-    for above in (results, *results.parents):
-        if str(above) in ("/", "/tmp"):
-            break
-        above.chmod(above.stat().st_mode | 0o711)
     os.chown(results, 0, NOBODY)
     results.chmod(0o770)  # a results directory the group shares
-    return results
+    yield results
+    shutil.rmtree(base, ignore_errors=True)
 
 
 def _plant_as_nobody(path, data):
@@ -228,8 +234,8 @@ def _plant_as_nobody(path, data):
 
 @root_only
 @pytest.mark.parametrize("record", ["complete", "partial"])
-def test_a_journal_another_user_planted_beside_a_record_is_never_read_into_it(tmp_path, record):
-    results = _shared_results(tmp_path)
+def test_a_journal_another_user_planted_beside_a_record_is_never_read_into_it(tmp_path, shared_results, record):
+    results = shared_results
     rec = results / "rec"
     code = "import torch\nfrom kernels import demo\ndemo.add(torch.arange(100.), torch.arange(100.))"
     subprocess.run([sys.executable, "-c", code], env=env_for(AUTOTUNE_RECORD_PATH=rec), check=True,
@@ -260,8 +266,8 @@ def test_a_journal_another_user_planted_beside_a_record_is_never_read_into_it(tm
 
 
 @root_only
-def test_an_unusable_file_another_user_planted_at_a_rank_file_name_does_not_stop_show(tmp_path):
-    results = _shared_results(tmp_path)
+def test_an_unusable_file_another_user_planted_at_a_rank_file_name_does_not_stop_show(tmp_path, shared_results):
+    results = shared_results
     rec = results / "rec"
     code = "import torch\nfrom kernels import demo\ndemo.add(torch.arange(100.), torch.arange(100.))"
     subprocess.run([sys.executable, "-c", code], env=env_for(AUTOTUNE_RECORD_PATH=rec), check=True,
