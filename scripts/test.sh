@@ -95,10 +95,14 @@ for python in $PYTHONS; do
       "$VENV_PY" -m pip install -q --no-input --disable-pip-version-check redis \
         || echo "  pip install redis failed: the table-store tests cannot run"
     fi
-    # From tests/, so that the installed package (not the source tree) is what gets imported.
+    # From tests/, so that the installed package (not the source tree) is what gets imported. The
+    # tests' directories lie in a folder of this run's own: every pytest session that starts sets
+    # /tmp/pytest-of-<user> back to 0700, which a test acting as a second user must reach.
+    basetemp=$(mktemp -d "${TMPDIR:-/tmp}/autotune-guard-tests.XXXXXX")
     (cd tests && GUARD_LONG="${GUARD_LONG:-$long}" TRITON_INTERPRET=1 "$VENV_PY" -m pytest -p no:cacheprovider -q \
-      "${pytest_args[@]}" .)
+      --basetemp "$basetemp/t" "${pytest_args[@]}" .)
     rc=$? long=0
+    rm -rf "$basetemp"
     took="$(( (SECONDS - start) / 60 ))m$(( (SECONDS - start) % 60 ))s"
     case $rc in
       0) summary+=("passed   $python, Triton $triton ($took)"); ran=1 ;;
