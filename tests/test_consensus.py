@@ -14,6 +14,7 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -427,6 +428,14 @@ def _ranks_by_hand(tmp_path, world, args, timeout_s):
         procs.append(subprocess.Popen([sys.executable, os.path.join(PROGS, "consensus_claimer_lost.py"),
                                        str(tmp_path), *args], env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True))
+    ended = {}
+
+    def watch(rank):  # when each process ended (the waiters' detections are on the same clock)
+        procs[rank].wait()
+        ended[rank] = time.time()
+
+    watchers = [threading.Thread(target=watch, args=(rank,), daemon=True) for rank in range(world)]
+    [w.start() for w in watchers]
     try:
         outputs = [p.communicate(timeout=240) for p in procs]
     finally:
@@ -434,6 +443,8 @@ def _ranks_by_hand(tmp_path, world, args, timeout_s):
             if p.poll() is None:
                 p.kill()
                 p.wait()
+    [w.join(5) for w in watchers]
+    _ranks_by_hand.ended = ended
     return [p.returncode for p in procs], outputs
 
 
@@ -458,7 +469,11 @@ def test_a_claimer_that_dies_or_fails_at_any_point_is_named_within_seconds(tmp_p
         assert "kernel __main__.victim_kernel key (1000,torch.float32,torch.float32) arch interpret" in message
         assert re.search(r"rank 1 \(pid \d+ on [^)]+\), which claimed this tuning, ended \(its process is gone, "
                          r"seen on its machine\)", message), message
-        assert result["seconds"] < 5, result
+        # Named within the stated bound of the claimer's end (1 s on its machine, and some slack for
+        # a loaded machine), not from the claim: a claimer that fails still takes its interpreter's
+        # teardown to end, seconds on a busy machine.
+        assert result["detected_at"] - _ranks_by_hand.ended[1] < 3, (result, _ranks_by_hand.ended)
+        assert result["seconds"] < 30, result  # not the 60 s timeout
 
 
 @pytest.mark.slow

@@ -100,6 +100,7 @@ def main():
     except Exception as exc:
         result.update(error=str(exc), type=type(exc).__name__)
     result["seconds"] = time.monotonic() - start
+    result["detected_at"] = time.time()  # beside the claimer's end, as the test saw it
     with open(os.path.join(OUT_DIR, f"rank{RANK}.json"), "w") as out:
         json.dump(result, out)
     # Rank 0 may host the Store: keep it up until every waiter has its answer.
