@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import logging
 
-from ..core import jsonfile, schema, store_snapshot
+from ..core import jsonfile, schema
 from ..core.errors import FileFormatError, PolicyError
 from ..core.model import compact, provenance_differences
 from ..core.store_url import hide_password, parse_store_url, store_urls
@@ -271,6 +271,8 @@ class Stores:
         """Once per job and node where torchrun says the job (``core.store_snapshot``), else from the store."""
         if url in self.down:
             return None, []
+        from ..core import store_snapshot  # here, not at start-up: only a process given a store URL reads one
+
         read = lambda: self.read_server(url, arch)  # noqa: E731
         return store_snapshot.read(url, arch, read, 2 * TIMEOUT_S + 1, self.snapshot_node)
 

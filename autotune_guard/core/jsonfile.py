@@ -68,12 +68,14 @@ def finite(value):
     return value
 
 
-def dumps(document) -> str:
-    """Strict JSON text (never ``Infinity``/``NaN``), the way every file of ours is written."""
+def dumps(document, compact: bool = False) -> str:
+    """Strict JSON text (never ``Infinity``/``NaN``), the way every file of ours is written;
+    ``compact``: no indentation (Python's encoder is about 8x slower indented)."""
+    layout = {"separators": (",", ":")} if compact else {"indent": 1}
     try:
-        return json.dumps(document, indent=1, sort_keys=True, allow_nan=False) + "\n"
+        return json.dumps(document, sort_keys=True, allow_nan=False, **layout) + "\n"
     except ValueError:  # a non-finite float somewhere: rare, so the common case pays nothing
-        return json.dumps(finite(document), indent=1, sort_keys=True, allow_nan=False) + "\n"
+        return json.dumps(finite(document), sort_keys=True, allow_nan=False, **layout) + "\n"
 
 
 def _check_target(path: str) -> None:
@@ -90,14 +92,14 @@ def _check_target(path: str) -> None:
         raise NotOurs(errno.EEXIST, f"is a file of user {info.st_uid}, not of this user ({os.geteuid()})", path)
 
 
-def atomic_write_json(path: str, document: Mapping, *, own_only: bool = False) -> int:
+def atomic_write_json(path: str, document: Mapping, *, own_only: bool = False, compact: bool = False) -> int:
     """Write ``document`` to ``path`` in one rename.  The temporary file is created in the same
     directory under a random name with ``O_EXCL|O_NOFOLLOW`` (mkstemp), written and given the
     mode ``open()`` would give through its descriptor, so that nothing another user swaps in at
     either name is ever followed.  ``own_only``: raise ``NotOurs`` rather than replace a symlink,
     directory, FIFO or another user's file at ``path``.  An ``OSError`` names ``path``.  Returns
-    the number of characters written."""
-    text = dumps(document)
+    the number of characters written. ``compact``: as ``dumps`` says."""
+    text = dumps(document, compact)
     directory = os.path.dirname(os.path.abspath(path))
     tmp = None
     try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import tempfile
 import time
 
 from .errors import UnsafePathError
@@ -133,6 +134,16 @@ def private_directory(path: str) -> str:
         raise UnsafePathError(errno.EPERM, f"has mode {stat.filemode(info.st_mode)}: others can reach what is in it "
                               "(allowed: a directory of this user with mode 0700)", path)
     return path
+
+
+def node_files_directory() -> str:
+    """This user's directory of node-local files (consensus's node Stores, table-store snapshots):
+    under ``$XDG_RUNTIME_DIR`` where it is usable, else ``<tmp>/autotune_guard-<uid>``. The caller
+    checks it with ``private_directory``."""
+    runtime = runtime_directory()
+    if runtime is not None:
+        return os.path.join(runtime, "autotune_guard")
+    return os.path.join(tempfile.gettempdir(), f"autotune_guard-{os.geteuid()}")
 
 
 def runtime_directory() -> str | None:

@@ -32,7 +32,6 @@ import json
 import os
 import socket
 import stat
-import tempfile
 import time
 from typing import Callable, NamedTuple
 
@@ -70,7 +69,7 @@ def this_node(environ=None) -> Node | None:
         return None
     parent = os.getppid()
     job = f"{attempt_scope(environ)}|{socket.gethostname()}|agent {parent} started {_started(parent)}"
-    return Node(job, os.path.join(base_directory(), SUBDIRECTORY))
+    return Node(job, os.path.join(safe_files.node_files_directory(), SUBDIRECTORY))
 
 
 def _started(pid: int) -> str:
@@ -80,14 +79,6 @@ def _started(pid: int) -> str:
             return status.read().rpartition(b")")[2].split()[19].decode("ascii", "replace")
     except (OSError, IndexError):
         return "?"
-
-
-def base_directory() -> str:
-    """This user's directory of node-local files (as the node Stores of consensus use)."""
-    runtime = safe_files.runtime_directory()
-    if runtime is not None:
-        return os.path.join(runtime, "autotune_guard")
-    return os.path.join(tempfile.gettempdir(), f"autotune_guard-{os.geteuid()}")
 
 
 def store_identity(url: str) -> str:
@@ -190,7 +181,7 @@ def _write(path: str, expected: dict, document, notes: list) -> list[str]:
     snapshot = {"format": FORMAT, **expected, "written": time.time(), "pid": os.getpid(),
                 "table": document, "notes": notes[:MAX_NOTES] if document is not None else []}
     try:
-        _write_compact(path, snapshot)
+        jsonfile.atomic_write_json(path, snapshot, compact=True)  # compact: the node's others wait for it
     except OSError as exc:
         return [f"table store snapshot {_said(exc)}: not written; the job's other processes on this node read "
                 "the table store themselves"]
@@ -214,25 +205,6 @@ def _removal_due(directory: str) -> bool:
     except OSError:
         return False
     return True
-
-
-def _write_compact(path: str, snapshot: dict) -> None:
-    """``jsonfile.atomic_write_json``'s way (a new temporary file beside ``path``, renamed over it:
-    no reader sees half a file) without its indentation: Python's JSON encoder is 8x slower
-    indented, 8 ms for a table of 500 entries, which the node's other processes would wait for.
-    The directory is this user's only (mode 0700), so nothing of another user is at either name."""
-    try:
-        text = json.dumps(snapshot, separators=(",", ":"), sort_keys=True, allow_nan=False)
-    except ValueError:  # a number that is not finite: null, as every file of ours says it
-        text = json.dumps(jsonfile.finite(snapshot), separators=(",", ":"), sort_keys=True, allow_nan=False)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-" + os.path.basename(path) + ".", dir=os.path.dirname(path))
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        jsonfile.remove_quietly(tmp)
-        raise
 
 
 def remove_old(directory: str, now: float | None = None) -> int:

@@ -22,7 +22,6 @@ import logging
 import os
 import socket
 import sys
-import tempfile
 
 from ...core import safe_files
 from ...core.consensus import attempt_scope
@@ -68,7 +67,7 @@ def fanned(job_store):
     if found is not None:
         return found
     digest = hashlib.sha256(node.encode()).hexdigest()[:24]
-    path = os.path.join(store_directory(), f"node-{digest}.store")
+    path = os.path.join(safe_files.node_files_directory(), f"node-{digest}.store")
     try:
         safe_files.private_directory(os.path.dirname(path))
         store = FannedStore(job_store, sys.modules["torch.distributed"].FileStore(path, -1), path)
@@ -78,14 +77,6 @@ def fanned(job_store):
                        path, exc)
         store = job_store
     return made.get(job_store, lambda: store)
-
-
-def store_directory() -> str:
-    """Where node Stores lie: under the user's runtime directory, else ``<tmp>/autotune_guard-<uid>``."""
-    runtime = safe_files.runtime_directory()
-    if runtime is not None:
-        return os.path.join(runtime, "autotune_guard")
-    return os.path.join(tempfile.gettempdir(), f"autotune_guard-{os.geteuid()}")
 
 
 LEFT = "autotune_guard/node/left"  # in the node's Store: how many of its ranks have exited
