@@ -1,7 +1,8 @@
 """One table for runs of train_lm.py (scripts/gpu/acceptance.sh): per run, the ranks that finished,
 benchmark calls (Triton's do_bench and Inductor's, all processes), time to first step (slowest
 rank), steady step (median of steps 10 on, all ranks) against the first run named, and the
-parameter hashes: distinct across ranks, and whether they equal the other runs'.
+parameter hashes: distinct across ranks, and whether they equal the other runs'; Dynamo's graphs and
+graph breaks, all ranks.
 
 usage: summarize.py WORK_DIR RUN [RUN...]     (the first RUN is the reference, normally plain)
 """
@@ -22,11 +23,11 @@ def load(work, name):
             results.append(json.JSONDecoder().raw_decode(text, found.start(1))[0])
         except ValueError:
             pass
-    calls = {"do_bench": 0, "inductor": 0}
+    calls = {"do_bench": 0, "inductor": 0, "graphs": 0, "graph_breaks": 0}
     for path in glob.glob(os.path.join(folder, "calls.*.json")):
         found = json.load(open(path))
-        calls["do_bench"] += found["do_bench"]
-        calls["inductor"] += found["inductor"]
+        for name in calls:
+            calls[name] += found.get(name, 0)
     steady = [t for r in results for t in r["step_s"][10:]]
     return {"ranks": len(results), "calls": calls, "first": max((r["first_step_s"] for r in results), default=None),
             "steady": statistics.median(steady) if steady else None,
@@ -38,8 +39,8 @@ def main():
     runs = {name: load(work, name) for name in names}
     base = runs[names[0]]
     print(f"| run | ranks | do_bench + Inductor calls (job) | first step (s) | vs {names[0]} | steady step (ms) | "
-          f"vs {names[0]} | param hashes across ranks | same as |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          f"vs {names[0]} | param hashes across ranks | same as | dynamo graphs / breaks (job) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name, run in runs.items():
         first = f"{run['first']:.1f}" if run["first"] is not None else "-"
         ratio = f"{run['first'] / base['first']:.2f}x" if run["first"] and base["first"] else "-"
@@ -48,7 +49,8 @@ def main():
         same = [other for other, o in runs.items() if other != name and o["hashes"] == run["hashes"]
                 and len(run["hashes"]) == 1]
         print(f"| {name} | {run['ranks']} | {run['calls']['do_bench']} + {run['calls']['inductor']} | {first} | {ratio} "
-              f"| {steady} | {sratio} | {len(run['hashes'])} ({', '.join(run['hashes'])}) | {', '.join(same) or '-'} |")
+              f"| {steady} | {sratio} | {len(run['hashes'])} ({', '.join(run['hashes'])}) | {', '.join(same) or '-'} "
+              f"| {run['calls']['graphs']} / {run['calls']['graph_breaks']} |")
     print(json.dumps(runs))
     for name, run in runs.items():  # beside the log, for the record
         with open(os.path.join(work, name, "summary.json"), "w") as out:

@@ -5,6 +5,7 @@ writes ``$ACCEPT_CALLS/calls.<pid>.json`` with its rank. Measurement only: the p
 import atexit
 import json
 import os
+import sys
 import threading
 
 COUNTS = {"do_bench": 0, "inductor": 0}
@@ -35,11 +36,21 @@ def _inductor_benchmarking(module):
             setattr(cls, "benchmark_gpu", _counted("inductor", vars(cls)["benchmark_gpu"]))
 
 
+def _compiled():
+    """Dynamo's graphs and graph breaks in this process: a guard that broke graphs would show here."""
+    dynamo = sys.modules.get("torch._dynamo.utils")
+    if dynamo is None:
+        return {}
+    counters = dynamo.counters
+    return {"graphs": counters["stats"].get("unique_graphs", 0), "graph_breaks": sum(counters["graph_break"].values())}
+
+
 def _write():
-    if os.environ.get("ACCEPT_CALLS") and any(COUNTS.values()):
+    compiled = _compiled()
+    if os.environ.get("ACCEPT_CALLS") and (any(COUNTS.values()) or compiled):
         path = os.path.join(os.environ["ACCEPT_CALLS"], f"calls.{os.getpid()}.json")
         with open(path, "w") as out:
-            json.dump({"rank": os.environ.get("RANK", "0"), **COUNTS}, out)
+            json.dump({"rank": os.environ.get("RANK", "0"), **COUNTS, **compiled}, out)
 
 
 if os.environ.get("ACCEPT_CALLS"):
