@@ -10,8 +10,10 @@
 #             4 torchrun ranks: plain, the README's command twice (consensus + a table directory),
 #             pinned from that table
 #   record    the same program: record -> report merge -> pinned from the merged table
-#   steady    plain and the README's command alternated, 3 jobs each, warm caches: the steady step's ratio
-#             with its spread (one job of each cannot resolve 2 % with 4 ranks on one GPU)
+#   steady    plain and the README's command alternated, 3 jobs each, each mode's compile caches its own
+#             (the first job of each cold): the steady step's ratio with its spread (one job of each cannot
+#             resolve 2 % with 4 ranks on one GPU); without a train phase before, the README's first run
+#             makes the table first
 #   flaggems  FlagGems mm/softmax/layer_norm, cold processes: plain, pinned, the README's command twice
 #             (one process: consensus without a group times alone and grows the table)
 #   mm        a max-autotune mm under torch.compile (scripts/gpu/templates_proof.py)
@@ -73,17 +75,22 @@ phase_train() {
 }
 
 # The steady step of plain against the README's command (its table: the train phase's), 3 jobs each,
-# alternated, compile caches warm: 4 ranks sharing one GPU vary by several % from job to job, so
+# alternated, each mode with compile caches of its own: 4 ranks sharing one GPU vary by several % from job to job, so
 # one job of each cannot tell 2 % apart. Prints each job and the ratio of the mean of job medians.
 phase_steady() {
-  [ -f "$W/tables/sm90.json" ] || { mkdir -p "$W/tables"; run readme1 AUTOTUNE_MODE=consensus AUTOTUNE_TABLE_PATH="$W/tables"; }
-  local names=()
+  local names=() tabled=()
+  if ! ls "$W/tables"/sm*.json > /dev/null 2>&1; then  # no train phase before: the README's first run makes the table
+    mkdir -p "$W/tables"
+    run readme1 AUTOTUNE_MODE=consensus AUTOTUNE_TABLE_PATH="$W/tables"
+    tabled=(readme1)
+  fi
   for i in 1 2 3; do
     CACHE="$W/cache-plain" run "steady-plain-$i"
     CACHE="$W/cache-readme" run "steady-readme-$i" AUTOTUNE_MODE=consensus AUTOTUNE_TABLE_PATH="$W/tables"
     names+=("steady-plain-$i" "steady-readme-$i")
   done
-  summary "${names[@]}"
+  cp "$W/tables"/*.json "$OUT/" 2>/dev/null
+  summary "${names[0]}" "${tabled[@]}" "${names[@]:1}"  # steady-plain-1: cold, as plain in train
   "$PY" - "$W" "${names[@]}" <<'PYEOF' | tee -a "$OUT/summary.txt"
 import json, statistics, sys
 jobs = {n: json.load(open(f"{sys.argv[1]}/{n}/summary.json"))["steady"] for n in sys.argv[2:]}
@@ -99,7 +106,8 @@ phase_record() {
   mkdir -p "$W/merged" && rm -f "$W/merged"/*
   "$PY" -m autotune_guard.report merge "$W/rec/run" -o "$W/merged/sm90.json" | tail -3
   run from_record AUTOTUNE_MODE=pinned AUTOTUNE_ON_MISS=error AUTOTUNE_TABLE_PATH="$W/merged"
-  summary plain record from_record
+  local reference=plain; [ -d "$W/plain" ] || reference=steady-plain-1  # a plain job of this machine
+  summary "$reference" record from_record
 }
 
 # flaggems NAME SETTINGS...: one cold process of FlagGems' mm, softmax and layer_norm (its own cache)
