@@ -106,7 +106,8 @@ phase_record() {
   mkdir -p "$W/merged" && rm -f "$W/merged"/*
   "$PY" -m autotune_guard.report merge "$W/rec/run" -o "$W/merged/sm90.json" | tail -3
   run from_record AUTOTUNE_MODE=pinned AUTOTUNE_ON_MISS=error AUTOTUNE_TABLE_PATH="$W/merged"
-  local reference=plain; [ -d "$W/plain" ] || reference=steady-plain-1  # a plain job of this machine
+  local reference=plain  # a cold plain job of this machine: the train phase's, the steady phase's, or one run here
+  [ -d "$W/plain" ] || { [ -d "$W/steady-plain-1" ] && reference=steady-plain-1; } || run plain
   summary "$reference" record from_record
 }
 
