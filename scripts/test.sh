@@ -85,7 +85,7 @@ for python in $PYTHONS; do
     guard_venv "$python" "$triton"
     case $? in
       0) ;;
-      "$SKIPPED") summary+=("skipped  $python, Triton $triton: no wheel"); continue ;;
+      "$SKIPPED") summary+=("skipped  $python, Triton $triton: $SKIP_WHY"); continue ;;
       *) summary+=("FAILED   $python, Triton $triton: set-up failed"); failed=1; continue ;;
     esac
     # The redis client (the extra autotune-guard[redis]) for the table-store tests: added to a venv

@@ -54,14 +54,15 @@ index_has() {
 
 # guard_venv PYTHON TRITON: make (or reuse) the venv, install autotune_guard from this checkout
 # into it (as a regular package, so that its .pth runs), and set VENV_PY. Returns 0 when ready,
-# $SKIPPED (after printing one SKIP line) when the index has no wheel for the pair, 1 on failure.
+# $SKIPPED (after printing one SKIP line, its reason in SKIP_WHY) when the pair cannot be set up here
+# (no such Python, or no wheel for it), 1 on failure.
 guard_venv() {
   local python=$1 triton=$2 pyver venv stamp want
   if ! pyver=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null); then
-    echo "SKIP $python, Triton $triton: no such Python"; return $SKIPPED
+    SKIP_WHY="no such Python"; echo "SKIP $python, Triton $triton: $SKIP_WHY"; return $SKIPPED
   fi
   if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 10))'; then
-    echo "SKIP Python $pyver, Triton $triton: autotune_guard needs Python 3.10 or newer"; return $SKIPPED
+    SKIP_WHY="autotune_guard needs Python 3.10 or newer"; echo "SKIP Python $pyver, Triton $triton: $SKIP_WHY"; return $SKIPPED
   fi
   venv="$VENVS/py$pyver-triton$triton"
   stamp="$venv/.autotune_guard-setup"
@@ -72,7 +73,8 @@ guard_venv() {
     for wanted in "triton $triton" "torch $TORCH"; do
       if ! index_has "$venv/bin/python" $wanted; then
         rm -rf "$venv"
-        echo "SKIP Python $pyver, Triton $triton: the package index serves no ${wanted% *} ${wanted#* } wheel for Python $pyver here"
+        SKIP_WHY="the package index serves no ${wanted% *} ${wanted#* } wheel for Python $pyver here"
+        echo "SKIP Python $pyver, Triton $triton: $SKIP_WHY"
         return $SKIPPED
       fi
     done
