@@ -265,7 +265,9 @@ class Stores:
             self.stores[url] = Store(url)
         return self.stores[url]
 
-    snapshot_node = None  # core.store_snapshot.Node: whose and where the snapshots are; None: from the environment
+    # core.store_snapshot.Node: whose and where the snapshots are; None: from the environment.
+    # scripts/store_parts.py sets it to stand many nodes up on one machine.
+    snapshot_node = None
 
     def read(self, url: str, arch: str) -> tuple[dict | None, list[str]]:
         """Once per job and node where torchrun says the job (``core.store_snapshot``), else from the store."""
