@@ -74,9 +74,10 @@ phase_train() {
   summary plain readme1 readme2 pinned
 }
 
-# The steady step of plain against the README's command (its table: the train phase's), 3 jobs each,
-# alternated, each mode with compile caches of its own: 4 ranks sharing one GPU vary by several % from job to job, so
-# one job of each cannot tell 2 % apart. Prints each job and the ratio of the mean of job medians.
+# The steady step of plain against the README's command (its table: the train phase's, else made here),
+# 3 jobs each, alternated, each mode with compile caches of its own: 4 ranks sharing one GPU vary by
+# several % from job to job, so one job of each cannot tell 2 % apart. Prints each job and the ratio
+# of the mean of job medians.
 phase_steady() {
   local names=() tabled=()
   if ! ls "$W/tables"/sm*.json > /dev/null 2>&1; then  # no train phase before: the README's first run makes the table
