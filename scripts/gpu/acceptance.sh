@@ -13,7 +13,7 @@
 #   steady    plain and the README's command alternated, 3 jobs each, each mode's compile caches its own
 #             (the first job of each cold): the steady step's ratio with its spread (one job of each cannot
 #             resolve 2 % with 4 ranks on one GPU); without a train phase before, the README's first run
-#             makes the table first
+#             makes the table first; STEADY_AGAINST=record: pinned from the merged record instead
 #   flaggems  FlagGems mm/softmax/layer_norm, cold processes: plain, pinned, the README's command twice
 #             (one process: consensus without a group times alone and grows the table)
 #   mm        a max-autotune mm under torch.compile (scripts/gpu/templates_proof.py)
@@ -74,38 +74,50 @@ phase_train() {
   summary plain readme1 readme2 pinned
 }
 
-# The steady step of plain against the README's command (its table: the train phase's, else made here),
-# 3 jobs each, alternated, each mode with compile caches of its own: 4 ranks sharing one GPU vary by
-# several % from job to job, so one job of each cannot tell 2 % apart. Prints each job and the ratio
-# of the mean of job medians.
+# The steady step of plain against a guarded mode, 3 jobs each, alternated, each mode with compile caches
+# of its own: 4 ranks sharing one GPU vary by several % from job to job, so one job of each cannot tell
+# 2 % apart. STEADY_AGAINST=readme (default): the README's command, its table the train phase's, else
+# made here by the README's first run; STEADY_AGAINST=record: pinned from the merged record, the record
+# phase's, else made here. Prints each job and the ratio of the mean of job medians.
 phase_steady() {
-  local names=() tabled=()
-  if ! ls "$W/tables"/sm*.json > /dev/null 2>&1; then  # no train phase before: the README's first run makes the table
-    mkdir -p "$W/tables"
-    run readme1 AUTOTUNE_MODE=consensus AUTOTUNE_TABLE_PATH="$W/tables"
-    tabled=(readme1)
+  local against=${STEADY_AGAINST:-readme} names=() tabled=() settings=()
+  if [ "$against" = record ]; then
+    [ -f "$W/merged/sm90.json" ] || { record_and_merge; tabled=(record); }
+    settings=(AUTOTUNE_MODE=pinned AUTOTUNE_ON_MISS=error AUTOTUNE_TABLE_PATH="$W/merged")
+  else
+    if ! ls "$W/tables"/sm*.json > /dev/null 2>&1; then
+      mkdir -p "$W/tables"
+      run readme1 AUTOTUNE_MODE=consensus AUTOTUNE_TABLE_PATH="$W/tables"
+      tabled=(readme1)
+    fi
+    settings=(AUTOTUNE_MODE=consensus AUTOTUNE_TABLE_PATH="$W/tables")
   fi
   for i in 1 2 3; do
     CACHE="$W/cache-plain" run "steady-plain-$i"
-    CACHE="$W/cache-readme" run "steady-readme-$i" AUTOTUNE_MODE=consensus AUTOTUNE_TABLE_PATH="$W/tables"
-    names+=("steady-plain-$i" "steady-readme-$i")
+    CACHE="$W/cache-$against" run "steady-$against-$i" "${settings[@]}"
+    names+=("steady-plain-$i" "steady-$against-$i")
   done
   cp "$W/tables"/*.json "$OUT/" 2>/dev/null
   summary "${names[0]}" "${tabled[@]}" "${names[@]:1}"  # steady-plain-1: cold, as plain in train
-  "$PY" - "$W" "${names[@]}" <<'PYEOF' | tee -a "$OUT/summary.txt"
+  "$PY" - "$W" "$against" "${names[@]}" <<'PYEOF' | tee -a "$OUT/summary.txt"
 import json, statistics, sys
-jobs = {n: json.load(open(f"{sys.argv[1]}/{n}/summary.json"))["steady"] for n in sys.argv[2:]}
-plain = [v for n, v in jobs.items() if "plain" in n]; readme = [v for n, v in jobs.items() if "readme" in n]
+jobs = {n: json.load(open(f"{sys.argv[1]}/{n}/summary.json"))["steady"] for n in sys.argv[3:]}
+plain = [v for n, v in jobs.items() if "plain" in n]; guarded = [v for n, v in jobs.items() if "plain" not in n]
 print(f"steady step, mean of job medians: plain {statistics.mean(plain)*1e3:.2f} ms (jobs {[round(v*1e3, 2) for v in plain]}), "
-      f"README command {statistics.mean(readme)*1e3:.2f} ms (jobs {[round(v*1e3, 2) for v in readme]}): "
-      f"{statistics.mean(readme)/statistics.mean(plain):.3f}x")
+      f"{dict(readme='README command', record='pinned from the merged record')[sys.argv[2]]} {statistics.mean(guarded)*1e3:.2f} ms (jobs {[round(v*1e3, 2) for v in guarded]}): "
+      f"{statistics.mean(guarded)/statistics.mean(plain):.3f}x")
 PYEOF
 }
 
-phase_record() {
+record_and_merge() {  # record mode, then its files merged into $W/merged/sm90.json (kept in $OUT)
   run record AUTOTUNE_RECORD_PATH="$W/rec/run"
   mkdir -p "$W/merged" && rm -f "$W/merged"/*
   "$PY" -m autotune_guard.report merge "$W/rec/run" -o "$W/merged/sm90.json" | tail -3
+  cp "$W/merged/sm90.json" "$OUT/merged-sm90.json"
+}
+
+phase_record() {
+  record_and_merge
   run from_record AUTOTUNE_MODE=pinned AUTOTUNE_ON_MISS=error AUTOTUNE_TABLE_PATH="$W/merged"
   local reference=plain  # a cold plain job of this machine: the train phase's, the steady phase's, or one run here
   [ -d "$W/plain" ] || { [ -d "$W/steady-plain-1" ] && reference=steady-plain-1; } || run plain
