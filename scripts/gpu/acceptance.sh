@@ -81,6 +81,7 @@ phase_train() {
 # phase's, else made here. Prints each job and the ratio of the mean of job medians.
 phase_steady() {
   local against=${STEADY_AGAINST:-readme} names=() tabled=() settings=()
+  case $against in readme|record) ;; *) echo "STEADY_AGAINST=$against: expected readme or record"; return 1;; esac
   if [ "$against" = record ]; then
     [ -f "$W/merged/sm90.json" ] || { record_and_merge; tabled=(record); }
     settings=(AUTOTUNE_MODE=pinned AUTOTUNE_ON_MISS=error AUTOTUNE_TABLE_PATH="$W/merged")
