@@ -80,12 +80,14 @@ phase_train() {
 # made here by the README's first run; STEADY_AGAINST=record: pinned from the merged record, the record
 # phase's, else made here. Prints each job and the ratio of the mean of job medians.
 phase_steady() {
-  local against=${STEADY_AGAINST:-readme} names=() tabled=() settings=()
+  local against=${STEADY_AGAINST:-readme} names=() tabled=() settings=() label
   case $against in readme|record) ;; *) echo "STEADY_AGAINST=$against: expected readme or record"; return 1;; esac
   if [ "$against" = record ]; then
+    label="pinned from the merged record"
     [ -f "$W/merged/sm90.json" ] || { record_and_merge; tabled=(record); }
     settings=(AUTOTUNE_MODE=pinned AUTOTUNE_ON_MISS=error AUTOTUNE_TABLE_PATH="$W/merged")
   else
+    label="README command"
     if ! ls "$W/tables"/sm*.json > /dev/null 2>&1; then
       mkdir -p "$W/tables"
       run readme1 AUTOTUNE_MODE=consensus AUTOTUNE_TABLE_PATH="$W/tables"
@@ -100,12 +102,12 @@ phase_steady() {
   done
   cp "$W/tables"/*.json "$OUT/" 2>/dev/null
   summary "${names[0]}" "${tabled[@]}" "${names[@]:1}"  # steady-plain-1: cold, as plain in train
-  "$PY" - "$W" "$against" "${names[@]}" <<'PYEOF' | tee -a "$OUT/summary.txt"
+  "$PY" - "$W" "$label" "${names[@]}" <<'PYEOF' | tee -a "$OUT/summary.txt"
 import json, statistics, sys
 jobs = {n: json.load(open(f"{sys.argv[1]}/{n}/summary.json"))["steady"] for n in sys.argv[3:]}
 plain = [v for n, v in jobs.items() if "plain" in n]; guarded = [v for n, v in jobs.items() if "plain" not in n]
 print(f"steady step, mean of job medians: plain {statistics.mean(plain)*1e3:.2f} ms (jobs {[round(v*1e3, 2) for v in plain]}), "
-      f"{dict(readme='README command', record='pinned from the merged record')[sys.argv[2]]} {statistics.mean(guarded)*1e3:.2f} ms (jobs {[round(v*1e3, 2) for v in guarded]}): "
+      f"{sys.argv[2]} {statistics.mean(guarded)*1e3:.2f} ms (jobs {[round(v*1e3, 2) for v in guarded]}): "
       f"{statistics.mean(guarded)/statistics.mean(plain):.3f}x")
 PYEOF
 }
