@@ -80,7 +80,9 @@ def test_a_rank_arriving_5_s_late_takes_no_share_and_agrees(tmp_path):
     assert sorted(len(r["timed"]) for r in ranks[:3]) == [2, 3, 3], ranks
     assert {r["launched"] for r in ranks} == {WINNER} and len({r["hash"] for r in ranks}) == 1, ranks
     assert _tuning_wall(ranks, among=(0, 1, 2)) < 5, ranks  # not held up by the late rank
-    assert ranks[3]["reached"] - min(r["reached"] for r in ranks) >= 5
+    # it did come late: 5 s after the last of the others, less the few ms by which ranks leave gloo's
+    # barrier apart (CI once saw 4.998 s against the earliest), and far past the 1 s join window
+    assert ranks[3]["reached"] - max(r["reached"] for r in ranks[:3]) >= 5 - 0.25, ranks
 
 
 def test_a_rank_killed_holding_a_share_has_its_share_taken_over(tmp_path):
