@@ -279,6 +279,23 @@ def encode_share(slot: int, rank: int, timings: Mapping[str, float] | None, erro
     return json.dumps(payload, sort_keys=True)
 
 
+def encode_final(rank: int, winner: str, measured: Mapping | None) -> str:
+    """The split decision's winner, chosen by the one rank that timed the finalists again."""
+    return json.dumps({"format": SPLIT_FORMAT, "rank": rank, "winner": winner, "measured": measured}, sort_keys=True)
+
+
+def final_winner(payload: dict, signatures: Sequence[str], what: str, key: str) -> str:
+    """The winner a decoded final names; ConsensusError when it is none of the candidates."""
+    if "error" in payload:
+        raise ConsensusError(f"autotune_guard consensus: {what}: rank {payload.get('rank', '?')} failed while timing "
+                             f"the finalists again ({payload['error']}); this rank will not pick a config of its own")
+    winner = payload.get("winner")
+    if winner not in signatures:
+        raise ConsensusError(f"autotune_guard consensus: {what}: the job's Store holds at {key} a winner that is none "
+                             f"of this rank's candidates ({str(winner)[:120]!r})")
+    return winner
+
+
 def decode_split(text_value: str, what: str, key: str, field: str) -> dict:
     """A roster or a share read from the Store; ConsensusError naming the key when it is not one."""
     try:

@@ -68,14 +68,17 @@ class Choice(NamedTuple):
 
 
 def record_entry(config: Mapping, signature: str, how: str, timings: Mapping | None, candidates: list,
-                 provenance: Mapping | None = None) -> dict:
+                 provenance: Mapping | None = None, measured: Mapping | None = None) -> dict:
     """A record file's entry for one winner: its descriptor (compact), how it was chosen, the
-    candidates' timings by signature (None when not timed in this process), every candidate, and
-    what the kernel was when it was chosen (``provenance``)."""
+    candidates' timings by signature (None when not timed in this process), every candidate, what
+    the kernel was when it was chosen (``provenance``) and what the selection measured (``measured``:
+    the finalists' rounds, margin, tie)."""
     entry = {"config": compact(config), "signature": signature, "how": how, "timings": timings,
              "candidates": [compact(c) for c in candidates]}
     if provenance is not None:
         entry["provenance"] = dict(provenance)
+    if measured is not None:
+        entry["measured"] = dict(measured)
     return entry
 
 
@@ -115,14 +118,21 @@ def provenance_differences(recorded: Mapping, live: Mapping) -> list[str]:
 
 class TunedWinner(dict):
     """A winner's descriptor handed to a consensus table writer, with its kernel's provenance
-    (``provenance``; None where the kernel has none, as a compiled kernel's)."""
+    (``provenance``; None where the kernel has none, as a compiled kernel's), what was measured to
+    choose it (``measured``: ``deciding.retime``'s summary; None when nothing was) and whether it
+    replaces the table's entry (``extends``: its selection covered the entry's candidates and more)."""
 
     provenance = None
+    measured = None
+    extends = False
 
 
-def tuned_winner(desc: Mapping, provenance: Mapping | None = None) -> TunedWinner:
+def tuned_winner(desc: Mapping, provenance: Mapping | None = None, measured: Mapping | None = None,
+                 extends: bool = False) -> TunedWinner:
     winner = TunedWinner(desc)
     winner.provenance = dict(provenance) if provenance is not None else None
+    winner.measured = dict(measured) if measured is not None else None
+    winner.extends = extends
     return winner
 
 

@@ -16,8 +16,8 @@ from .envfile import read_env_file
 from .store_url import hide_password, store_urls
 from .errors import PolicyError
 from .settings_values import (parse_block_sizes, parse_bool, parse_switch, parse_choice, parse_file_path, parse_int_at_least,
-                              parse_mode, parse_names, parse_paths, parse_seconds, parse_seconds_or_none,
-                              parse_token)
+                              parse_int_between, parse_mode, parse_names, parse_paths, parse_percent, parse_seconds,
+                              parse_seconds_or_none, parse_token)
 
 MODES = ("auto", "pinned", "record", "consensus")
 ON_MISS = ("min_cost", "first", "error")
@@ -26,6 +26,8 @@ STORE_DOWN = ("error", "local")  # a table store that does not answer at start: 
 DEFAULT_CONSENSUS_TIMEOUT_S = None  # a waiter waits as long as the claimer lives
 DEFAULT_CONSENSUS_DEAD_AFTER_S = 120.0  # heartbeat silence that means a claimer on another machine died
 DERIVED = "default"  # ``mode_from`` of a mode no setting chose: settled at the first launch
+DEFAULT_RETIME_ROUNDS = 10  # the most rounds the finalists are timed again in (docs/winners.md)
+DEFAULT_RETIME_BAND = 0.03  # finalists: within 3 % of the first pass's best
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,8 @@ class AutotunePolicy:
     consensus_split: bool = False  # AUTOTUNE_CONSENSUS_SPLIT: off until measured on GPUs of one node
     log_level: str = "INFO"
     table_store_down: str = "error"  # AUTOTUNE_TABLE_STORE_DOWN: see docs/shared-store.md
+    retime_rounds: int = DEFAULT_RETIME_ROUNDS  # AUTOTUNE_RETIME_ROUNDS: 0 times every candidate once
+    retime_band: float = DEFAULT_RETIME_BAND  # AUTOTUNE_RETIME_BAND: which candidates are finalists
     env_file: str | None = field(default=None, compare=False)
     # Why the mode is what it is (logged at install); "default" means no setting chose it, so a
     # determinism request the program makes later is looked for again at the first launch.
@@ -108,6 +112,8 @@ _VARIABLES = {
     "AUTOTUNE_CONSENSUS_SPLIT": ("consensus_split", parse_switch),
     "AUTOTUNE_RUN_ID": ("run_id", lambda var, v: parse_token(var, v)),
     "AUTOTUNE_TABLE_STORE_DOWN": ("table_store_down", lambda var, v: parse_choice(var, v, STORE_DOWN)),
+    "AUTOTUNE_RETIME_ROUNDS": ("retime_rounds", lambda var, v: parse_int_between(var, v, 0, 100)),
+    "AUTOTUNE_RETIME_BAND": ("retime_band", lambda var, v: parse_percent(var, v, 0.1, 50)),
     "AUTOTUNE_LOG_LEVEL": ("log_level", lambda var, v: parse_choice(var, v, [l.lower() for l in LOG_LEVELS]).upper()),
 }
 # Read once at start-up (StartupSettings), not policy fields: every rank must count the same barriers.
@@ -260,6 +266,10 @@ def ineffective_settings(policy: AutotunePolicy, startup: StartupSettings) -> li
         if getattr(policy, name) != getattr(default, name) and policy.mode != "consensus":
             found.append(f"AUTOTUNE_{name.upper()}={getattr(policy, name):g} has an effect in consensus mode only, "
                          f"and the mode is {policy.mode}: it is ignored")
+    for name in ("retime_rounds", "retime_band"):
+        if getattr(policy, name) != getattr(default, name) and policy.mode not in ("consensus", "record"):
+            found.append(f"AUTOTUNE_{name.upper()}={getattr(policy, name):g} has an effect in consensus and record "
+                         f"modes only (where the guard times for others), and the mode is {policy.mode}: it is ignored")
     if policy.table_store_down != default.table_store_down and not store_urls(policy.table_path):
         found.append(f"AUTOTUNE_TABLE_STORE_DOWN={policy.table_store_down} without a table store URL (redis://...) in "
                      "AUTOTUNE_TABLE_PATH: it is ignored")

@@ -129,6 +129,30 @@ def parse_int_at_least(var: str, value, low: int) -> int:
     return number
 
 
+def parse_int_between(var: str, value, low: int, high: int) -> int:
+    """An integer from ``low`` to ``high`` (AUTOTUNE_RETIME_ROUNDS)."""
+    number = parse_int_at_least(var, value, low)
+    if number > high:
+        raise PolicyError(f"{var}={value!r} is not allowed; allowed: an integer from {low} to {high}",
+                          variable=var, value=value, allowed=f"an integer from {low} to {high}")
+    return number
+
+
+def parse_percent(var: str, value, low: float, high: float) -> float:
+    """A percentage from ``low`` to ``high``, written ``3`` or ``3%``, as a fraction (AUTOTUNE_RETIME_BAND)."""
+    if isinstance(value, float) and not isinstance(value, bool) and 0 < value < 1:
+        value = f"{value * 100:g}"  # install() may give the fraction itself
+    text = str(value).strip().removesuffix("%").strip()
+    try:
+        number = float(text)
+    except ValueError:
+        number = None
+    if number is None or not low <= number <= high:
+        allowed = f"a percentage from {low:g} to {high:g} (like 3 or 3%)"
+        raise PolicyError(f"{var}={value!r} is not allowed; allowed: {allowed}", variable=var, value=value, allowed=allowed)
+    return number / 100
+
+
 def parse_seconds(var: str, value, at_least: float = 0.0) -> float:
     try:
         number = float(str(value).strip())

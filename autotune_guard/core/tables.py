@@ -48,13 +48,38 @@ def installed_version(package: str) -> str | None:
 
 
 PROVENANCE = "provenance"  # a table's kernel -> what its entries were recorded against (model.provenance)
+MEASURED = "measured"  # a table's kernel -> key -> what was measured to choose the entry (deciding.retime)
+EARLIER = "earlier"  # in a measured entry: later measurements of a key the table held already, kept beside it
+EARLIER_KEPT = 4  # at most this many of them
 
 
 class KernelEntries(dict):
     """One kernel's entries in the loaded tables (key -> descriptor), with the provenance of the
-    file that gave it first (None when that file says none)."""
+    file that gave it first (None when that file says none) and, by key, what was measured to
+    choose each entry (``measured``), from the file that gave the entry."""
 
     provenance = None
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.measured: dict = {}
+
+
+def measured_of(document: Mapping, kernel: str) -> dict:
+    """A table document's measurements of ``kernel``'s entries (key -> summary); {} where none."""
+    found = document.get(MEASURED)
+    found = found.get(kernel) if isinstance(found, dict) else None
+    return {key: value for key, value in found.items() if isinstance(value, dict)} if isinstance(found, dict) else {}
+
+
+def table_measured(tables: Mapping, qualified: str, key: str):
+    """What was measured to choose the entry ``table_entry`` gives, where the table kept it."""
+    for name in (qualified, qualified.rpartition(".")[2]):
+        entries = tables.get(name)
+        if entries:
+            measured = getattr(entries, "measured", None) or {}
+            return measured.get(key) if key in entries else measured.get("*")
+    return None
 
 
 def load_tables(table_path, arch: str, versions: Mapping[str, str | None], stores=None) -> tuple[dict, list[str]]:
@@ -96,7 +121,10 @@ def load_tables(table_path, arch: str, versions: Mapping[str, str | None], store
             slot = merged.setdefault(kernel, KernelEntries())
             if slot.provenance is None and isinstance(recorded.get(kernel), dict):
                 slot.provenance = recorded[kernel]
+            measured = measured_of(document, kernel)
             for key, entry in entries.items():
+                if key not in slot and key in measured:
+                    slot.measured[key] = measured[key]
                 slot.setdefault(key, entry)
             if "*" in entries:
                 wildcarded.add(kernel)
@@ -240,28 +268,53 @@ def grow_table(document: Mapping | None, arch: str, additions: Mapping, provenan
     who = grown.get(ADDED) if isinstance(grown.get(ADDED), dict) else {}
     who = {kernel: dict(keys) for kernel, keys in who.items() if isinstance(keys, dict)}
     recorded = dict(grown[PROVENANCE]) if isinstance(grown.get(PROVENANCE), dict) else {}
+    measured = {kernel: measured_of(grown, kernel) for kernel in (grown.get(MEASURED) or {})}
     differing, stale, count = [], [], 0
     for kernel, entries in sorted(additions.items()):
         live = (kernel_provenance or {}).get(kernel)
+        extends = any(getattr(desc, "extends", False) for desc in entries.values())
         differs = _version_differs(recorded.get(kernel), live) if kernels.get(kernel) else []
-        if differs:
+        if differs and not (extends and all(d.startswith(CANDIDATES_GREW) for d in differs)):
             stale.append((kernel, differs, sum(key not in kernels[kernel] for key in entries)))
             continue
-        if live and not kernels.get(kernel):  # new to the table (or its entries were deleted)
+        if live and (not kernels.get(kernel) or extends):  # new to the table, or its candidate list grew
             recorded[kernel] = dict(live)
         for key, desc in sorted(entries.items()):
-            kept = kernels.get(kernel, {}).get(key)
-            if kept is not None:
-                if table_index(kept, [desc], defaults) is None:
-                    differing.append((kernel, key, kept))
-                continue
-            kernels.setdefault(kernel, {})[key] = compact(desc)
-            who.setdefault(kernel, {})[key] = dict(provenance)
-            count += 1
-    grown["kernels"], grown[ADDED] = kernels, who
+            count += _add_entry(kernels.setdefault(kernel, {}), measured.setdefault(kernel, {}), key, desc,
+                                (who.setdefault(kernel, {}), provenance), (defaults, differing, kernel))
+    grown["kernels"], grown[ADDED] = {k: v for k, v in kernels.items() if v}, who
     if recorded:
         grown[PROVENANCE] = recorded
+    measured = {kernel: keys for kernel, keys in measured.items() if keys}
+    if measured:
+        grown[MEASURED] = measured
     return grown, differing, count, stale
+
+
+CANDIDATES_GREW = "its candidate list changed"  # provenance_differences' phrase, without its counts
+
+
+def _add_entry(entries: dict, measured: dict, key: str, desc, author, check) -> int:
+    """Add one winner (1) or keep the table's entry (0): the first writer wins, and a later
+    measurement of the key goes beside the kept one (``EARLIER``), unless the winner ``extends`` the
+    entry (its selection covered the entry's candidates and more: it replaces it, the old beside it)."""
+    defaults, differing, kernel = check
+    kept = entries.get(key)
+    new_measured = getattr(desc, "measured", None)
+    if kept is not None and not getattr(desc, "extends", False):
+        if table_index(kept, [desc], defaults) is None:
+            differing.append((kernel, key, kept))
+        if new_measured:
+            old = measured.get(key) or {}
+            measured[key] = {**old, EARLIER: (list(old.get(EARLIER) or []) + [new_measured])[-EARLIER_KEPT:]}
+        return 0
+    previous = measured.get(key)
+    entries[key] = compact(desc)
+    author[0][key] = dict(author[1])
+    if new_measured:
+        beside = [{k: v for k, v in previous.items() if k != EARLIER}] if previous else []
+        measured[key] = {**new_measured, **({EARLIER: beside} if beside else {})}
+    return 1
 
 
 def _version_differs(recorded, live) -> list[str]:

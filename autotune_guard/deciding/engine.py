@@ -16,7 +16,7 @@ from ..core.errors import SelectionError
 from ..core.model import Choice, ChoiceKey, provenance_differences, record_entry, signature, tuned_winner
 from ..core.pinned import Pick
 from ..runtime import Epoch, current
-from . import consensus, split
+from . import consensus, retime, split
 
 logger = logging.getLogger("autotune_guard")
 
@@ -32,6 +32,8 @@ class Tuned(NamedTuple):
     timings: dict | None = None
     result: Any = None
     how: str | None = None
+    launched: bool = True  # False: the candidates were timed, the winner not launched for the caller
+    measured: dict | None = None  # what the selection measured (``retime.summary``), for records and tables
 
 
 class Decision(NamedTuple):
@@ -111,16 +113,44 @@ def pinned(epoch: Epoch, tunable: Tunable) -> Decision:
 
 def timed(epoch: Epoch, tunable: Tunable, how: str, for_job: bool = False) -> Decision:
     """The family's tuner times the candidates here; the winner noted as ``how``. ``for_job``: it
-    was timed for the whole job, and a table directory grows by it."""
-    tuned = tunable.tune(how)
+    was timed for the whole job, and a table directory grows by it. Timed for others (``for_job``,
+    or a record that becomes a table), the finalists are timed again (``selected``)."""
+    others = for_job or epoch.policy.mode == "record"
+    tuned = selected(epoch, tunable, how) if others else tunable.tune(how)
     if tuned is None:
         return Decision(None, how)
     return Decision(_index_of(tunable, tuned.winner), tuned.how or how, tuned,
                     noted(epoch, tunable, tuned, how, for_job))
 
 
+def selected(epoch: Epoch, tunable: Tunable, how: str, known: tuple | None = None) -> Tuned | None:
+    """A winner worth freezing, where the family can time one candidate (``splits``): every
+    candidate timed once, the finalists again in rounds (``deciding.retime``), nothing launched for
+    the caller. ``known``: (timings a table kept by index, the winner it kept): only the other
+    candidates are timed, and the kept winner stands unless one of them is a finalist.
+    A family that cannot time one candidate is tuned by its own tuner, in one pass."""
+    if not tunable.splits or len(tunable.descriptors) < 2:
+        return tunable.tune(how)
+    signatures = [signature(d) for d in tunable.descriptors]
+    policy = epoch.policy
+    timings_kept, kept = known if known is not None else (None, None)
+    found = retime.select(tunable.time_share, range(len(signatures)), policy.retime_band, policy.retime_rounds,
+                          timings_kept, kept)
+    measured = retime.summary(found, signatures, policy.retime_band, _measured_on(tunable.key.arch))
+    timings = {sig: [entry["median"]] for sig, entry in measured["candidates"].items()}
+    logger.debug("selected %s -> %s (%s, %d rounds, %d timings)", tunable.key.what(), measured["winner"],
+                 measured["how"], measured["rounds"], measured["timed"])
+    return Tuned(tunable.descriptors[found.verdict.winner], None, timings, None, None, False, measured)
+
+
+def _measured_on(arch: str) -> dict:
+    """What a selection's timings hold for: timings of another arch or versions are not compared."""
+    versions = current().facts.versions()
+    return {"arch": arch, "triton": versions.get("triton"), "torch": versions.get("torch")}
+
+
 def noted(epoch: Epoch, tunable: Tunable, tuned: Tuned, how: str, for_job: bool = False,
-          recorded_as: str | None = None) -> bool:
+          recorded_as: str | None = None, extends: bool = False) -> bool:
     """Note a winner this process timed (a family whose own tuner runs unasked, as Triton's does
     under auto and record, calls this when it sees the winner); False: another policy meanwhile.
     ``recorded_as``: the record's how where it says more than the log's (a winner chosen before
@@ -132,9 +162,10 @@ def noted(epoch: Epoch, tunable: Tunable, tuned: Tuned, how: str, for_job: bool 
     record = None
     if epoch.policy.record_path:
         record = record_entry(tuned.winner, winner_signature, recorded_as or how, tuned.timings,
-                              list(tunable.every()), provenance)
+                              list(tunable.every()), provenance, tuned.measured)
     if for_job and epoch.policy.table_path and len(tunable.descriptors) > 1:
-        guard.tuned_for_job(epoch, tunable.key, tuned_winner(tuned.winner, provenance))
+        guard.tuned_for_job(epoch, tunable.key, tuned_winner(tuned.winner, provenance, tuned.measured,
+                                                             extends=extends))
     return guard.note(epoch, tunable.key, Choice(winner_signature, how), record)
 
 
@@ -168,7 +199,8 @@ def check_table_provenance(epoch: Epoch, key: ChoiceKey, live: Callable[[], dict
     recorded = tables.table_provenance(epoch.tables.get(key.arch) or {}, key.kernel)
     now = live() if isinstance(recorded, dict) else None
     differs = provenance_differences(recorded, now) if now is not None else []
-    if not differs:
+    if not differs or (epoch.policy.mode == "consensus" and epoch.policy.on_miss != "error"
+                       and _measured_grows(epoch, key, differs)):
         return
     message = (f"kernel {key.kernel}: its table entries were recorded against another version of it "
                f"({', '.join(differs)}); record and merge it again (a table consensus grows: delete its entries "
@@ -178,21 +210,32 @@ def check_table_provenance(epoch: Epoch, key: ChoiceKey, live: Callable[[], dict
     guard.warn_once(f"stale provenance {key.kernel}", message + "; its entries are used where a config still matches")
 
 
+def _measured_grows(epoch: Epoch, key: ChoiceKey, differs: list) -> bool:
+    """Only the candidate list changed and the table kept the key's timings: consensus times the new
+    candidates against them (``_known``) instead of naming the entry stale (AUTOTUNE_ON_MISS=error
+    still refuses it: nothing is tuned that the table was to decide)."""
+    return all(d.startswith(tables.CANDIDATES_GREW) for d in differs) and \
+        tables.table_measured(epoch.tables.get(key.arch) or {}, key.kernel, key.key) is not None
+
+
 def _consensus(epoch: Epoch, tunable: Tunable) -> Decision:
     """One rank of the job tunes the key and publishes the winner; the others follow it untimed.
     A table's entry goes with the claim and decides for the job untimed."""
     guard = current()
     key = tunable.key
     table = table_index(epoch, tunable)
+    known = _known(epoch, tunable) if table is not None else None
+    if known is not None:
+        table = None  # the kernel gained candidates since the entry was measured: those are timed
     store = guard.job_store(key)
     if store is None:
-        return _alone(epoch, tunable, table)
+        return _alone(epoch, tunable, table, known)
     signatures = [signature(d) for d in tunable.descriptors]
-    if epoch.policy.consensus_split and table is None and len(signatures) > 1 and tunable.splits:
+    if epoch.policy.consensus_split and table is None and known is None and len(signatures) > 1 and tunable.splits:
         return _split(epoch, tunable, store, signatures)
 
     def tune():  # on the claimer only, when its table lacks the key
-        tuned = tunable.tune("consensus")
+        tuned = selected(epoch, tunable, "consensus", known)
         if tuned is None:
             raise SelectionError(f"autotune_guard consensus: {key.what()}: the tuner chose nothing")
         return signature(tuned.winner), tuned
@@ -203,39 +246,63 @@ def _consensus(epoch: Epoch, tunable: Tunable) -> Decision:
         dead_after=epoch.policy.consensus_dead_after, from_table=None if table is None else signatures[table])
     if tuned_here and answer is not None and answer[1] is not None:
         tuned = answer[1]
-        return Decision(index, tuned.how or "consensus", tuned, noted(epoch, tunable, tuned, "consensus", for_job=True))
+        return Decision(index, tuned.how or "consensus", tuned,
+                        noted(epoch, tunable, tuned, "consensus", for_job=True, extends=known is not None))
     return _followed(epoch, tunable, index, signatures, "table" if index == table else "consensus")
 
 
 def _followed(epoch: Epoch, tunable: Tunable, index: int, signatures: list, how: str,
-              timings: dict | None = None) -> Decision:
+              timings: dict | None = None, measured: dict | None = None) -> Decision:
     """Note the job's winner, which this rank did not launch: ``how`` is ``table`` where the job
     followed the entry this rank holds too; ``timings``: the job's, where every rank has them (split)."""
     guard, key = current(), tunable.key
     record = None
     if epoch.policy.record_path:
         desc = tunable.descriptors[index]
-        record = record_entry(desc, signatures[index], how, timings, list(tunable.every()), tunable.provenance())
+        record = record_entry(desc, signatures[index], how, timings, list(tunable.every()), tunable.provenance(),
+                              measured)
     logger.debug("consensus %s -> %s (%s)", key.what(), signatures[index], how)
     return Decision(index, how, None, guard.note(epoch, key, Choice(signatures[index], how), record))
 
 
 def _split(epoch: Epoch, tunable: Tunable, store, signatures: list) -> Decision:
     """AUTOTUNE_CONSENSUS_SPLIT=1: the ranks that reach the key each time a share of its candidates
-    (``deciding.split``); the winner is launched afterwards by the family, on every rank."""
-    guard, key = current(), tunable.key
+    (``deciding.split``), one rank times the finalists again; the winner is launched afterwards by
+    the family, on every rank."""
+    guard, key, policy = current(), tunable.key, epoch.policy
     rank, world = guard.facts.ask("rank_now", (0, 1))
     if getattr(store, "node_store", None) is not None:
         store = store.job  # every rank of the job takes a share: the node's fan-in is not used
-    index, _, timings = split.decide(store, key.what(), protocol.decision_name(key.arch, key.kernel, key.key), rank,
-                                     world, signatures, tunable.time_share, epoch.policy.consensus_timeout,
-                                     epoch.policy.consensus_dead_after)
-    if epoch.policy.table_path and rank == 0:  # one rank grows a table directory by it
-        guard.tuned_for_job(epoch, key, tuned_winner(tunable.descriptors[index], tunable.provenance()))
-    return _followed(epoch, tunable, index, signatures, "consensus", timings)
+
+    def finals(known):  # on one rank: the shares' timings as the first pass, the finalists again here
+        found = retime.select(tunable.time_share, range(len(signatures)), policy.retime_band, policy.retime_rounds,
+                              known)
+        return found.verdict.winner, retime.summary(found, signatures, policy.retime_band, _measured_on(key.arch))
+
+    index, _, timings, measured = split.decide(
+        store, key.what(), protocol.decision_name(key.arch, key.kernel, key.key), rank, world, signatures,
+        tunable.time_share, policy.consensus_timeout, policy.consensus_dead_after, finals)
+    if policy.table_path and rank == 0:  # one rank grows a table directory by it
+        guard.tuned_for_job(epoch, key, tuned_winner(tunable.descriptors[index], tunable.provenance(), measured))
+    return _followed(epoch, tunable, index, signatures, "consensus", timings, measured)
 
 
-def _alone(epoch: Epoch, tunable: Tunable, table: int | None) -> Decision:
+def _known(epoch: Epoch, tunable: Tunable) -> tuple | None:
+    """The timings the table kept for the key, where they were measured here (arch, versions) and the
+    live candidates include new ones: only those are timed (``retime.known_timings``)."""
+    key = tunable.key
+    measured = tables.table_measured(epoch.tables.get(key.arch) or {}, key.kernel, key.key)
+    signatures = [signature(d) for d in tunable.descriptors]
+    known = retime.known_timings(measured, signatures, _measured_on(key.arch))
+    if known is None:
+        return None
+    current().warn_once(f"candidates grew {key.text()}", (
+        f"{key.what()}: the table's entry was chosen among {len(known)} of today's {len(signatures)} candidates; "
+        f"the {len(signatures) - len(known)} new one(s) are timed against the kept timings"), logging.INFO)
+    return known, retime.kept_winner(measured, signatures)
+
+
+def _alone(epoch: Epoch, tunable: Tunable, table: int | None, known: dict | None = None) -> Decision:
     """No process group at the moment of choice: the table's entry, else timed here as in auto (a
     job of one process grows the table by it)."""
     guard = current()
@@ -251,7 +318,11 @@ def _alone(epoch: Epoch, tunable: Tunable, table: int | None) -> Decision:
         guard.warn_once(f"consensus alone: {tunable.noun}", "AUTOTUNE_MODE=consensus without a torch.distributed "
                         f"process group: {tunable.noun} are timed by this process alone, as in auto mode",
                         logging.INFO, scope="process")
-    return timed(epoch, tunable, "timed", for_job=world == 1)
+    if world != 1 or known is None:
+        return timed(epoch, tunable, "timed", for_job=world == 1)
+    tuned = selected(epoch, tunable, "timed", known)
+    return Decision(_index_of(tunable, tuned.winner), "timed", tuned,
+                    noted(epoch, tunable, tuned, "timed", for_job=True, extends=True))
 
 
 def _index_of(tunable: Tunable, winner: dict) -> int | None:

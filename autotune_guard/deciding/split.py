@@ -21,9 +21,10 @@ import os
 import time
 from typing import Callable, Sequence
 
-from ..core.consensus import (SPLIT, attempt_prefix, candidates_hash, decision_key, decode_split, encode_roster,
-                              encode_share, share_timings, split_shares, split_winner, text)
+from ..core.consensus import (SPLIT, attempt_prefix, candidates_hash, decision_key, decode_split, encode_final,
+                              encode_roster, encode_share, final_winner, share_timings, split_shares, text)
 from ..core.consensus_text import store_lost_message
+from ..core.selection import as_sample
 from ..core.errors import ConsensusError
 from . import consensus
 from .liveness import alive_here, claimer_identity
@@ -36,9 +37,13 @@ POLL_S = 0.25  # the longest pause between two looks at the shares
 
 
 def decide(store, what: str, name: str, rank: int, world: int, signatures: Sequence[str], time_share: Callable,
-           timeout: float | None, dead_after: float) -> tuple[int, int, dict]:
+           timeout: float | None, dead_after: float, finals: Callable) -> tuple[int, int, dict, dict | None]:
     """One split decision: (the winner's index in ``signatures``, how many candidates were timed
-    here, every share's timings by signature: what a record keeps). ``world``: how many ranks may reach it (the window closes as soon as they all have).
+    here, every share's timings by signature: what a record keeps, what the finalists' re-timing
+    measured). ``world``: how many ranks may reach it (the window closes as soon as they all have).
+    ``finals(known)``: the finalists of the shares' timings (by index) timed again on this rank,
+    ``(winner index, measured)``: run by one rank only (slot 1, or whoever takes over when it dies),
+    since timings of different devices are never compared with each other.
     Raises ConsensusError when a share's timing failed, the candidate lists differ, a live holder
     publishes nothing within ``timeout`` (None: as long as it lives), or the Store fails."""
     key = decision_key(attempt_prefix(os.environ), name) + SPLIT
@@ -59,15 +64,60 @@ def decide(store, what: str, name: str, rank: int, world: int, signatures: Seque
         if slot in shares:
             timed += _time_and_publish(store, key, slot, rank, shares[slot], signatures, time_share)
         timings, more = _collect(store, key, shares, (rank, me), signatures, time_share, (what, timeout, dead_after))
+        known = {signatures.index(sig): t for sig, t in timings.items() if sig in signatures}
+        winner, measured = _final(store, key, slot, (rank, me), signatures, lambda: finals(known),
+                                  (what, timeout, dead_after))
     except ConsensusError:
         raise
     except _OwnFailure as own:  # this rank's own timing raised: its error, as the one-claimer protocol's claimer
         raise own.args[0] from None
     except Exception as exc:  # what the Store's client raised
         raise ConsensusError(store_lost_message(what, exc)) from exc
-    winner = split_winner(timings)
     logger.debug("consensus split %s: slot %d of %d, timed %d here -> %s", what, slot, len(shares), timed + more, winner)
-    return list(signatures).index(winner), timed + more, timings
+    return list(signatures).index(winner), timed + more, timings, measured
+
+
+def _time_finals(store, key, rank, signatures, finals) -> None:
+    """Time the finalists again here, heartbeat going (as a share's holder beats), and publish the
+    winner (first publication wins); a failure is published as the final's error and raised here."""
+    beats = consensus.state().beats
+    beats.start(store, f"{key}/beat/1")
+    try:
+        try:
+            index, measured = finals()
+        except Exception as exc:
+            store.compare_set(key + "/final", "", encode_share(1, rank, None, repr(exc)[:500]))
+            raise _OwnFailure(exc) from None
+        store.compare_set(key + "/final", "", encode_final(rank, signatures[index], measured))
+    finally:
+        beats.stop(store, f"{key}/beat/1")
+
+
+def _final(store, key, slot, who, signatures, finals, limits) -> tuple[str, dict | None]:
+    """The winner over every share: the finalists timed again by slot 1's rank alone (by a live rank
+    in its place when it dies), published once; every other rank reads it."""
+    rank, me = who
+    what, timeout, dead_after = limits
+    final_key, holder, started, pause = key + "/final", _Holder(), time.monotonic(), 0.02
+    mine = slot == 1
+    while True:
+        if mine:
+            _time_finals(store, key, rank, signatures, finals)
+        if store.check([final_key]):
+            payload = decode_split(text(store.get(final_key)), what, final_key, "winner")
+            return final_winner(payload, list(signatures), what, final_key), payload.get("measured")
+        if _died(store, key, 1, holder, dead_after):
+            taken = text(store.compare_set(f"{final_key}/holder/{holder.takeovers + 1}", "", me))
+            holder.moved_to(taken)
+            mine = taken == me
+            if mine:
+                logger.warning("consensus: %s: the rank timing the finalists again died; rank %d times them", what, rank)
+            continue
+        if timeout is not None and time.monotonic() - started > timeout:
+            raise ConsensusError(f"autotune_guard consensus: {what}: the finalists' timing was not published within "
+                                 f"AUTOTUNE_CONSENSUS_TIMEOUT={timeout:g} s; this rank will not pick a config of its own")
+        time.sleep(pause)
+        pause = min(pause * 1.5, POLL_S)
 
 
 def _roster(store, key, slot, world, signatures, what) -> dict:
@@ -96,7 +146,7 @@ def _time_and_publish(store, key, slot, rank, share, signatures, time_share) -> 
     try:
         try:
             timed = time_share([list(signatures).index(sig) for sig in share])
-            value = encode_share(slot, rank, {signatures[index]: float(ms) for index, ms in timed.items()})
+            value = encode_share(slot, rank, {signatures[index]: as_sample(ms).median for index, ms in timed.items()})
         except Exception as exc:
             failed, value = exc, encode_share(slot, rank, None, repr(exc)[:500])
         store.compare_set(f"{key}/share/{slot}", "", value)

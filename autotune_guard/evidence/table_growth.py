@@ -76,6 +76,7 @@ def configure(policy) -> None:
     if growth is not None:
         growth.directory = None
         growth.added.clear()  # what the exit says is this policy's
+        growth.written.clear()  # a new policy's epoch tunes anew, perhaps for another directory
     store_growth.configure(policy)  # a table store (a Redis URL) grows instead; a policy without one stops it
     if policy is not None and store_urls(policy.table_path):
         return

@@ -73,7 +73,8 @@ class TritonChoice(Tunable):
         return self.call is not None and can_time_one(self.autotuner)
 
     def time_share(self, indices) -> dict:
-        """Triton times each candidate at ``indices`` on its own (``seam.time_configs``)."""
+        """Triton times each candidate at ``indices`` on its own, in that order (``seam.time_configs``):
+        ``{index: [median, p20, p80]}`` as Triton's timer gives them."""
         args, kwargs = self.call
         configs = [self.live[i] for i in indices]
         with self.state.lock:
@@ -104,7 +105,7 @@ def first_launch(autotuner, state, key, args, kwargs):
             choice = TritonChoice(autotuner, state, key, (args, kwargs))
             decision = decide(state.epoch, choice)
             config = state.selected[key] = choice.chosen(decision)
-            if decision.tuned is not None:
+            if decision.tuned is not None and decision.tuned.launched:
                 launched = decision.tuned.result
     if launched is MISSING:
         with state.lock:

@@ -126,14 +126,15 @@ def can_time_one(autotuner) -> bool:
 
 def time_configs(autotuner, configs, args, kwargs) -> list:
     """Each of ``configs`` timed on its own through Triton's ``_bench`` (its ``do_bench``, hooks and
-    failures as a tuning launch has them): the median of each, in milliseconds (inf: it cannot run).
+    failures as a tuning launch has them): what the timer gave for each, median first, in
+    milliseconds (``[inf]``: it cannot run).
     Nothing is launched for the caller, and the reset hook runs afterwards as after Triton's own
     timing. The caller holds the lock."""
     attrs = autotuner.__dict__
     saved = attrs.get("nargs", MISSING)
     autotuner.nargs = dict(zip(autotuner.arg_names, args))
     try:
-        found = [float(_as_list(autotuner._bench(*args, config=c, **kwargs))[0]) for c in configs]
+        found = [[float(v) for v in _as_list(autotuner._bench(*args, config=c, **kwargs))] for c in configs]
         hook = getattr(autotuner, "pre_hook", None)
         if callable(hook):
             hook({**autotuner.nargs, **kwargs}, reset_only=True)

@@ -1,0 +1,127 @@
+"""The finalists timed again (``core.selection``'s rules carried out): the selection a job freezes.
+
+``select(time_each, indices, settings)`` times every candidate once (the first pass), then the
+finalists in rounds of alternating order, each timing the autotuner's own (Triton's ``_bench``:
+its ``do_bench``, with its warm-up and the median of its repetitions), until the winner is clear,
+a tie is declared or the rounds run out. ``time_each(indices)`` times the candidates at
+``indices`` in that order and returns ``{index: timing}`` (a number, or ``[median, p20, p80]``).
+
+With ``known`` (timings a table kept, by index, measured on this kind of device with these
+versions), the first pass times only the candidates it lacks.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Callable, Mapping, NamedTuple, Sequence
+
+from ..core import selection
+from ..core.selection import Sample, as_sample
+
+logger = logging.getLogger("autotune_guard")
+
+
+class Retimed(NamedTuple):
+    """What the selection measured: the verdict, the first pass (by index), the rounds (index ->
+    median, one dict a round), how many timings this process made, and the seconds it took."""
+
+    verdict: selection.Verdict
+    first: dict
+    rounds: list
+    timed: int
+    seconds: float
+
+
+def select(time_each: Callable[[Sequence[int]], Mapping], indices: Sequence[int], band: float, max_rounds: int,
+           known: Mapping[int, Sample] | None = None, kept: int | None = None) -> Retimed:
+    """The selection over the candidates at ``indices`` (see the module's docstring). ``kept``: the
+    winner chosen before among the ``known`` candidates; it stands when no new one is a finalist."""
+    started = time.monotonic()
+    known = {i: as_sample(value) for i, value in (known or {}).items()}
+    missing = [i for i in indices if i not in known]
+    first = {**{i: known[i] for i in indices if i in known}, **_timed(time_each, missing)}
+    timed = len(missing)
+    medians = {i: s.median for i, s in first.items()}
+    alive = selection.finalists(medians, band)
+    if kept is not None and known and not set(alive) & set(missing):
+        others = [t for i, t in medians.items() if i != kept and math.isfinite(t)]
+        margin = min(others) / medians[kept] - 1 if others and medians.get(kept) else None
+        return Retimed(selection.Verdict(kept, "kept", (), margin, 0), first, [], timed, time.monotonic() - started)
+    if max_rounds <= 0 or len(alive) <= 1:
+        verdict = selection.verdict(medians, [], alive, retimed=max_rounds > 0)
+        return Retimed(verdict, first, [], timed, time.monotonic() - started)
+    rounds, joined, limit, number = [], {i: 0 for i in alive}, max_rounds, 0
+    while number < limit:
+        timed_now = _timed(time_each, selection.round_order(alive, number))
+        timed += len(timed_now)
+        rounds.append({i: s.median for i, s in timed_now.items()})
+        number += 1
+        if number == 2:  # the noise measured may say the band was too narrow for these timings
+            late = selection.widened(medians, alive, band, selection.noise(rounds, alive))
+            if late:
+                alive = sorted([*alive, *late])
+                joined.update({i: number for i in late})
+                limit = max(limit, number + selection.MIN_ROUNDS)
+        if number >= selection.MIN_ROUNDS:
+            standing = selection.standing(rounds, alive, joined, last=number >= limit)
+            alive = list(standing.alive)
+            if len(alive) == 1 or standing.settled:
+                break
+    verdict = selection.verdict(medians, rounds, alive, retimed=True)
+    return Retimed(verdict, first, rounds, timed, time.monotonic() - started)
+
+
+def _timed(time_each, indices: Sequence[int]) -> dict[int, Sample]:
+    if not indices:
+        return {}
+    found = time_each(list(indices))
+    return {i: as_sample(found[i]) if found.get(i) is not None else Sample(math.inf) for i in indices}
+
+
+def summary(retimed: Retimed, signatures: Sequence[str], band: float, versions: Mapping) -> dict:
+    """What a record or table keeps of a selection: how it ended (``clear``, ``tie``, ``one
+    finalist``, ``one pass``), the rounds, the winner's margin, the tie, every candidate's median and
+    spread by signature, how many timings this process made, and what it was measured on."""
+    verdict = retimed.verdict
+    kept = selection.summary(retimed.first, retimed.rounds)
+    return {"how": verdict.how, "rounds": verdict.rounds, "band": band,
+            "margin": None if verdict.margin is None else round(verdict.margin, 6),
+            "tied": [signatures[i] for i in verdict.tied], "winner": signatures[verdict.winner],
+            "timed": retimed.timed, "seconds": round(retimed.seconds, 3),
+            "candidates": {signatures[i]: _rounded(entry) for i, entry in sorted(kept.items())},
+            **{name: value for name, value in versions.items() if value}}
+
+
+def _rounded(entry: dict) -> dict:
+    return {name: (round(value, 6) if isinstance(value, float) and math.isfinite(value) else value)
+            for name, value in entry.items()}
+
+
+def known_timings(measured: Mapping | None, signatures: Sequence[str], versions: Mapping) -> dict[int, Sample] | None:
+    """The timings a table kept for the key, by index of ``signatures``, where they were measured on
+    this arch with these versions and some live candidate is new to them (only those are timed);
+    None where they cannot serve (none kept, other versions, or nothing new). The kept winner's
+    index is ``kept_winner(measured, signatures)``."""
+    if not isinstance(measured, Mapping) or not isinstance(measured.get("candidates"), Mapping):
+        return None
+    if any(measured.get(name) != value for name, value in versions.items() if value):
+        return None
+    kept = measured["candidates"]
+    known = {}
+    for index, sig in enumerate(signatures):
+        entry = kept.get(sig)
+        if isinstance(entry, Mapping) and isinstance(entry.get("median"), (int, float)):
+            known[index] = Sample(float(entry["median"]), entry.get("spread"))
+        elif isinstance(entry, Mapping) and sig in kept:
+            known[index] = Sample(math.inf)  # it could not run then
+    if len(known) == len(signatures) or not known:
+        return None
+    return known
+
+
+def kept_winner(measured: Mapping, signatures: Sequence[str]) -> int | None:
+    """The index of the winner a kept measurement chose, among ``signatures``."""
+    winner = measured.get("winner") if isinstance(measured, Mapping) else None
+    return signatures.index(winner) if winner in signatures else None
