@@ -79,6 +79,9 @@ def parse_store_url(var: str, url: str) -> StoreAddress:
     def refuse(what: str):
         return PolicyError(f"{var}={shown!r}: {what}; {allowed}")
 
+    if "@" in url.partition("://")[2] and ("@" not in parts.netloc or not _well_formed(url)):
+        # the URL's parts past its authority hold part of the password: none of them is echoed
+        raise refuse("it is not well formed: a password's / ? # and @ must be percent-encoded (%2F %3F %23 %40)")
     try:
         port = parts.port or 6379
     except ValueError:
