@@ -105,7 +105,7 @@ except Exception as exc:
 
 @pytest.mark.parametrize("planted, said", [
     ({"evil": 0.001}, "'evil', which are not in that slot's share"),
-    ("negative", "not milliseconds (numbers, 0 or more)"),
+    ("negative", "not numbers of milliseconds (0 or more)"),
 ])
 def test_a_share_naming_a_foreign_candidate_or_a_negative_timing_is_refused_naming_its_key(planted, said):
     import torch.distributed as dist

@@ -347,7 +347,7 @@ def share_timings(payload: dict, what: str, key: str, share: Sequence[str] | Non
     if not isinstance(found, dict) or not all(
             t is None or isinstance(t, (int, float)) and not isinstance(t, bool) and t >= 0 for t in found.values()):
         raise ConsensusError(f"autotune_guard consensus: {what}: the job's Store holds at {key} timings that are not "
-                             "milliseconds (numbers, 0 or more) by signature; is anything else writing to the Store?")
+                             "numbers of milliseconds (0 or more) by signature; is anything else writing to the Store?")
     outside = sorted(set(found) - set(share)) if share is not None else []
     if outside:
         raise ConsensusError(f"autotune_guard consensus: {what}: the job's Store holds at {key} timings of "

@@ -79,7 +79,7 @@ def parse_store_url(var: str, url: str) -> StoreAddress:
     def refuse(what: str):
         return PolicyError(f"{var}={shown!r}: {what}; {allowed}")
 
-    if "@" in url.partition("://")[2] and ("@" not in parts.netloc or not _well_formed(url)):
+    if "@" in url.partition("://")[2][len(parts.netloc):] and not _well_formed(url):
         # the URL's parts past its authority hold part of the password: none of them is echoed
         raise refuse("it is not well formed: a password's / ? # and @ must be percent-encoded (%2F %3F %23 %40)")
     try:
