@@ -10,7 +10,7 @@
 # Not an AUTOTUNE_* name: the guard refuses AUTOTUNE_* names it does not know.
 VENVS="${GUARD_VENVS:-${XDG_CACHE_HOME:-$HOME/.cache}/autotune_guard/venvs}"
 TORCH="${TORCH:-2.13.0}"
-VENV_DEPS=(numpy pytest hatchling wrapt python-dotenv)
+VENV_DEPS=(numpy pytest hatchling wrapt python-dotenv redis)
 SKIPPED=3  # guard_venv's status for a pair the index has no wheel for
 PROGRESS_EVERY="${GUARD_PROGRESS_EVERY:-15}"  # seconds between the progress lines of a long step
 
@@ -52,12 +52,69 @@ index_has() {
   grep -Eq "Available versions:(.*[ ,])? ?${3//./\\.}(\+[^ ,]*)?(,|$)" <<<"$listing"
 }
 
+# venv_ready VENV: whether VENV is a virtual environment of its own: its pyvenv.cfg, and its python's
+# sys.prefix is VENV (a folder without pyvenv.cfg whose bin/python is the base Python would send
+# every pip install into the base Python).
+venv_ready() {
+  [ -f "$1/pyvenv.cfg" ] && [ -x "$1/bin/python" ] && AUTOTUNE_DISABLE=1 "$1/bin/python" -c '
+import os, sys
+sys.exit(not (sys.prefix != sys.base_prefix and os.path.realpath(sys.prefix) == os.path.realpath(sys.argv[1])))' \
+    "$1" 2>/dev/null
+}
+
+# source_stamp: what the checkout's package is (a hash of its files): reinstalled only when it changed,
+# so that two scripts of one checkout never reinstall it under each other's running processes.
+source_stamp() {
+  find autotune_guard pyproject.toml -name __pycache__ -prune -o -type f -print | LC_ALL=C sort \
+    | xargs sha256sum | sha256sum | cut -d' ' -f1
+}
+
+# build_venv PYTHON VENV WANT: VENV made anew in a temporary folder beside it, checked, moved into
+# place, and only then stamped (a build cut short leaves no stamp, and no half venv under VENV's name).
+build_venv() {
+  local python=$1 venv=$2 want=$3 tmp
+  tmp=$(mktemp -d "$venv.building.XXXXXX") && chmod 755 "$tmp" || return 1  # as python -m venv makes it: others run it
+  "$python" -m venv "$tmp" && venv_ready "$tmp" || { echo "  $tmp: not a venv of its own after python -m venv"; rm -rf "$tmp"; return 1; }
+  local pip=("$tmp/bin/python" -m pip install --no-input --disable-pip-version-check)
+  for wanted in "triton $triton" "torch $TORCH"; do
+    if ! index_has "$tmp/bin/python" $wanted; then
+      rm -rf "$tmp"
+      SKIP_WHY="the package index serves no ${wanted% *} ${wanted#* } wheel for Python $pyver here"
+      echo "SKIP Python $pyver, Triton $triton: $SKIP_WHY"
+      return $SKIPPED
+    fi
+  done
+  echo "--- setting up $venv ($want)"
+  local log="$tmp/setup.log"
+  echo "  installing torch==$TORCH: the CPU build where the index or a wheel directory serves one (about 0.2 GB"
+  echo "  downloaded), else the CUDA build with its nvidia-* libraries (about 4 GB downloaded, 5 GB on disk)"
+  with_progress "$log" "${pip[@]}" --progress-bar off "torch==$TORCH" || { rm -rf "$tmp"; return 1; }
+  echo "  installing triton==$triton (about 0.2 GB) over the Triton torch brought"
+  with_progress "$log" "${pip[@]}" --progress-bar off --no-deps "triton==$triton" || { rm -rf "$tmp"; return 1; }
+  echo "  installing ${VENV_DEPS[*]}"
+  with_progress "$log" "${pip[@]}" --progress-bar off "${VENV_DEPS[@]}" || { rm -rf "$tmp"; return 1; }
+  # Scripts pip wrote name the temporary folder's python: they name the venv's once it is moved.
+  grep -lsI "^#!$tmp/bin/" "$tmp"/bin/* | xargs -r sed -i "1s|^#!$tmp/bin/|#!$venv/bin/|"
+  rm -rf "$venv" && mv "$tmp" "$venv" || { rm -rf "$tmp"; return 1; }
+  if ! venv_ready "$venv" || ! AUTOTUNE_DISABLE=1 "$venv/bin/python" -c '
+import sys, torch, triton
+sys.exit(triton.__version__ != sys.argv[1] or torch.__version__.split("+")[0] != sys.argv[2])' "$triton" "$TORCH"; then
+    echo "  $venv: torch $TORCH and Triton $triton are not what it runs after set-up: not stamped"
+    return 1
+  fi
+  echo "$want" >"$venv/.autotune_guard-setup"
+}
+
 # guard_venv PYTHON TRITON: make (or reuse) the venv, install autotune_guard from this checkout
 # into it (as a regular package, so that its .pth runs), and set VENV_PY. Returns 0 when ready,
 # $SKIPPED (after printing one SKIP line, its reason in SKIP_WHY) when the pair cannot be set up here
 # (no such Python, or no wheel for it), 1 on failure.
+# Scripts started at once share $VENVS. Two flocks per venv: <venv>.build.lock, exclusive while one
+# script looks at the venv and sets it up; <venv>.lock, held shared by every script that runs from
+# the venv (until it ends, VENV_LOCK_FD) and exclusive by the one that builds or reinstalls, which so
+# waits for those running from it. Scripts of one checkout that find it set up run side by side.
 guard_venv() {
-  local python=$1 triton=$2 pyver venv stamp want
+  local python=$1 triton=$2 pyver venv stamp want installed build use rc=0 source
   if ! pyver=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null); then
     SKIP_WHY="no such Python"; echo "SKIP $python, Triton $triton: $SKIP_WHY"; return $SKIPPED
   fi
@@ -66,31 +123,34 @@ guard_venv() {
   fi
   venv="$VENVS/py$pyver-triton$triton"
   stamp="$venv/.autotune_guard-setup"
+  installed="$venv/.autotune_guard-installed"
   want="torch==$TORCH triton==$triton ${VENV_DEPS[*]}"
-  if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-    mkdir -p "$VENVS" && "$python" -m venv --clear "$venv" || return 1
-    local pip=("$venv/bin/python" -m pip install --no-input --disable-pip-version-check)
-    for wanted in "triton $triton" "torch $TORCH"; do
-      if ! index_has "$venv/bin/python" $wanted; then
-        rm -rf "$venv"
-        SKIP_WHY="the package index serves no ${wanted% *} ${wanted#* } wheel for Python $pyver here"
-        echo "SKIP Python $pyver, Triton $triton: $SKIP_WHY"
-        return $SKIPPED
+  mkdir -p "$VENVS" || return 1
+  if [ -n "${VENV_LOCK_FD:-}" ]; then exec {VENV_LOCK_FD}>&-; VENV_LOCK_FD=; fi  # the previous pair's venv
+  exec {build}>>"$venv.build.lock" {use}>>"$venv.lock" || return 1
+  flock -x "$build"
+  source=$(source_stamp)
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! venv_ready "$venv" || [ "$(cat "$installed" 2>/dev/null)" != "$source" ]; then
+    flock -x "$use"  # the scripts running from it end first
+    if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! venv_ready "$venv"; then
+      build_venv "$python" "$venv" "$want" || rc=$?
+    fi
+    if [ $rc = 0 ] && [ "$(cat "$installed" 2>/dev/null)" != "$source" ]; then
+      if venv_ready "$venv" && "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps \
+          --no-build-isolation --force-reinstall .; then
+        echo "$source" >"$installed"
+      else
+        rc=1
       fi
-    done
-    echo "--- setting up $venv ($want)"
-    local log="$venv/setup.log"
-    echo "  installing torch==$TORCH: the CPU build where the index or a wheel directory serves one (about 0.2 GB"
-    echo "  downloaded), else the CUDA build with its nvidia-* libraries (about 4 GB downloaded, 5 GB on disk)"
-    with_progress "$log" "${pip[@]}" --progress-bar off "torch==$TORCH" || return 1
-    echo "  installing triton==$triton (about 0.2 GB) over the Triton torch brought"
-    with_progress "$log" "${pip[@]}" --progress-bar off --no-deps "triton==$triton" || return 1
-    echo "  installing ${VENV_DEPS[*]}"
-    with_progress "$log" "${pip[@]}" --progress-bar off "${VENV_DEPS[@]}" || return 1
-    echo "$want" >"$stamp"
+    fi
   fi
-  "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation --force-reinstall . \
-    || return 1
+  if [ $rc != 0 ]; then
+    exec {build}>&- {use}>&-
+    return $rc
+  fi
+  flock -s "$use"  # held shared while this script runs from the venv
+  exec {build}>&-
+  VENV_LOCK_FD=$use
   VENV_PY="$venv/bin/python"
   AUTOTUNE_DISABLE=1 "$VENV_PY" - "$venv" <<'EOF' || return 1
 import os, subprocess, sys, sysconfig

@@ -89,3 +89,41 @@ def test_test_sh_says_what_it_installs_shows_progress_and_needs_no_terminal(tmp_
     assert progress and any(line.startswith("    done in ") for line in lines[said:]), proc.stdout
     args = (tmp_path / "apt.args").read_text().splitlines()
     assert args == ["apt-get update", "apt-get install -y -o Dpkg::Use-Pty=0 chromium chromium-driver"], args
+
+
+def _base_site(python="python3"):
+    """The base Python's site-packages and what it holds."""
+    out = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    return out, sorted(os.listdir(out)) if os.path.isdir(out) else []
+
+
+def test_demo_and_tests_started_at_once_over_a_planted_venv_both_pass_and_install_nothing_outside_it(tmp_path):
+    # Issue 44: a folder named as the venv, with the stamp of a set-up one but no pyvenv.cfg and the
+    # base Python as its bin/python (what one run found), made pip install into the base Python;
+    # two scripts at once shared the folder with no lock. Now: checked, rebuilt once under a lock
+    # in a temporary folder, and both scripts pass. Needs the package index (pip's cache serves it).
+    venvs = tmp_path / "venvs"
+    pyver = subprocess.run(["python3", "-c", 'import sys; print("%d.%d" % sys.version_info[:2])'],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    planted = venvs / f"py{pyver}-triton3.9.0"
+    (planted / "bin").mkdir(parents=True)
+    os.symlink(subprocess.run(["python3", "-c", "import sys; print(sys.executable)"], capture_output=True, text=True,
+                              check=True).stdout.strip(), planted / "bin" / "python")
+    want = subprocess.run(["bash", "-c", f'source "{VENV_SH}"; echo "torch==$TORCH triton==3.9.0 ${{VENV_DEPS[*]}}"'],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    (planted / ".autotune_guard-setup").write_text(want + "\n")
+    site, before = _base_site()
+    env = {**os.environ, "GUARD_VENVS": str(venvs), "TRITONS": "3.9.0", "GUARD_CHROMIUM": "true", "GUARD_LONG": "0"}
+    env = {k: v for k, v in env.items() if not k.startswith("AUTOTUNE_")}
+    scripts = [["bash", os.path.join(REPO, "scripts", "demo.sh")],
+               ["bash", os.path.join(REPO, "scripts", "test.sh"), "-k", "test_index_has_reads_the_versions"]]
+    procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              stdin=subprocess.DEVNULL) for cmd in scripts]
+    outs = [p.communicate(timeout=900)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], "\n=====\n".join(o[-3000:] for o in outs)
+    assert sum(o.count("--- setting up ") for o in outs) == 1, outs
+    assert (planted / "pyvenv.cfg").is_file() and not list(venvs.glob("*.building.*"))
+    assert _base_site() == (site, before), "something was installed into the base Python"
+    assert not any(name.startswith(("autotune_guard", "hatchling")) for name in os.listdir(site)) or \
+        any(name.startswith(("autotune_guard", "hatchling")) for name in before)

@@ -116,11 +116,19 @@ def stat_mode(path):
     return os.stat(path).st_mode & 0o777
 
 
-def test_a_store_that_gave_no_table_is_read_by_each_process_itself(tmp_path):
+def test_a_store_that_gave_no_table_gives_none_to_every_process_of_the_node_with_why(tmp_path):
+    # issue 44: the node's others used to read the store themselves (and, when it had come back
+    # meanwhile, ran other configs than the first): one node, one view
     node = node_in(tmp_path)
     server = Server(table=None, delay=0.01)  # down or refused: Stores.read_server said so, returned None
-    results = processes(4, node, server)
-    assert server.calls == 4 and all(r == (None, []) for r in results)
+    results = [store_snapshot.read(URL, "sm90", server, 5.0, node, lambda: "it stopped answering: Timeout")]
+    server.table = TABLE  # the store came back
+    results += processes(3, node, server)
+    assert server.calls == 1 and all(r[0] is None for r in results), results
+    assert results[0] == (None, [])
+    for _, notes in results[1:]:
+        assert len(notes) == 1 and "no table for arch sm90 (it stopped answering: Timeout)" in notes[0], notes
+        assert "s3cret" not in notes[0]
 
 
 def test_a_holder_that_does_not_let_go_costs_a_bounded_wait_then_the_process_reads_itself(tmp_path):

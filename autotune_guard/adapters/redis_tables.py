@@ -21,7 +21,7 @@ import logging
 from ..core import jsonfile, schema
 from ..core.errors import FileFormatError, PolicyError
 from ..core.model import compact, provenance_differences
-from ..core.store_url import hide_password, parse_store_url, store_urls
+from ..core.store_url import ARCH_ALLOWED, hide_password, parse_store_url, safe_arch, store_urls
 from ..runtime import current
 
 logger = logging.getLogger("autotune_guard")
@@ -115,18 +115,24 @@ class Store:
     def ping(self) -> None:
         self.call("ping")
 
-    def archs(self) -> list[str]:
-        """The archs the store holds tables for (a scan: for the report, never a job)."""
+    def archs(self) -> tuple[list[str], list[str]]:
+        """(the archs the store holds tables for, one note per key whose arch is not a safe name:
+        an arch names a file where the report writes a table). A scan: for the report, never a job."""
         pattern = f"{self.address.prefix}{{*}}:entries"
-        found = set()
+        found, notes = set(), []
         cursor = 0
         while True:
             cursor, names = self.call("scan", cursor, pattern, 1000)
             for name in names:
                 text = name.decode("utf-8", "replace")
-                found.add(text[len(self.address.prefix) + 1:].rpartition("}:")[0])
+                arch = text[len(self.address.prefix) + 1:].rpartition("}:")[0]
+                if safe_arch(arch):
+                    found.add(arch)
+                elif len(notes) < 100:
+                    notes.append(f"skipping table store {self.shown} key {_said(name)}: its arch {_said(arch.encode())} "
+                                 f"is not a plain name ({ARCH_ALLOWED}); it is not read, and names no file")
             if not cursor:
-                return sorted(found)
+                return sorted(found), notes
 
     def read(self, arch: str) -> tuple[dict, list[str]]:
         """(the arch's table document, one line per value that could not be used)."""
@@ -174,6 +180,9 @@ class Store:
     def put_table(self, document: dict, who: dict) -> tuple[int, list[str]]:
         """A table document's entries added to the store (``report``): (how many added, notes)."""
         arch, added, notes = document["arch"], 0, []
+        if not safe_arch(arch):  # it would name the store's keys, and a file when the store is read back
+            return 0, [f"{self.shown}: the table's arch {arch!r} is not a plain name ({ARCH_ALLOWED}): its entries are "
+                       "not added"]
         recorded = document.get("provenance") if isinstance(document.get("provenance"), dict) else {}
         said = document.get("added") if isinstance(document.get("added"), dict) else {}
         for kernel, entries in sorted(document["kernels"].items()):
@@ -259,6 +268,7 @@ class Stores:
     def __init__(self):
         self.stores: dict[str, Store] = {}
         self.down: set[str] = set()  # URLs said to be down: not asked again by this process
+        self.why: dict[str, str] = {}  # URL -> what it met when it went down (the node's others say it)
 
     def store(self, url: str) -> Store:
         if url not in self.stores:
@@ -271,12 +281,11 @@ class Stores:
 
     def read(self, url: str, arch: str) -> tuple[dict | None, list[str]]:
         """Once per job and node where torchrun says the job (``core.store_snapshot``), else from the store."""
-        if url in self.down:
-            return None, []
         from ..core import store_snapshot  # here, not at start-up: only a process given a store URL reads one
 
+        # A store down for this process still goes through the snapshot: its "none" is the node's view.
         read = lambda: self.read_server(url, arch)  # noqa: E731
-        return store_snapshot.read(url, arch, read, 2 * TIMEOUT_S + 1, self.snapshot_node)
+        return store_snapshot.read(url, arch, read, 2 * TIMEOUT_S + 1, self.snapshot_node, lambda: self.why.get(url))
 
     def read_server(self, url: str, arch: str) -> tuple[dict | None, list[str]]:
         if url in self.down:
@@ -295,6 +304,7 @@ class Stores:
         """Said once per URL: what was chosen stays chosen; what it would have given is not had."""
         self.down.add(url)
         shown = hide_password(url)
+        self.why[url] = f"it stopped answering: {exc}"
         current().warn_once(f"table store down {url}", (
             f"table store {shown} stopped answering ({exc}): choices made so far stand; keys it would have "
             "given are chosen by the local rules (other tables, AUTOTUNE_ON_MISS, or consensus tuning), and "
@@ -340,6 +350,7 @@ def configure(guard, policy) -> None:
                                   f"({exc}); start it or fix the URL, or set AUTOTUNE_TABLE_STORE_DOWN=local to run "
                                   "by the local rules without it (allowed: error, local)") from None
             held.down.add(url)
+            held.why[url] = f"it did not answer at start: {exc}"
             guard.warn_once(f"table store down at start {url}", (
                 f"table store {hide_password(url)} does not answer ({exc}); AUTOTUNE_TABLE_STORE_DOWN=local: this "
                 "process runs by the local rules (other tables, AUTOTUNE_ON_MISS, consensus tuning) without it"),

@@ -164,6 +164,37 @@ def attempt_scope(environ: Mapping[str, str]) -> str:
     return f"{environ.get('TORCHELASTIC_RUN_ID', 'none')}/{environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
 
 
+SETTINGS = "settings"  # under the attempt's prefix: the protocol's settings, set by the first rank to decide
+
+
+def encode_settings(rank: int, split: bool) -> str:
+    """The settings that change where ranks meet (split decisions lie under keys of their own):
+    the first rank of the attempt to decide a key sets them, every other rank compares."""
+    return json.dumps({"format": PAYLOAD_FORMAT, "rank": rank, "AUTOTUNE_CONSENSUS_SPLIT": "1" if split else "0"},
+                      sort_keys=True)
+
+
+def settings_mismatch(mine: str, theirs: str, key: str) -> str | None:
+    """What differs between this rank's settings and those the attempt agreed (None: nothing),
+    naming the Store key; a value no rank wrote is named as such."""
+    try:
+        found = json.loads(theirs)
+    except ValueError:
+        found = None
+    ours = json.loads(mine)
+    if not isinstance(found, dict) or found.get("format") != PAYLOAD_FORMAT:
+        return (f"autotune_guard consensus: the job's Store holds at {key} a value this version cannot read "
+                f"({theirs[:120]!r}); are all ranks running the same autotune_guard?")
+    differ = [name for name in ours if name.startswith("AUTOTUNE_") and found.get(name) != ours[name]]
+    if not differ:
+        return None
+    said = ", ".join(f"{name}={ours[name]} on this rank (rank {ours['rank']}) but {found.get(name)!r} on rank "
+                     f"{found.get('rank', '?')}" for name in differ)
+    return (f"autotune_guard consensus: {said}, the first rank of the job to decide a key (the job's Store, {key}): "
+            "every rank of a job must have the same setting, or consensus ranks meet under different Store keys "
+            "and each decides alone; set it the same on every rank")
+
+
 def attempt_prefix(environ: Mapping[str, str]) -> str:
     """Where one attempt's decisions lie in the job's Store."""
     return f"{STORE_PREFIX}{attempt_scope(environ)}"
@@ -241,6 +272,7 @@ def is_winner(value: str) -> bool:
 #   share/<slot>    the share's timings, or the error that ended its timing (``encode_share``)
 SPLIT = "/split"
 SPLIT_FORMAT = "autotune_guard.split/1"
+MAX_MEMBERS = 1 << 20  # slots of one roster: far above any job's ranks
 
 
 def split_shares(name: str, signatures: Sequence[str], members: int) -> dict[int, list[str]]:
@@ -297,7 +329,9 @@ def final_winner(payload: dict, signatures: Sequence[str], what: str, key: str) 
 
 
 def decode_split(text_value: str, what: str, key: str, field: str) -> dict:
-    """A roster or a share read from the Store; ConsensusError naming the key when it is not one."""
+    """A roster or a share read from the Store; ConsensusError naming the key when it is not one.
+    Values come from other processes: a roster must be self-consistent (members a positive count,
+    its candidates the list its hash names), or a rank would time a share it does not hold."""
     try:
         payload = json.loads(text_value)
     except ValueError:
@@ -307,19 +341,33 @@ def decode_split(text_value: str, what: str, key: str, field: str) -> dict:
         raise ConsensusError(f"autotune_guard consensus: {what}: the job's Store holds at {key} a value this version "
                              f"cannot read ({str(text_value)[:120]!r}); are all ranks running the same autotune_guard "
                              "with the same AUTOTUNE_CONSENSUS_SPLIT?")
+    if field == "members":
+        members, candidates = payload.get("members"), payload.get("candidates")
+        if not (isinstance(members, int) and not isinstance(members, bool) and 0 < members <= MAX_MEMBERS
+                and isinstance(candidates, list) and all(isinstance(c, str) for c in candidates)
+                and payload.get("candidates_hash") == candidates_hash(candidates)):
+            raise ConsensusError(f"autotune_guard consensus: {what}: the job's Store holds at {key} a roster that is not "
+                                 f"one a rank wrote ({str(text_value)[:120]!r}: members must be 1 to {MAX_MEMBERS}, "
+                                 "candidates the list its candidates_hash names); is anything else writing to the Store?")
     return payload
 
 
-def share_timings(payload: dict, what: str, key: str) -> dict[str, float]:
+def share_timings(payload: dict, what: str, key: str, share: Sequence[str] | None = None) -> dict[str, float]:
     """The timings a decoded share holds (an unmeasurable candidate: infinity); ConsensusError when
-    its rank failed while timing, or the value is malformed."""
+    its rank failed while timing, or the value is malformed: a timing not a number of milliseconds
+    (negative, boolean), or a candidate outside ``share`` (the slot's share of the roster)."""
     if "error" in payload:
         raise ConsensusError(f"autotune_guard consensus: {what}: rank {payload.get('rank', '?')} failed while timing "
                              f"its share of the candidates ({payload['error']}); this rank will not pick a config of "
                              "its own")
     found = payload.get("timings")
     if not isinstance(found, dict) or not all(
-            isinstance(t, (int, float)) and not isinstance(t, bool) or t is None for t in found.values()):
+            t is None or isinstance(t, (int, float)) and not isinstance(t, bool) and t >= 0 for t in found.values()):
         raise ConsensusError(f"autotune_guard consensus: {what}: the job's Store holds at {key} timings that are not "
-                             "numbers by signature")
+                             "numbers of milliseconds (0 or more) by signature; is anything else writing to the Store?")
+    outside = sorted(set(found) - set(share)) if share is not None else []
+    if outside:
+        raise ConsensusError(f"autotune_guard consensus: {what}: the job's Store holds at {key} timings of "
+                             f"{_few([repr(sig)[:80] for sig in outside])}, which are not in that slot's share of the candidates; is anything "
+                             "else writing to the Store?")
     return {sig: math.inf if t is None else float(t) for sig, t in found.items()}

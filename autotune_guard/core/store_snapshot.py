@@ -18,9 +18,10 @@ snapshot's lock file, reads the store, writes the snapshot (atomically, as ``jso
 the others wait on the lock (at most ``wait_s``) and read the file. What they read is checked as a
 store read is (``schema.check_table``, and provenance and ``added`` as objects); a snapshot that
 cannot be used is named and the process reads the store itself. A holder that dies lets go of the
-lock with it. A store that gave no table (down, refused) is recorded as giving none, and each
-process then reads it itself (and says what it met, once). Writing a snapshot removes this user's
-files there older than a day.
+lock with it. A store that gave no table (down, refused, stalled past its timeout) is recorded as
+giving none, with why, and the node's other processes go without it too (each says so, once): one
+node, one view, even when the store came back meanwhile (a rank that read it then would run other
+configs than the first). Writing a snapshot removes this user's files there older than a day.
 
 Standard library only; nothing here warns: the notes returned are said by the table reader."""
 
@@ -92,9 +93,11 @@ def snapshot_path(node: Node, url: str, arch: str) -> str:
     return os.path.join(node.directory, f"{hashlib.sha256(text.encode()).hexdigest()[:40]}.json")
 
 
-def read(url: str, arch: str, read_server: ReadServer, wait_s: float, node: Node | None = None):
+def read(url: str, arch: str, read_server: ReadServer, wait_s: float, node: Node | None = None,
+         why: Callable[[], str | None] | None = None):
     """(the arch's table document or None, notes), as ``read_server()`` gives them, read once per
-    job and node: from the snapshot where one is written, else from the store (and written)."""
+    job and node: from the snapshot where one is written, else from the store (and written).
+    ``why()``: what the store met when it gave no table (recorded for the node's others)."""
     node = node if node is not None else this_node()
     if node is None:
         return read_server()
@@ -110,12 +113,14 @@ def read(url: str, arch: str, read_server: ReadServer, wait_s: float, node: Node
     try:
         found = _load(path, expected)
         if found is None:
-            found = _first_or_wait(path, expected, read_server, wait_s)
+            found = _first_or_wait(path, expected, (read_server, why), wait_s)
     except FileFormatError as exc:
         return _direct(read_server, f"skipping table store snapshot {exc}; this process reads the table store "
                                    f"{shown} itself")
-    if found[0] == "none":  # the first reader got no table: each process meets the store itself
-        return read_server()
+    if found[0] == "none":  # the first reader got no table: this process goes without it too
+        return None, [f"table store {shown} gave this job's first process on this node no table for arch {arch} "
+                      f"({found[2] or 'it did not answer, or refused'}); this process goes without it too, so that "
+                      "every rank of the node runs from the same view of the store"]
     return found[1], found[2]
 
 
@@ -128,10 +133,11 @@ def _said(exc: OSError) -> str:
     return f"{exc.filename} {exc.strerror}" if exc.filename else str(exc)
 
 
-def _first_or_wait(path: str, expected: dict, read_server: ReadServer, wait_s: float):
+def _first_or_wait(path: str, expected: dict, readers, wait_s: float):
     """Under the snapshot's lock: the snapshot another process wrote meanwhile, else the store's
-    read, written for the others. ``("table", document, notes)``, ``("none", None, [])`` or
+    read, written for the others. ``("table", document, notes)``, ``("none", None, why)`` or
     ``("read", document, notes)``."""
+    read_server, why = readers
     lock = path[:-len(".json")] + ".lock"
     try:
         fd, info = safe_files.open_regular(lock, os.O_RDWR | os.O_CREAT, 0o600)
@@ -154,7 +160,8 @@ def _first_or_wait(path: str, expected: dict, read_server: ReadServer, wait_s: f
         if found is not None:
             return found
         document, notes = read_server()
-        return "read", document, notes + _write(path, expected, document, notes)
+        failure = "; ".join([*(notes[:3] if document is None else []), *([why()] if why and document is None else [])])
+        return "read", document, notes + _write(path, expected, document, notes, failure[:2000])
     finally:
         os.close(fd)  # lets go of the lock
 
@@ -176,10 +183,12 @@ def _locked_within(fd: int, seconds: float) -> bool:
         pause = min(pause * 2, 0.05)
 
 
-def _write(path: str, expected: dict, document, notes: list) -> list[str]:
-    """The snapshot written (atomically); old files removed. The notes of a write that failed."""
+def _write(path: str, expected: dict, document, notes: list, failure: str = "") -> list[str]:
+    """The snapshot written (atomically); old files removed. The notes of a write that failed.
+    ``failure``: why the store gave no table, said by the node's others."""
     snapshot = {"format": FORMAT, **expected, "written": time.time(), "pid": os.getpid(),
-                "table": document, "notes": notes[:MAX_NOTES] if document is not None else []}
+                "table": document, "notes": notes[:MAX_NOTES] if document is not None else [],
+                **({"failure": failure} if document is None else {})}
     try:
         jsonfile.atomic_write_json(path, snapshot, compact=True)  # compact: the node's others wait for it
     except OSError as exc:
@@ -253,7 +262,9 @@ def _load(path: str, expected: dict):
              "'notes' must be a list of strings")
     table = snapshot.get("table")
     if table is None:
-        return "none", None, []
+        failure = snapshot.get("failure", "")
+        _require(path, isinstance(failure, str) and len(failure) <= 2000, "'failure' must be a short string")
+        return "none", None, failure
     schema.check_table(path, table)
     _require(path, table["arch"] == expected["arch"], f"holds a table for another arch than {expected['arch']}")
     for name in ("source", "provenance", "added"):

@@ -16,6 +16,15 @@ from .errors import PolicyError
 SCHEMES = ("redis", "rediss")
 _PREFIX = re.compile(r"[A-Za-z0-9._:/@+-]{0,100}")
 DEFAULT_PREFIX = "autotune_guard:"
+# An arch as a store's key names it: it becomes a file name (``report store-export``, ``show``),
+# so nothing that could name another folder (``/``, ``..``, a leading ``.``) or hide in a terminal.
+_ARCH = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,99}")
+ARCH_ALLOWED = "1 to 100 letters, digits and . _ + -, starting with a letter or digit"
+
+
+def safe_arch(arch) -> bool:
+    """Whether ``arch`` (read from a store's key name, or a table file) may name a file."""
+    return isinstance(arch, str) and _ARCH.fullmatch(arch) is not None
 
 
 def is_store_url(entry) -> bool:
@@ -70,6 +79,9 @@ def parse_store_url(var: str, url: str) -> StoreAddress:
     def refuse(what: str):
         return PolicyError(f"{var}={shown!r}: {what}; {allowed}")
 
+    if "@" in url.partition("://")[2][len(parts.netloc):] and not _well_formed(url):
+        # the URL's parts past its authority hold part of the password: none of them is echoed
+        raise refuse("it is not well formed: a password's / ? # and @ must be percent-encoded (%2F %3F %23 %40)")
     try:
         port = parts.port or 6379
     except ValueError:
@@ -92,14 +104,33 @@ def parse_store_url(var: str, url: str) -> StoreAddress:
 
 
 def hide_password(url: str) -> str:
-    """``url`` with its password, if any, replaced by ``***``."""
+    """``url`` with its password, if any, replaced by ``***``. In a URL that is not well formed (a
+    password holding an unencoded ``/``, ``?`` or ``#`` ends the authority early for ``urlsplit``)
+    everything up to the URL's last ``@`` is taken as the user and password: a host may be hidden
+    with the password then, the password is never shown."""
     head, sep, rest = url.partition("://")
-    if not sep:
+    if not sep or "@" not in rest:
         return url
-    authority, slash, tail = rest.partition("/")
-    if "@" not in authority:
-        return url
-    userinfo, _, hostport = authority.rpartition("@")
-    user = userinfo.split(":", 1)[0] if ":" in userinfo else userinfo
-    hidden = f"{user}:***" if ":" in userinfo else user
-    return f"{head}://{hidden}@{hostport}{slash}{tail}"
+    authority, cut, tail = (re.split(r"([/?#])", rest, maxsplit=1) + ["", ""])[:3]
+    well_formed = _well_formed(url)
+    if "@" not in authority and well_formed:
+        return url  # the @ is in a prefix: no user, no password
+    if "@" in authority and well_formed:
+        userinfo, _, hostport = authority.rpartition("@")
+        user, colon, _ = userinfo.partition(":")
+        return f"{head}://{user}{':***' if colon else ''}@{hostport}{cut}{tail}"
+    userinfo, _, after = rest.rpartition("@")
+    user, colon, _ = userinfo.partition(":")
+    return f"{head}://{user}:***@{after}" if colon else f"{head}://***@{after}"
+
+
+def _well_formed(url: str) -> bool:
+    """Whether ``url`` parses as the allowed grammar (port a number, db a number, only a prefix query)."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (raises for a port that is not a number)
+    except ValueError:
+        return False
+    query = parse_qs(parts.query, keep_blank_values=True)
+    return bool(parts.hostname) and (parts.path.strip("/") or "0").isdigit() and set(query) <= {"prefix"} \
+        and not parts.fragment

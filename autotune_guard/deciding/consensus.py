@@ -20,8 +20,9 @@ import time
 from datetime import timedelta
 from typing import Callable, Sequence
 
-from ..core.consensus import (attempt_prefix, candidates_hash, claim_value, decision_key, decode, decode_candidates,
-                              encode_death, encode_failure, encode_winner, follow, parse_claim, spread_bound, text)
+from ..core.consensus import (SETTINGS, attempt_prefix, candidates_hash, claim_value, decision_key, decode,
+                              decode_candidates, encode_death, encode_failure, encode_settings, encode_winner, follow,
+                              parse_claim, settings_mismatch, spread_bound, text)
 from ..core.consensus_text import store_lost_message, timeout_message
 from ..core.errors import ConsensusError, StoreError
 from ..core.settings import DEFAULT_CONSENSUS_DEAD_AFTER_S
@@ -45,6 +46,7 @@ class ConsensusState:
         self.watch = Watch()
         self.clones = Clones()
         self.learned = batch.Learned()
+        self.agreed: set[str] = set()  # attempts whose protocol settings this process compared
 
     def after_fork(self) -> None:
         """In a forked child: none of the parent's threads, claims, waits or connections; what it
@@ -58,6 +60,24 @@ class ConsensusState:
 def state() -> ConsensusState:
     """This process's consensus state (the Guard's)."""
     return current().held(HELD_AS, ConsensusState)
+
+
+def agree_settings(store, rank: int, split: bool) -> None:
+    """This rank's protocol settings against the attempt's (``core.consensus.SETTINGS``): one
+    compare_set per process and attempt; ConsensusError naming the setting where they differ."""
+    key = f"{attempt_prefix(os.environ)}/{SETTINGS}"
+    agreed = state().agreed
+    if key in agreed:
+        return
+    mine = encode_settings(rank, split)
+    try:
+        theirs = text(store.compare_set(key, "", mine))
+    except Exception as exc:  # what the Store's client raised
+        raise ConsensusError(store_lost_message("the job's consensus settings", exc)) from exc
+    message = settings_mismatch(mine, theirs, key)
+    if message:
+        raise ConsensusError(message)
+    agreed.add(key)
 
 
 def decide(store, what: str, name: str, rank: int, signatures: Sequence[str], tune: Callable,

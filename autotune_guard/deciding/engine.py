@@ -231,6 +231,9 @@ def _consensus(epoch: Epoch, tunable: Tunable) -> Decision:
     if store is None:
         return _alone(epoch, tunable, table, known)
     signatures = [signature(d) for d in tunable.descriptors]
+    # settings that change where ranks meet, compared once per process on the job's Store (a node's
+    # fan-in store hands compare_set to the job's)
+    consensus.agree_settings(store, guard.facts.ask("rank_now", (0, 1))[0], epoch.policy.consensus_split)
     if epoch.policy.consensus_split and table is None and known is None and len(signatures) > 1 and tunable.splits:
         return _split(epoch, tunable, store, signatures)
 

@@ -184,7 +184,7 @@ def _collect(store, key, shares, who, signatures, time_share, limits):
             share_key = f"{key}/share/{slot}"
             if store.check([share_key]):
                 timings.update(share_timings(decode_split(text(store.get(share_key)), what, share_key, "timings"),
-                                             what, share_key))
+                                             what, share_key, shares[slot]))
                 pending.discard(slot)
             elif _died(store, key, slot, holders[slot], dead_after):
                 timed += _take_over(store, key, slot, holders[slot], who, shares[slot], signatures, time_share, what)

@@ -18,7 +18,7 @@ import time
 from ..core import schema
 from ..core.errors import FileFormatError, PolicyError
 from ..core.jsonfile import atomic_write_json
-from ..core.store_url import hide_password, is_store_url
+from ..core.store_url import hide_password, is_store_url, safe_arch
 from .output import write_atomically
 from .reading import MADE_BY, InputError
 
@@ -41,7 +41,10 @@ def documents(url: str, stderr) -> list[dict]:
     store, down = _store(url)
     found = []
     try:
-        for arch in store.archs():
+        archs, refused = store.archs()
+        for note in refused:
+            print(f"autotune-guard-report: WARNING: {note}", file=stderr)
+        for arch in archs:
             document, notes = store.read(arch)
             for note in notes:
                 print(f"autotune-guard-report: WARNING: {note}", file=stderr)
@@ -59,6 +62,8 @@ def export_to(url: str, directory: str, stderr) -> list[str]:
     os.makedirs(directory, exist_ok=True)
     written = []
     for document in documents(url, stderr):
+        if not safe_arch(document["arch"]):  # archs() let only plain names through: never a path of the store's
+            raise InputError(f"{hide_password(url)}: arch {document['arch']!r} is not a plain name; nothing written")
         path = os.path.join(directory, f"{document['arch']}.json")
         document["source"] = {"by": f"{MADE_BY} store-export", "store": hide_password(url)}
         atomic_write_json(path, document)
