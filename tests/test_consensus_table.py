@@ -92,8 +92,13 @@ def test_the_first_run_tunes_each_key_once_for_the_job_and_the_next_pins_them_al
     first, second = two_runs["first"], two_runs["second"]
     keys = job_keys(first)  # add 1000, 2000, scale 500 on both ranks; add 7000 on rank 0 alone, 7001 on rank 1
     assert len(keys) == 5
-    assert sum(r["timer_calls"] for r in first) == sum(CANDIDATES[kernel] for kernel, _ in keys)
     table = read_table(two_runs["dir"])
+    # Each key timed by one rank for the job: every candidate once, its finalists again in rounds
+    # (docs/winners.md), and the table says how many timings each key took.
+    measured = {(kernel, key): m for kernel, ms in table["measured"].items() for key, m in ms.items()}
+    assert len(measured) == len(keys) and all(m["timed"] >= len(m["candidates"]) for m in measured.values())
+    assert sum(r["timer_calls"] for r in first) == sum(m["timed"] for m in measured.values())
+    assert sorted(len(m["candidates"]) for m in measured.values()) == sorted(CANDIDATES[k] for k, _ in keys)
     # Every key of the job is in the table, as the job chose it, the one rank 0 never ran included.
     assert {(k, key) for k, entries in table["kernels"].items() for key in entries} == \
         {(ADD if kernel == "add" else SCALE, key_of(kernel, n)) for kernel, n in keys}
