@@ -99,19 +99,20 @@ def carry_out(policy: AutotunePolicy) -> None:
         evidence.check_writable(policy.record_path, "AUTOTUNE_RECORD_PATH")
     if policy.digest_path:
         evidence.check_writable(policy.digest_path, "AUTOTUNE_DIGEST_PATH")
-    redis_tables.configure(current(), policy)  # a table store that does not answer fails here (or is left out)
-    table_growth.configure(policy)  # a table directory it cannot write fails here, before anything changes
     guard = current()
+    # Logging and the rank first: a table store found down below is said on a line tagged with the rank.
+    distributed.provide_facts(guard)
+    configure_logging(policy.log_level)
+    redis_tables.configure(guard, policy)  # a table store that does not answer fails here (or is left out)
+    table_growth.configure(policy)  # a table directory it cannot write fails here, before anything changes
     module = triton_adapter.loaded_module()
     if module is not None:
         triton_adapter.patch(module)  # raises before changing anything if it cannot
     else:
         arm()
     torch_flags.provide_facts(guard, inductor_flag=_inductor_flag)
-    distributed.provide_facts(guard)
     guard.replace(policy)
     evidence.configure(policy)
-    configure_logging(policy.log_level)
     distributed.on_install(policy)
     # The Inductor patch for a policy installed by the API: at once if Inductor is loaded.
     guard.when_imported(INDUCTOR_HEURISTICS, _on_inductor)
@@ -270,7 +271,7 @@ def refusal_lines(refusal: BaseException) -> list[str]:
         lines += [f"  ... and {len(refused) - MAX_KEYS} more"] if len(refused) > MAX_KEYS else []
     if refused and policy is not None:
         last = refused[-1]
-        lines.append(f"tables: {'; '.join(miss_reasons(policy.table_path, last.arch, last.kernel, last.key))}")
+        lines.append(f"tables: {'; '.join(miss_reasons(policy.table_path, last.arch, last.kernel, last.key, guard.stores_down()))}")
         lines.append(f"fix: {fix_hint(policy.table_path, last.arch)}")
     lines.append(f"({TRACEBACK_VARIABLE}=1 shows the traceback)")
     return [f"{tag} {line}" for line in lines]

@@ -255,16 +255,39 @@ class Guard(Lifecycle):
         return pick
 
     def _fallback_said(self, epoch: Epoch, key: ChoiceKey, rule: str) -> None:
-        """A key the tables lacked, pinned by the on-miss rule: named once per kernel, with why each
-        table did not serve (at INFO when AUTOTUNE_ON_MISS asked for this fallback)."""
+        """A key the tables lacked, pinned by the on-miss rule: one short line per kernel for the
+        whole job (``first_in_job``; at INFO when AUTOTUNE_ON_MISS asked for this fallback), and
+        why each table did not serve with the fix at DEBUG on every rank that falls back."""
         tag = f"fallback {key.kernel}"
         if tag in epoch.warned:
             return
         policy = epoch.policy
-        reasons = misses.miss_reasons(policy.table_path, key.arch, key.kernel, key.key)
-        message = misses.fallback_message(key.what(), rule, reasons, policy.on_miss_given,
-                                          misses.fix_hint(policy.table_path, key.arch))
-        self.warn_once(tag, message, logging.INFO if policy.on_miss_given else logging.WARNING)
+        level = logging.INFO if policy.on_miss_given else logging.WARNING
+        if not self.first_in_job(tag):
+            level = logging.DEBUG  # another rank of the job says it
+        self.warn_once(tag, misses.fallback_line(key.what(), rule, policy.on_miss_given), level)
+        if logger.isEnabledFor(logging.DEBUG):
+            reasons = misses.miss_reasons(policy.table_path, key.arch, key.kernel, key.key, self.stores_down())
+            logger.debug("%s", misses.fallback_message(key.what(), rule, reasons, policy.on_miss_given,
+                                                       misses.fix_hint(policy.table_path, key.arch)))
+
+    def stores_down(self) -> frozenset:
+        """The table store URLs this process found down (``adapters.redis_tables``), if any."""
+        held = self.facts.peek("table_store") or self.facts.get("table_store")
+        return frozenset(getattr(held, "down", ()) or ())
+
+    def first_in_job(self, tag: str) -> bool:
+        """Whether this rank is the job's first to say ``tag``: the first to count it in the job's
+        Store where the process group is up (a rank that never meets the kernel says nothing), else
+        rank 0 by the rank variables (a process alone is rank 0). Said lines at 8 ranks and 20
+        kernels stay 20, not 160."""
+        try:
+            store = self.facts.ask("job_store_alone")
+            if store is not None:
+                return store.add(f"autotune_guard/said/{tag}", 1) == 1
+        except Exception as exc:  # a Store that fails here must not fail a launch: the rank rule
+            logger.debug("the job's Store could not count %r (%s): rank 0 says it", tag, exc)
+        return self.facts.ask("rank_now", (0, 1))[0] == 0
 
     def job_store(self, key: ChoiceKey):
         """The job's c10d Store for a consensus decision on ``key``, or None when not distributed."""

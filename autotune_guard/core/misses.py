@@ -27,10 +27,15 @@ def fix_hint(table_path: Sequence[str], arch: str) -> str:
     return FIX.format(table=os.path.join(directory, f"{arch}.json"), directory=directory)
 
 
-def miss_reasons(table_path: Sequence[str], arch: str, kernel: str, key: str) -> list[str]:
-    """One phrase per table read (or looked for) for ``kernel`` and ``key`` under ``arch``."""
+def miss_reasons(table_path: Sequence[str], arch: str, kernel: str, key: str, down=()) -> list[str]:
+    """One phrase per table read (or looked for) for ``kernel`` and ``key`` under ``arch``;
+    ``down``: the table store URLs that did not answer (never read, so never said to lack an entry)."""
     reasons = [] if table_path else ["no AUTOTUNE_TABLE_PATH was given"]
     for entry in (*table_path, PACKAGED_TABLES):
+        if is_store_url(entry) and entry in down:
+            reasons.append(f"{hide_password(entry)}: the table store did not answer, so it was not read "
+                           "(AUTOTUNE_TABLE_STORE_DOWN=local)")
+            continue
         if is_store_url(entry):
             reasons.append(f"{hide_password(entry)}: the table store holds no usable entry for this kernel and key")
             continue
@@ -74,8 +79,17 @@ def _why_not(path: str, arch: str, kernel: str, key: str) -> str:
     return "its entry matches none of the kernel's candidates (recorded against another version of it?)"
 
 
+def fallback_line(what: str, rule: str, explicit: bool) -> str:
+    """The short line said once per kernel for the job at its first fallback; the detail
+    (``fallback_message``) is logged at DEBUG on every rank that falls back."""
+    cost = "the smallest tile" if rule == "min_cost" else "the first declared config"
+    why = "as AUTOTUNE_ON_MISS asks" if explicit else "it can be several times slower"
+    return f"{what}: no table entry; pinned runs the {rule} fallback ({cost}; {why}). Why, the fix: AUTOTUNE_LOG_LEVEL=debug"
+
+
 def fallback_message(what: str, rule: str, reasons: list[str], explicit: bool, hint: str) -> str:
-    """The one line said at a kernel's first fallback (with the fix, unless the fallback was asked for)."""
+    """The detail of a kernel's first fallback: why each table did not serve, and the fix (unless
+    the fallback was asked for)."""
     cost = "the smallest tile" if rule == "min_cost" else "the first declared config"
     why = "as AUTOTUNE_ON_MISS asks" if explicit else "reproducible, but it can be several times slower than a tuned config"
     return (f"{what}: no usable table entry, so pinned runs the {rule} fallback ({cost}; {why}). Tables: {'; '.join(reasons)}. "

@@ -140,9 +140,26 @@ def log_text(entries: Mapping[ChoiceKey, Choice]) -> dict[str, str]:
 
 
 def digest_of(log: Mapping[str, str]) -> str:
-    """A hash of a log's text entries: equal logs, equal digests."""
-    text = "\n".join(f"{k} -> {v}" for k, v in sorted(log.items()))
+    """A hash of the configs a log names (``arch|kernel|key -> signature``): equal configs, equal
+    digests. How each was chosen (``;timed``, ``;table``, ...) is left out, so that a timed run and
+    a run pinned from its table, or a trainer and an inference engine, show one digest for one set
+    of configs; ``hows`` says how, beside it."""
+    text = "\n".join(f"{k} -> {_config_of(v)}" for k, v in sorted(log.items()))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _config_of(choice_text: str) -> str:
+    # A log value is ``signature;how``; one without ``;`` (no how) is a signature alone.
+    return Choice.parse(choice_text).signature if ";" in choice_text else choice_text
+
+
+def hows(log: Mapping[str, str]) -> str:
+    """How a log's choices were made, counted: ``2 timed, 1 table`` (said beside the digest)."""
+    counts: dict[str, int] = {}
+    for value in log.values():
+        how = Choice.parse(value).how if ";" in value else "?"
+        counts[how] = counts.get(how, 0) + 1
+    return ", ".join(f"{n} {how}" for how, n in sorted(counts.items(), key=lambda item: (-item[1], item[0])))
 
 
 def signature(desc: Mapping) -> str:

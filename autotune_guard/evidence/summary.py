@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 
 from ..core.misses import FALLBACKS
-from ..core.model import digest_of, log_text
+from ..core.model import digest_of, hows, log_text
 
 logger = logging.getLogger("autotune_guard")
 
@@ -35,9 +35,11 @@ def say_at_exit(guard, rank: int, policy) -> None:
     if not entries and not missed:
         return
     fallbacks = sum(1 for key in entries if picked.get(key) in FALLBACKS)
-    logger.info("rank %d made %d autotune choice%s%s, digest %s%s", rank, len(entries), "s" * (len(entries) != 1),
+    log = log_text(entries)
+    # The digest names the configs only; how they were chosen is said beside it.
+    logger.info("rank %d made %d autotune choice%s%s, digest %s%s%s", rank, len(entries), "s" * (len(entries) != 1),
                 f" ({fallbacks} of them fallbacks: keys the tables lacked)" if fallbacks else "",
-                digest_of(log_text(entries)),
+                digest_of(log), f" ({hows(log)})" if log else "",
                 f"; {len(missed)} not governed: {', '.join(sorted(missed)[:5])}"
                 f"{' ...' if len(missed) > 5 else ''}" if missed else "")
     if rank == 0 and entries and logger.isEnabledFor(logging.INFO):

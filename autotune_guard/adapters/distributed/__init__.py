@@ -27,6 +27,8 @@ def provide_facts(guard) -> None:
     guard.facts.provide("rank_world", process_rank)
     guard.facts.provide("rank_now", rank_and_world)
     guard.facts.provide("job_store", job_store)
+    # the job's Store without the node's beside it: one counter per job for what is said once
+    guard.facts.provide("job_store_alone", lambda: job_store(node=False))
 
 
 def on_install(policy) -> None:
