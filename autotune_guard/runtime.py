@@ -101,6 +101,7 @@ class Epoch:
         self.tuned: dict[ChoiceKey, dict] = {}  # winners this process tuned for its job (consensus): the table grows by them
         self.picked: dict[ChoiceKey, str] = {}  # how pinned picked each key (``Pick.why``): the exit summary's words
         self.refused: list[ChoiceKey] = []  # keys AUTOTUNE_ON_MISS=error refused, for the uncaught-error hook
+        self.split: dict[ChoiceKey, tuple[int, int]] = {}  # split tuning: key -> (timed here, candidates): the exit says it
         self._resolve = resolve
         self._policy = None
 
@@ -332,7 +333,7 @@ class Guard(Lifecycle):
         self.epoch.log = ChoiceLog()
         self.epoch.launched = {}  # the exit checks are the parent's to make
         self.epoch.tuned = {}  # the parent adds its own winners to the table
-        self.epoch.picked, self.epoch.refused = {}, []
+        self.epoch.picked, self.epoch.refused, self.epoch.split = {}, [], {}
         self.renew_lifecycle()  # the held objects' after_fork(), then the on_fork listeners
 
 

@@ -227,9 +227,10 @@ def _split(epoch: Epoch, tunable: Tunable, store, signatures: list) -> Decision:
     rank, world = guard.facts.ask("rank_now", (0, 1))
     if getattr(store, "node_store", None) is not None:
         store = store.job  # every rank of the job takes a share: the node's fan-in is not used
-    index, _, timings = split.decide(store, key.what(), protocol.decision_name(key.arch, key.kernel, key.key), rank,
-                                     world, signatures, tunable.time_share, epoch.policy.consensus_timeout,
-                                     epoch.policy.consensus_dead_after)
+    index, timed_here, timings = split.decide(store, key.what(), protocol.decision_name(key.arch, key.kernel, key.key),
+                                              rank, world, signatures, tunable.time_share,
+                                              epoch.policy.consensus_timeout, epoch.policy.consensus_dead_after)
+    epoch.split[key] = (timed_here, len(signatures))  # for the exit's one line on what the split saved
     if epoch.policy.table_path and rank == 0:  # one rank grows a table directory by it
         guard.tuned_for_job(epoch, key, tuned_winner(tunable.descriptors[index], tunable.provenance()))
     return _followed(epoch, tunable, index, signatures, "consensus", timings)

@@ -42,9 +42,20 @@ def say_at_exit(guard, rank: int, policy) -> None:
                 digest_of(log), f" ({hows(log)})" if log else "",
                 f"; {len(missed)} not governed: {', '.join(sorted(missed)[:5])}"
                 f"{' ...' if len(missed) > 5 else ''}" if missed else "")
+    if rank == 0 and epoch.split:
+        logger.info("%s", split_line(dict(epoch.split)))
     if rank == 0 and entries and logger.isEnabledFor(logging.INFO):
         for line in table_lines(entries, picked, policy):
             logger.info("%s", line)
+
+
+def split_line(split: dict) -> str:
+    """Split tuning's one line for the job (rank 0): the keys divided among the ranks, and how many
+    candidates this rank timed against the all that one rank times under plain consensus."""
+    here, every = sum(timed for timed, _ in split.values()), sum(count for _, count in split.values())
+    return (f"split tuning (AUTOTUNE_CONSENSUS_SPLIT=1): {len(split)} key{'s' * (len(split) != 1)} tuned with "
+            f"{'its' if len(split) == 1 else 'their'} {every} candidates divided among the ranks; rank 0 timed "
+            f"{here} of the {every} (plain consensus: one rank times all {every})")
 
 
 def _cut(text: str, width: int) -> str:
