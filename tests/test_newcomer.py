@@ -167,7 +167,10 @@ def test_a_merge_tie_of_two_recorded_ranks_goes_to_the_faster_config(tmp_path):
     table = tmp_path / "interpret.json"
     merge = run_python(f"import sys; from autotune_guard.report.cli import main; "
                        f"sys.exit(main(['merge', {str(prefix)!r}, '-o', {str(table)!r}]))", env=clean_env())
-    assert "tie of 2 at 1 vote, broken by the faster median (1.05 against 5 ms)" in merge.stdout, merge.stdout
+    tie = re.search(r"tie of 2 at 1 vote, broken by the faster median \((BLOCK=\S+) (\S+) ms, (BLOCK=\S+) (\S+) ms\); "
+                    r"votes: (\S+) x1, (\S+) x1", merge.stdout)
+    assert tie and tie[1] == tie[5] and tie[3] == tie[6], merge.stdout  # configs beside medians, in the votes' order
+    assert {tie[2], tie[4]} == {"1.05", "5"} and tie[1].startswith("BLOCK=256,") == (tie[2] == "1.05"), merge.stdout
     assert "WARNING" not in merge.stderr
     (entry,) = json.loads(table.read_text())["kernels"]["kernels.ranked.copy_kernel"].values()
     assert entry["kwargs"] == {"BLOCK": 256}  # not the smallest tile, rank 0's narrow winner

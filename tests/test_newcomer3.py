@@ -5,6 +5,8 @@ that never answered named as such."""
 import json
 import os
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -85,3 +87,21 @@ def test_a_store_down_with_a_local_fallback_is_named_as_not_answering_with_the_r
     assert f"{url}: the table store did not answer, so it was not read" in proc.stderr, proc.stderr
     # rank 2 of a job without a process group leaves the fallback's line to rank 0
     assert not [line for line in proc.stderr.splitlines() if " WARNING: " in line and "fallback" in line], proc.stderr
+
+
+def test_the_console_script_without_arguments_names_itself_and_every_command():
+    script = os.path.join(os.path.dirname(sys.executable), "autotune-guard-report")
+    assert os.path.exists(script), f"{script}: the package's console script is not installed beside the interpreter"
+    proc = subprocess.run([script], capture_output=True, text=True, env=clean_env(), timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines()[-1] == ("autotune-guard-report: error: give a command (show, merge, diff, import, "
+                                            "store-export, store-import) or files"), proc.stderr
+    assert "python -m" not in proc.stderr
+
+
+def test_the_readme_settings_table_names_every_setting():
+    from autotune_guard.core.settings import KNOWN_VARIABLES
+
+    readme = open(os.path.join(REPO, "README.md")).read()
+    missing = [name for name in KNOWN_VARIABLES if f"| `{name}` |" not in readme]
+    assert not missing, missing

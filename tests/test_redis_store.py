@@ -343,6 +343,7 @@ def test_report_round_trips_tables_between_files_and_the_store(redis_server, tmp
                env=clean_env(AUTOTUNE_MODE="record", AUTOTUNE_RECORD_PATH=str(records)))
     merged = _report("merge", str(records), "-o", server.url(1))
     assert f"{server.url(1)}: added 2 entries of the merged table" in merged.stdout
+    assert "note: pinned runs find it by" not in merged.stdout, merged.stdout  # a folder's note (issue 45)
     shown = _report("show", server.url(1)).stdout
     assert ADD in shown and SCALE in shown and "provenance:" in shown
     assert f"{server.url(1)} interpret.json" in shown and "autotune-guard-report-" not in shown + merged.stdout
@@ -350,6 +351,8 @@ def test_report_round_trips_tables_between_files_and_the_store(redis_server, tmp
     assert html.returncode == 0 and ADD in (tmp_path / "store.html").read_text()
     _report("store-export", server.url(1), "-o", str(tmp_path / "out"))
     exported = json.load(open(tmp_path / "out" / "interpret.json"))
+    credited = json.dumps(exported["added"])
+    assert "report merge (" in credited and "store-import" not in credited, credited  # merge added them
     # file -> another store -> file: the same entries, provenance and who added each
     imported = _report("store-import", str(tmp_path / "out" / "interpret.json"), "-o", server.url(2)).stdout
     assert "added 2 entries; 0 were there already" in imported

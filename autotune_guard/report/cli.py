@@ -67,7 +67,7 @@ def main(argv=None) -> int:
         sys.stdout.flush()  # here, not at exit: Ctrl-C while a full pipe holds the output is still one line
         return status
     except KeyboardInterrupt:
-        print("python -m autotune_guard.report: interrupted", file=stderr)
+        print(f"{_prog()}: interrupted", file=stderr)
         return 130
     finally:
         sys.stderr = stderr
@@ -80,7 +80,7 @@ def _main(argv) -> int:
     args = parser().parse_args(argv)
     if not getattr(args, "run", None):
         parser().print_usage(sys.stderr)
-        print("python -m autotune_guard.report: error: give a command (show, merge, diff, import) or files", file=sys.stderr)
+        print(f"{_prog()}: error: give a command ({', '.join(COMMANDS)}) or files", file=sys.stderr)
         return 2
     try:
         if store.needs_store(args):  # show redis://..., merge -o redis://...
@@ -94,7 +94,7 @@ def _main(argv) -> int:
         message = " ".join(str(exc).split())  # one line, whatever a file's keys hold
         if len(message) > 1000:
             message = message[:1000] + " ..."
-        print(f"python -m autotune_guard.report: error: {message}", file=sys.stderr)
+        print(f"{_prog()}: error: {message}", file=sys.stderr)
         return 2
     except BrokenPipeError:
         # `... | head`: the reader left. The check's verdict stands (computed before any output),

@@ -44,7 +44,7 @@ def run(args, out) -> int:
               "entries": [{k: v for k, v in d.items() if k != "descriptor"} for d in decisions],
               "left_out_library": library, "disagreements": len(disagree)}, out)
     else:
-        _print_merge(output, arch, args.rule, used, decisions, notes, out)
+        _print_merge(output, arch, args.rule, used, decisions, notes, out, getattr(args, "to_store", None))
     return 1 if args.check and disagree else 0
 
 
@@ -143,7 +143,7 @@ def _table(used: list[Source], arch: str, rule: str, kernels: dict) -> tuple[dic
     }, notes
 
 
-def _print_merge(output, arch, rule, used, decisions, notes, out) -> None:
+def _print_merge(output, arch, rule, used, decisions, notes, out, to_store=None) -> None:
     kernels = len({d["kernel"] for d in decisions})
     print(f"wrote {output}: arch {arch}, rule {rule}, {kernels} kernel{'s' * (kernels != 1)}, "
           f"{len(decisions)} key{'s' * (len(decisions) != 1)} from {len(used)} record file{'s' * (len(used) != 1)}",
@@ -154,7 +154,7 @@ def _print_merge(output, arch, rule, used, decisions, notes, out) -> None:
         if not d["agree"] or d["why"] != "unanimous":
             votes = ", ".join(f"{sig} x{n}" for sig, n in d["votes"].items())
             print(f"  {d['kernel']} key ({d['key']}): {d['chosen']} ({d['why']}; votes: {votes})", file=out)
-    if os.path.basename(output) != f"{arch}.json":
+    if os.path.basename(output) != f"{arch}.json" and not to_store:  # a store finds a table by its arch
         print(f"  note: pinned runs find it by AUTOTUNE_TABLE_PATH={output}; in a directory on that path it must "
               f"be named {arch}.json", file=out)
 
@@ -213,9 +213,10 @@ def _tie(tied: list[str], top: int, descriptors: dict, measured: dict, by_cost: 
     at = f"tie of {len(tied)} at {top} vote{'s' * (top != 1)}"
     if len(medians) == len(tied):
         chosen = min(tied, key=lambda sig: (medians[sig], static_cost(descriptors[sig])))
-        times = " against ".join(f"{medians[sig]:.4g}" for sig in sorted(tied, key=medians.get))
+        # each tied config with its median, in the votes' order (tied votes: by signature)
+        times = ", ".join(f"{sig} {medians[sig]:.4g} ms" for sig in sorted(tied))
         return {"chosen": chosen, "descriptor": descriptors[chosen], "median_ms": medians[chosen],
-                "why": f"{at}, broken by the faster median ({times} ms)"}
+                "why": f"{at}, broken by the faster median ({times})"}
     return {"chosen": by_cost, "descriptor": descriptors[by_cost], "untimed_tie": sorted(tied),
             "why": f"{at}, no timings: broken by static cost"}
 

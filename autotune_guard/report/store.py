@@ -66,10 +66,11 @@ def export_to(url: str, directory: str, stderr) -> list[str]:
     return written
 
 
-def import_files(paths: list[str], url: str) -> tuple[int, int, list[str]]:
-    """Table files' entries added to the store: (entries added, entries it held already, notes)."""
+def import_files(paths: list[str], url: str, by: str = "store-import") -> tuple[int, int, list[str]]:
+    """Table files' entries added to the store: (entries added, entries it held already, notes);
+    ``by``: the report command the entries are credited to."""
     store, down = _store(url)
-    who = {"run_id": f"report store-import ({time.strftime('%Y-%m-%dT%H:%M:%S%z')})", "rank": 0,
+    who = {"run_id": f"report {by} ({time.strftime('%Y-%m-%dT%H:%M:%S%z')})", "rank": 0,
            "host": socket.gethostname(), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     added = held = 0
     notes: list[str] = []
@@ -126,8 +127,9 @@ def with_store_arguments(args, run, out) -> int:
                 return write_atomically(args.write_to, lambda target: run(args, _Renamed(target, names)))
             return run(args, _Renamed(out, names))
         url, args.output = args.output, os.path.join(temporary, "merged.json")
+        args.to_store = url  # merge's note on a table file's name is for a folder, not a store
         status = run(args, _Renamed(out, {args.output: hide_password(url)}))
-        added, held, notes = import_files([args.output], url)
+        added, held, notes = import_files([args.output], url, by="merge")
         for note in notes:
             print(f"autotune-guard-report: WARNING: {note}", file=sys.stderr)
         print(f"{hide_password(url)}: added {added} entries of the merged table; {held} were there already (kept: "
