@@ -88,7 +88,7 @@ for python in $PYTHONS; do
       "$SKIPPED") summary+=("skipped  $python, Triton $triton: $SKIP_WHY"); continue ;;
       *) summary+=("FAILED   $python, Triton $triton: set-up failed"); failed=1; continue ;;
     esac
-    # The redis client (the extra autotune-guard[redis]) for the table-store tests: added to a venv
+    # The redis client (the extra redis: pip install .[redis]) for the table-store tests: added to a venv
     # that lacks it, without rebuilding the venv (a few hundred KB).
     if ! AUTOTUNE_DISABLE=1 "$VENV_PY" -c 'import redis' 2>/dev/null; then
       echo "  installing the redis client (pip install redis) for the table-store tests"

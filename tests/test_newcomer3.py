@@ -105,3 +105,16 @@ def test_the_readme_settings_table_names_every_setting():
     readme = open(os.path.join(REPO, "README.md")).read()
     missing = [name for name in KNOWN_VARIABLES if f"| `{name}` |" not in readme]
     assert not missing, missing
+
+
+def test_install_lines_assume_no_index_the_package_is_on():
+    """The package is not on an index: its extra is installed from a checkout, and the CPU torch
+    line keeps the user's own index (``--extra-index-url``, never ``--index-url`` alone)."""
+    docs = [os.path.join(REPO, "README.md")] + [os.path.join(REPO, "docs", n) for n in os.listdir(os.path.join(REPO, "docs"))
+                                                 if n.endswith(".md")]
+    for path in docs:
+        for number, line in enumerate(open(path), 1):
+            assert "autotune-guard[" not in line, (path, number, line)
+            assert not re.search(r"pip install .*--index-url", line), (path, number, line)
+    readme = open(docs[0]).read()
+    assert "pip install '.[redis]'" in readme and "--extra-index-url https://download.pytorch.org/whl/cpu" in readme

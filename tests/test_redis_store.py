@@ -134,7 +134,7 @@ def test_without_the_client_a_url_is_a_clear_error_naming_the_extra_and_no_url_n
             "demo.add(torch.rand(100), torch.rand(100))\n")
     proc = run_python(code, env=clean_env(AUTOTUNE_MODE="pinned", AUTOTUNE_TABLE_PATH="redis://127.0.0.1:1/0"),
                       check=False)
-    assert proc.returncode != 0 and "pip install 'autotune-guard[redis]'" in proc.stderr, proc.stderr
+    assert proc.returncode != 0 and "pip install redis (from a checkout: pip install '.[redis]')" in proc.stderr, proc.stderr
     plain = run_python("import sys, torch, kernels.demo as demo\ndemo.add(torch.rand(100), torch.rand(100))\n"
                        "print('redis' in sys.modules)", env=clean_env(AUTOTUNE_MODE="pinned"))
     assert plain.stdout.strip().splitlines()[-1] == "False"

@@ -1,5 +1,5 @@
 """Tables on a Redis server (``AUTOTUNE_TABLE_PATH=redis://...``): the one module that imports
-the ``redis`` client (the optional extra ``autotune-guard[redis]``), only when a URL is given.
+the ``redis`` client (the optional extra ``redis``: ``pip install '.[redis]'``), only when a URL is given.
 
 Layout, per URL prefix and arch (the ``{arch}`` hash tag keeps both keys of an arch on one slot):
 - ``<prefix>{<arch>}:entries``: a hash, field ``["kernel", "key"]`` (JSON), value
@@ -73,7 +73,7 @@ def _client_module():
         import redis
     except ImportError:
         raise PolicyError("AUTOTUNE_TABLE_PATH names a Redis URL, and the redis client is not installed: "
-                          "pip install 'autotune-guard[redis]' (or pip install redis), or name table "
+                          "pip install redis (from a checkout: pip install '.[redis]'), or name table "
                           "directories instead") from None
     return redis
 
