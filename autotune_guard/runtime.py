@@ -251,9 +251,21 @@ class Guard(Lifecycle):
         epoch.picked[key] = pick.why
         if pick.warning:
             self.warn_once(pick.warning, f"{pick.warning}; using {pick.why}")
-        if pick.why in misses.FALLBACKS:
+        if pick.why == misses.AT_EXIT:
+            self._refused_at_exit(epoch, key)
+        elif pick.why in misses.FALLBACKS:
             self._fallback_said(epoch, key, pick.why)
         return pick
+
+    def _refused_at_exit(self, epoch: Epoch, key: ChoiceKey) -> None:
+        """AUTOTUNE_ON_MISS=error_at_exit: the key runs min_cost, is kept for the exit's refusal
+        (every key, one run), and its kernel is named once for the job at ERROR now."""
+        with self.lock:
+            if key not in epoch.refused:
+                epoch.refused.append(key)
+        tag = f"refused {key.kernel}"
+        if tag not in epoch.warned:
+            self.warn_once(tag, misses.at_exit_line(key.what()), logging.ERROR if self.first_in_job(tag) else logging.DEBUG)
 
     def _fallback_said(self, epoch: Epoch, key: ChoiceKey, rule: str) -> None:
         """A key the tables lacked, pinned by the on-miss rule: one short line per kernel for the
