@@ -123,13 +123,14 @@ done
 # that the installed package (not the source tree) is what gets imported. Each session's temporary
 # directories lie in a folder of its own: every pytest session that starts sets
 # /tmp/pytest-of-<user> back to 0700, which a test acting as a second user must reach.
-runs=$(mktemp -d "${TMPDIR:-/tmp}/autotune-guard-tests.XXXXXX")
+# Short names: a test binds a unix socket in its directory, and a socket's path holds 107 bytes at most.
+runs=$(mktemp -d "${TMPDIR:-/tmp}/ag-tests.XXXXXX")
 pids=() names=() starts=()
 session() {  # session NAME LONG PYTHON ARGS...: one pytest session in the background, its output in $runs/NAME.log
   local name=$1 long_claimer=$2 py=$3
   shift 3
   (cd tests && GUARD_LONG=$long_claimer TRITON_INTERPRET=1 "$py" -m pytest -p no:cacheprovider -q \
-    --basetemp "$runs/$name" "$@") >"$runs/$name.log" 2>&1 &
+    --basetemp "$runs/${#pids[@]}" "$@") >"$runs/$name.log" 2>&1 &
   pids+=($!) names+=("$name") starts+=($SECONDS)
 }
 # poll: note the sessions that ended; RUNNING: how many still run (the long claimer's not counted,
