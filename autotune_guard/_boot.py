@@ -61,6 +61,7 @@ def _at_exit() -> None:
     """The last exit handler: armed, the verify cadence; else settings set too late are named."""
     if _stage == ARMED:
         _cadence_at_exit()
+        _refused_at_exit()
     else:
         _name_settings_set_too_late()
 
@@ -75,15 +76,33 @@ def _cadence_at_exit() -> None:
         sys.stderr.write(f"autotune_guard: could not check the verify cadence at exit ({exc!r})\n")
         return
     if failed:
-        import logging
+        _exit_1()
 
-        logging.shutdown()  # flushes the handlers; os._exit below would not
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:
-                pass
-        os._exit(1)
+
+def _refused_at_exit() -> None:
+    """AUTOTUNE_ON_MISS=error_at_exit refused keys (named by the exit summary): the process fails."""
+    runtime = sys.modules.get("autotune_guard.runtime")
+    try:
+        epoch = runtime.current().epoch if runtime is not None else None
+        policy = epoch.settled_policy() if epoch is not None else None
+        failed = epoch is not None and bool(epoch.refused) and getattr(policy, "on_miss", None) == "error_at_exit"
+    except Exception as exc:
+        sys.stderr.write(f"autotune_guard: could not check the refused keys at exit ({exc!r})\n")
+        return
+    if failed:
+        _exit_1()
+
+
+def _exit_1() -> None:
+    import logging
+
+    logging.shutdown()  # flushes the handlers; os._exit below would not
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    os._exit(1)
 
 
 def _arm():

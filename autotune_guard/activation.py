@@ -273,6 +273,7 @@ def refusal_lines(refusal: BaseException) -> list[str]:
         last = refused[-1]
         lines.append(f"tables: {'; '.join(miss_reasons(policy.table_path, last.arch, last.kernel, last.key, guard.stores_down()))}")
         lines.append(f"fix: {fix_hint(policy.table_path, last.arch)}")
+        lines.append("every key the job lacks, in one run: AUTOTUNE_ON_MISS=error_at_exit")
     lines.append(f"({TRACEBACK_VARIABLE}=1 shows the traceback)")
     return [f"{tag} {line}" for line in lines]
 

@@ -101,6 +101,7 @@ class Epoch:
         self.tuned: dict[ChoiceKey, dict] = {}  # winners this process tuned for its job (consensus): the table grows by them
         self.picked: dict[ChoiceKey, str] = {}  # how pinned picked each key (``Pick.why``): the exit summary's words
         self.refused: list[ChoiceKey] = []  # keys AUTOTUNE_ON_MISS=error refused, for the uncaught-error hook
+        self.split: dict[ChoiceKey, tuple[int, int]] = {}  # split tuning: key -> (timed here, candidates): the exit says it
         self._resolve = resolve
         self._policy = None
 
@@ -250,9 +251,21 @@ class Guard(Lifecycle):
         epoch.picked[key] = pick.why
         if pick.warning:
             self.warn_once(pick.warning, f"{pick.warning}; using {pick.why}")
-        if pick.why in misses.FALLBACKS:
+        if pick.why == misses.AT_EXIT:
+            self._refused_at_exit(epoch, key)
+        elif pick.why in misses.FALLBACKS:
             self._fallback_said(epoch, key, pick.why)
         return pick
+
+    def _refused_at_exit(self, epoch: Epoch, key: ChoiceKey) -> None:
+        """AUTOTUNE_ON_MISS=error_at_exit: the key runs min_cost, is kept for the exit's refusal
+        (every key, one run), and its kernel is named once for the job at ERROR now."""
+        with self.lock:
+            if key not in epoch.refused:
+                epoch.refused.append(key)
+        tag = f"refused {key.kernel}"
+        if tag not in epoch.warned:
+            self.warn_once(tag, misses.at_exit_line(key.what()), logging.ERROR if self.first_in_job(tag) else logging.DEBUG)
 
     def _fallback_said(self, epoch: Epoch, key: ChoiceKey, rule: str) -> None:
         """A key the tables lacked, pinned by the on-miss rule: one short line per kernel for the
@@ -332,7 +345,7 @@ class Guard(Lifecycle):
         self.epoch.log = ChoiceLog()
         self.epoch.launched = {}  # the exit checks are the parent's to make
         self.epoch.tuned = {}  # the parent adds its own winners to the table
-        self.epoch.picked, self.epoch.refused = {}, []
+        self.epoch.picked, self.epoch.refused, self.epoch.split = {}, [], {}
         self.renew_lifecycle()  # the held objects' after_fork(), then the on_fork listeners
 
 

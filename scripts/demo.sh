@@ -8,7 +8,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/venv.sh
 PYTHON="${PYTHON:-python3}"
-guard_venv "$PYTHON" 3.9.0 || { echo "demo: could not set up a venv for $PYTHON with Triton 3.9.0" >&2; exit 1; }
+# Where and what, before anything is built: the venv is the only thing installed, and only there.
+echo "scripts/demo.sh: uses the venv for $PYTHON and Triton 3.9.0 in $VENVS, made there the first time (torch $TORCH,"
+echo "  Triton 3.9.0, numpy, pytest: about 2 GB), with this checkout ($PWD) installed into it; nothing is"
+echo "  installed outside $VENVS. The demo's runs go to a new folder under /tmp."
+guard_venv "$PYTHON" 3.9.0 || { echo "demo: could not set up a venv for $PYTHON with Triton 3.9.0 in $VENVS" >&2; exit 1; }
 
 export TRITON_INTERPRET=1 OMP_NUM_THREADS=1
 runs=$(mktemp -d /tmp/autotune-guard-demo.XXXXXX)

@@ -7,7 +7,10 @@
 #   bash scripts/test.sh --all                # every Triton minor 3.3 ... 3.9 (latest patch of each)
 #   PYTHONS="python3.11 python3.12" bash scripts/test.sh
 #   TRITONS=3.9.0 bash scripts/test.sh -k pinned   # one release; other arguments go to pytest
+#   GUARD_WORKERS=0 bash scripts/test.sh      # each pair's tests in one process (default: 2 pytest-xdist workers)
 #
+# The venvs are set up one after another, then every pair's tests run at once (they mostly wait on
+# torchrun jobs), with the 10-minute claimer of tests/conftest.py in a session of its own beside them.
 # A (Python, Triton) pair the package index has no wheel for is skipped with one line; any other
 # failure, and a pytest run that collected no test (exit 5), fails the script. At the end: one
 # line per pair. Venvs live in $GUARD_VENVS (default ~/.cache/autotune_guard/venvs) and
@@ -65,54 +68,127 @@ pytest_args=()
 for arg in "$@"; do
   case "$arg" in
     --all) TRITONS="$ALL_TRITONS" ;;
-    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) pytest_args+=("$arg") ;;
   esac
 done
 
-echo "scripts/test.sh: installs chromium and redis-server with apt-get when they are missing (root only); makes or reuses one venv per"
-echo "  (Python, Triton) for $PYTHONS x Triton $TRITONS in $VENVS (torch $TORCH, Triton, numpy,"
-echo "  pytest: a few GB the first time); then runs the tests in each. It asks no question."
+WORKERS="${GUARD_WORKERS:-2}"  # pytest-xdist workers per pytest session (0: none, one process)
+echo "scripts/test.sh: installs chromium and redis-server with apt-get when they are missing (root only); makes or reuses"
+echo "  one venv per (Python, Triton) for $PYTHONS x Triton $TRITONS in $VENVS: torch $TORCH, Triton, numpy,"
+echo "  pytest, pytest-xdist, the redis client and this checkout ($PWD) as a package (a few GB the first time);"
+echo "  nothing else is installed. Then the pairs' test sessions run at once, each over $WORKERS pytest-xdist workers"
+echo "  (GUARD_WORKERS), their output in a folder under ${TMPDIR:-/tmp}. It asks no question."
 ensure_chromium
 ensure_redis_server
 
-summary=() failed=0 ran=0
-long=1  # the first pair also runs the 10-minute claimer (tests/conftest.py: long_claimer), beside the suite
+# session_args: the pytest arguments of every session; a session of its own runs the 10-minute
+# claimer (tests/conftest.py: long_claimer) beside the first pair's, unless the arguments name test
+# files without it (a selection that does not want it).
+long="${GUARD_LONG:-1}"
+for arg in "${pytest_args[@]}"; do
+  case "$arg" in
+    -*) ;;
+    *) if [ -e "tests/${arg%%::*}" ]; then case "$arg" in *test_zz_long_claimer*) ;; *) long=0 ;; esac; fi ;;
+  esac
+done
+
+# Phase 1, one pair after another (pip, the index and the disk are shared): every venv.
+summary=() failed=0 ran=0 ready=() held=()
 for python in $PYTHONS; do
   for triton in $TRITONS; do
-    echo "=== $python, Triton $triton"
-    start=$SECONDS
+    echo "=== set-up: $python, Triton $triton"
     guard_venv "$python" "$triton"
     case $? in
       0) ;;
       "$SKIPPED") summary+=("skipped  $python, Triton $triton: $SKIP_WHY"); continue ;;
       *) summary+=("FAILED   $python, Triton $triton: set-up failed"); failed=1; continue ;;
     esac
-    # The redis client (the extra redis: pip install .[redis]) for the table-store tests: added to a venv
-    # that lacks it, without rebuilding the venv (a few hundred KB).
-    if ! AUTOTUNE_DISABLE=1 "$VENV_PY" -c 'import redis' 2>/dev/null; then
-      echo "  installing the redis client (pip install redis) for the table-store tests"
-      "$VENV_PY" -m pip install -q --no-input --disable-pip-version-check redis \
-        || echo "  pip install redis failed: the table-store tests cannot run"
-    fi
-    # From tests/, so that the installed package (not the source tree) is what gets imported. The
-    # tests' directories lie in a folder of this run's own: every pytest session that starts sets
-    # /tmp/pytest-of-<user> back to 0700, which a test acting as a second user must reach.
-    basetemp=$(mktemp -d "${TMPDIR:-/tmp}/autotune-guard-tests.XXXXXX")
-    (cd tests && GUARD_LONG="${GUARD_LONG:-$long}" TRITON_INTERPRET=1 "$VENV_PY" -m pytest -p no:cacheprovider -q \
-      --basetemp "$basetemp/t" "${pytest_args[@]}" .)
-    rc=$? long=0
-    rm -rf "$basetemp"
-    took="$(( (SECONDS - start) / 60 ))m$(( (SECONDS - start) % 60 ))s"
-    case $rc in
-      0) summary+=("passed   $python, Triton $triton ($took)"); ran=1 ;;
-      5) summary+=("FAILED   $python, Triton $triton: pytest collected no test"); failed=1 ;;
-      *) summary+=("FAILED   $python, Triton $triton: pytest exit $rc ($took)"); failed=1 ;;
-    esac
+    # guard_venv holds the venv's lock shared while this script uses it, and lets it go at the next
+    # set-up: every pair's sessions run after all set-ups, so each lock is kept to the end.
+    held+=("$VENV_LOCK_FD") VENV_LOCK_FD=
+    # The redis client (the extra redis: pip install .[redis]) for the table-store tests, and
+    # pytest-xdist for the workers: added to a venv that lacks them, without rebuilding it (a few hundred KB).
+    for module in redis xdist; do
+      if ! AUTOTUNE_DISABLE=1 "$VENV_PY" -c "import $module" 2>/dev/null; then
+        package=$([ $module = xdist ] && echo pytest-xdist || echo redis)
+        echo "  installing $package into $VENV_PY's venv (pip install $package)"
+        "$VENV_PY" -m pip install -q --no-input --disable-pip-version-check "$package" \
+          || echo "  pip install $package failed: $([ $module = xdist ] && echo 'the tests run in one process' || echo 'the table-store tests cannot run')"
+      fi
+    done
+    ready+=("$python|$triton|$VENV_PY")
   done
 done
 
-echo "=== summary (venvs in $VENVS)"
+# Phase 2, all at once: the sessions mostly wait on torchrun jobs, so the pairs, and within a pair
+# its workers (--dist loadfile: a module's tests stay together), share the cores. From tests/, so
+# that the installed package (not the source tree) is what gets imported. Each session's temporary
+# directories lie in a folder of its own: every pytest session that starts sets
+# /tmp/pytest-of-<user> back to 0700, which a test acting as a second user must reach.
+# Short names: a test binds a unix socket in its directory, and a socket's path holds 107 bytes at most.
+runs=$(mktemp -d "${TMPDIR:-/tmp}/ag-tests.XXXXXX")
+pids=() names=() starts=()
+session() {  # session NAME LONG PYTHON ARGS...: one pytest session in the background, its output in $runs/NAME.log
+  local name=$1 long_claimer=$2 py=$3
+  shift 3
+  (cd tests && GUARD_LONG=$long_claimer TRITON_INTERPRET=1 "$py" -m pytest -p no:cacheprovider -q \
+    --basetemp "$runs/${#pids[@]}" "$@") >"$runs/$name.log" 2>&1 &
+  pids+=($!) names+=("$name") starts+=($SECONDS)
+}
+# poll: note the sessions that ended; RUNNING: how many still run (the long claimer's not counted,
+# it only waits). About once a minute, a line with each session's progress.
+codes=() took=() RUNNING=0
+poll() {
+  local i line
+  RUNNING=0
+  for i in "${!pids[@]}"; do
+    [ -n "${codes[$i]:-}" ] && continue
+    if kill -0 "${pids[$i]}" 2>/dev/null; then
+      [[ ${names[$i]} == long-claimer-* ]] || RUNNING=$((RUNNING + 1))
+      continue
+    fi
+    wait "${pids[$i]}"; codes[$i]=$?
+    took[$i]="$(( (SECONDS - starts[i]) / 60 ))m$(( (SECONDS - starts[i]) % 60 ))s"
+  done
+  if [ $((SECONDS - ${said_at:-0})) -ge 60 ]; then
+    said_at=$SECONDS line="    ... $SECONDS s:"
+    for i in "${!pids[@]}"; do
+      line+=" ${names[$i]} $([ -n "${codes[$i]:-}" ] && echo done || grep -o '\[ *[0-9]*%\]' "$runs/${names[$i]}.log" | tail -n 1);"
+    done
+    echo "$line"
+  fi
+}
+SESSIONS="${GUARD_SESSIONS:-2}"  # pairs whose tests run at once (--all has 7)
+said_at=$SECONDS
+workers=()
+if [ "$WORKERS" != 0 ]; then workers=(-n "$WORKERS" --dist loadfile); fi
+for i in "${!ready[@]}"; do
+  IFS='|' read -r python triton py <<<"${ready[$i]}"
+  while poll; [ "$RUNNING" -ge "$SESSIONS" ]; do sleep 5; done
+  name="py$($py -c 'import sys; print("%d.%d" % sys.version_info[:2])')-triton$triton"
+  if [ "$i" = 0 ] && [ "$long" = 1 ]; then
+    session "long-claimer-$name" 1 "$py" "${pytest_args[@]}" test_zz_long_claimer.py
+    session "$name" 0 "$py" "${workers[@]}" --ignore=test_zz_long_claimer.py "${pytest_args[@]}" .
+  else
+    session "$name" 0 "$py" "${workers[@]}" "${pytest_args[@]}" .
+  fi
+  echo "=== $python, Triton $triton: pytest started (its output: $runs/$name.log)"
+done
+while poll; [ "$RUNNING" -gt 0 ] || [ "${#codes[@]}" -lt "${#pids[@]}" ]; do sleep 5; done
+for i in "${!pids[@]}"; do
+  echo "=== ${names[$i]} (${took[$i]}; $runs/${names[$i]}.log)"
+  cat "$runs/${names[$i]}.log"
+  case "${codes[$i]}" in
+    0) summary+=("passed   ${names[$i]} (${took[$i]})"); ran=1 ;;
+    5) if [[ ${names[$i]} == long-claimer-* ]]; then summary+=("selected none ${names[$i]}")
+       else summary+=("FAILED   ${names[$i]}: pytest collected no test"); failed=1; fi ;;
+    *) summary+=("FAILED   ${names[$i]}: pytest exit ${codes[$i]} (${took[$i]})"); failed=1 ;;
+  esac
+done
+[ $failed = 0 ] && rm -rf "$runs"
+
+echo "=== summary (venvs in $VENVS; $SECONDS s in all)"
 printf '  %s\n' "${summary[@]}"
 if [ $failed = 0 ] && [ $ran = 0 ]; then
   echo "no (Python, Triton) pair could run: nothing was tested" >&2

@@ -57,7 +57,8 @@ def long_claimer(request, tmp_path_factory):
     test (test_zz_long_claimer.py), so that it costs the suite next to nothing. Two nodes; the
     second, where a pid namespace can be had, on "another machine", watching the heartbeat."""
     checked = any(item.name.startswith("test_a_claimer_that_tunes_one_key_for_10") for item in request.session.items)
-    if os.environ.get("GUARD_LONG") != "1" or not checked:
+    # Not in a pytest-xdist worker: each would start one (scripts/test.sh gives it a session of its own).
+    if os.environ.get("GUARD_LONG") != "1" or not checked or os.environ.get("PYTEST_XDIST_WORKER"):
         yield None
         return
     from realistic import can_unshare, torchrun_job

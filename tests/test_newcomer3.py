@@ -118,3 +118,26 @@ def test_install_lines_assume_no_index_the_package_is_on():
             assert not re.search(r"pip install .*--index-url", line), (path, number, line)
     readme = open(docs[0]).read()
     assert "pip install '.[redis]'" in readme and "--extra-index-url https://download.pytorch.org/whl/cpu" in readme
+
+
+def test_on_miss_error_at_exit_names_every_key_the_job_lacks_in_one_run(tmp_path):
+    """The job runs to its end (min_cost for the keys the table lacks), each kernel is named once for
+    the job as it is met, and at exit each rank names all 3 keys it refused and fails."""
+    tables = tmp_path / "tables"
+    tables.mkdir()
+    env = clean_env(OMP_NUM_THREADS=1, DEMO_STEPS=2, AUTOTUNE_MODE="pinned", AUTOTUNE_ON_MISS="error_at_exit",
+                    AUTOTUNE_TABLE_PATH=tables)
+    proc = torchrun(TRAIN, 3, env=env, check=False)
+    assert proc.returncode != 0, proc.stderr
+    assert len(re.findall(r"rank \d: result hash [0-9a-f]{12}", proc.stdout)) == 3, proc.stdout  # ran to the end
+    met = [line for line in proc.stderr.splitlines() if " ERROR: refused: kernel " in line]
+    assert sorted(k for k in KERNELS for line in met if k in line) == sorted(KERNELS), proc.stderr  # once a kernel
+    for rank in range(3):
+        tag = f"autotune_guard[rank {rank}] ERROR: "
+        ours = [line.removeprefix(tag) for line in proc.stderr.splitlines() if line.startswith(tag)]
+        start = ours.index("refused at exit (AUTOTUNE_ON_MISS=error_at_exit): 3 keys the tables lack, run with "
+                           "min_cost; the process fails:")
+        keys = ours[start + 1:start + 4]
+        assert sorted(k.split(" key ")[0] for k in keys) == sorted(["  kernel __main__.row_sum_kernel"] * 2 +
+                                                                   ["  kernel __main__.axpy_kernel"]), ours
+        assert ours[start + 4].startswith(f"tables: {tables}: no file for this arch") and ours[start + 5].startswith("fix: ")

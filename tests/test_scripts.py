@@ -127,3 +127,60 @@ def test_demo_and_tests_started_at_once_over_a_planted_venv_both_pass_and_instal
     assert _base_site() == (site, before), "something was installed into the base Python"
     assert not any(name.startswith(("autotune_guard", "hatchling")) for name in os.listdir(site)) or \
         any(name.startswith(("autotune_guard", "hatchling")) for name in before)
+
+
+def _pretend_venvs(tmp_path, tritons):
+    """``GUARD_VENVS`` holding a set-up venv per Triton whose python is a stand-in: version queries
+    say 3.11, pip and imports succeed, and ``-m pytest`` notes when it started and ended (3 s apart)."""
+    venvs, notes = tmp_path / "venvs", tmp_path / "sessions.txt"
+    for triton in tritons:
+        want = subprocess.run(["bash", "-c", f'source "{VENV_SH}"; echo "torch==$TORCH triton=={triton} ${{VENV_DEPS[*]}}"'],
+                              capture_output=True, text=True, check=True).stdout.strip()
+        venv = venvs / f"py3.11-triton{triton}"
+        (venv / "bin").mkdir(parents=True)
+        (venv / ".autotune_guard-setup").write_text(want + "\n")
+        (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")  # what scripts/venv.sh checks a venv by
+        stand_in(venv / "bin", "python", 'case "$*" in\n'
+                 '  *version_info*) echo 3.11 ;;\n'
+                 f'  *"-m pytest"*) echo "start $(date +%s.%N) {triton} GUARD_LONG=$GUARD_LONG $*" >>"{notes}"; sleep 3;\n'
+                 f'    echo "end $(date +%s.%N) {triton}" >>"{notes}"; echo "1 passed" ;;\n'
+                 'esac\nexit 0\n')
+    python = stand_in(tmp_path, "python3.11", 'case "$*" in *version_info*) echo 3.11 ;; esac\nexit 0\n')
+    return venvs, notes, python
+
+
+def test_test_sh_says_where_and_what_then_runs_the_pairs_at_once(tmp_path):
+    """The venvs are ready (stand-ins): the two pairs' pytest sessions and the long claimer's run at
+    the same time, each pair over 2 pytest-xdist workers; the first lines said where and what."""
+    venvs, notes, python = _pretend_venvs(tmp_path, ("3.9.0", "3.3.1"))
+    env = {**os.environ, "PYTHONS": python, "TRITONS": "3.9.0 3.3.1", "GUARD_VENVS": str(venvs),
+           "GUARD_CHROMIUM": "true"}
+    env.pop("GUARD_LONG", None)
+    proc = subprocess.run(["bash", os.path.join(REPO, "scripts", "test.sh")], env=env, capture_output=True,
+                          text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    said = proc.stdout.split("=== set-up")[0]
+    assert f"in {venvs}:" in said and f"this checkout ({REPO}) as a package" in said and "nothing else is installed" in said
+    sessions = [line.split() for line in notes.read_text().splitlines()]
+    starts = [float(s[1]) for s in sessions if s[0] == "start"]
+    ends = [float(s[1]) for s in sessions if s[0] == "end"]
+    assert len(starts) == 3 and max(starts) < min(ends), sessions  # all three at once
+    mains = [" ".join(s) for s in sessions if s[0] == "start" and "GUARD_LONG=0" in s]
+    assert len(mains) == 2 and all("-n 2 --dist loadfile" in m for m in mains), mains
+    assert "--ignore=test_zz_long_claimer.py" in [m for m in mains if "3.9.0" in m][0]
+    long = [" ".join(s) for s in sessions if s[0] == "start" and "GUARD_LONG=1" in s]
+    assert len(long) == 1 and long[0].endswith("test_zz_long_claimer.py"), long
+    assert "passed   py3.11-triton3.9.0" in proc.stdout and "passed   py3.11-triton3.3.1" in proc.stdout
+
+
+def test_demo_sh_says_where_and_what_before_it_builds_and_a_failed_set_up_leaves_nothing(tmp_path):
+    venvs = tmp_path / "venvs"
+    env = {**os.environ, "PYTHON": str(tmp_path / "no-such-python"), "GUARD_VENVS": str(venvs)}
+    proc = subprocess.run(["bash", os.path.join(REPO, "scripts", "demo.sh")], env=env, capture_output=True,
+                          text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("scripts/demo.sh: uses the venv for") and f"in {venvs}," in lines[0], lines
+    assert f"nothing is\n  installed outside {venvs}" in proc.stdout or f"installed outside {venvs}" in proc.stdout
+    assert f"could not set up a venv for {tmp_path / 'no-such-python'} with Triton 3.9.0 in {venvs}" in proc.stderr
+    assert not venvs.exists()  # nothing was made

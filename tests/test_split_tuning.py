@@ -58,9 +58,15 @@ def test_four_ranks_split_eight_candidates_and_agree_with_one_rank_timing_all(tm
     """Each rank times 2 of the 8: the job's tuning takes at most 0.35x what one rank timing all
     takes, and every rank launches the winner one rank timing all picks from the same timings."""
     one = _one_rank_times_all(tmp_path)
-    split = torchrun_job(tmp_path / "split", nproc=4, prog=PROG, AUTOTUNE_MODE="consensus", AUTOTUNE_CONSENSUS_SPLIT=1, **ONE_PASS,
-                         AUTOTUNE_RECORD_PATH=tmp_path / "rec" / "run").wait().passed(4)
+    job = torchrun_job(tmp_path / "split", nproc=4, prog=PROG, AUTOTUNE_MODE="consensus", AUTOTUNE_CONSENSUS_SPLIT=1,
+                       **ONE_PASS, AUTOTUNE_RECORD_PATH=tmp_path / "rec" / "run").wait()
+    split = job.passed(4)
     assert sorted(len(r["timed"]) for r in split) == [2, 2, 2, 2], split
+    # said once for the job, by rank 0 at exit, with what it saved (issue 45)
+    said = [line for line in job.text.splitlines() if "split tuning (AUTOTUNE_CONSENSUS_SPLIT=1)" in line]
+    assert len(said) == 1 and said[0].startswith("autotune_guard[rank 0] INFO: "), job.text[-4000:]
+    assert said[0].endswith("1 key tuned with its 8 candidates divided among the ranks; rank 0 timed 2 of the 8 "
+                            "(plain consensus: one rank times all 8)"), said[0]
     assert sorted(t for r in split for t in r["timed"]) == sorted(t for r in one for t in r["timed"])
     assert {r["launched"] for r in split} == {WINNER}, split  # the winner's result, on every rank
     assert {r["hash"] for r in split} == {one[0]["hash"]}, (split, one)

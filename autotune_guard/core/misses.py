@@ -15,6 +15,7 @@ from .store_url import hide_password, is_store_url
 from .tables import PACKAGED_TABLES
 
 FALLBACKS = ("min_cost", "first")  # the pinned picks that mean "the tables lacked it"
+AT_EXIT = "error_at_exit"  # the pick of AUTOTUNE_ON_MISS=error_at_exit: min_cost now, a refusal at exit
 
 FIX = ("record then merge a table: AUTOTUNE_RECORD_PATH=runs/rec <your command>, then python -m autotune_guard.report "
        "merge runs/rec -o {table}; or let consensus tune the missing keys once and keep them: "
@@ -85,6 +86,12 @@ def fallback_line(what: str, rule: str, explicit: bool) -> str:
     cost = "the smallest tile" if rule == "min_cost" else "the first declared config"
     why = "as AUTOTUNE_ON_MISS asks" if explicit else "it can be several times slower"
     return f"{what}: no table entry; pinned runs the {rule} fallback ({cost}; {why}). Why, the fix: AUTOTUNE_LOG_LEVEL=debug"
+
+
+def at_exit_line(what: str) -> str:
+    """The line said once per kernel for the job when AUTOTUNE_ON_MISS=error_at_exit meets a key the tables lack."""
+    return (f"refused: {what}: no table entry; it runs min_cost until exit, where every key refused is named "
+            "and the process fails (AUTOTUNE_ON_MISS=error_at_exit)")
 
 
 def fallback_message(what: str, rule: str, reasons: list[str], explicit: bool, hint: str) -> str:

@@ -20,7 +20,9 @@ from .settings_values import (parse_block_sizes, parse_bool, parse_switch, parse
                               parse_seconds_or_none, parse_token)
 
 MODES = ("auto", "pinned", "record", "consensus")
-ON_MISS = ("min_cost", "first", "error")
+# error: refuse the first key the tables lack; error_at_exit: run min_cost for each such key, and at
+# exit name them all and fail the process (every key a job lacks, learned in one run)
+ON_MISS = ("min_cost", "first", "error", "error_at_exit")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 STORE_DOWN = ("error", "local")  # a table store that does not answer at start: refuse, or go on without it
 DEFAULT_CONSENSUS_TIMEOUT_S = None  # a waiter waits as long as the claimer lives

@@ -282,9 +282,10 @@ def _split(epoch: Epoch, tunable: Tunable, store, signatures: list) -> Decision:
                               known)
         return found.verdict.winner, retime.summary(found, signatures, policy.retime_band, _measured_on(key.arch))
 
-    index, _, timings, measured = split.decide(
+    index, timed_here, timings, measured = split.decide(
         store, key.what(), protocol.decision_name(key.arch, key.kernel, key.key), rank, world, signatures,
         tunable.time_share, policy.consensus_timeout, policy.consensus_dead_after, finals)
+    epoch.split[key] = (timed_here, len(signatures))  # for the exit's one line on what the split saved
     if policy.table_path and rank == 0:  # one rank grows a table directory by it
         guard.tuned_for_job(epoch, key, tuned_winner(tunable.descriptors[index], tunable.provenance(), measured))
     return _followed(epoch, tunable, index, signatures, "consensus", timings, measured)

@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import logging
 
-from ..core.misses import FALLBACKS
+from ..core.misses import AT_EXIT, FALLBACKS, fix_hint, miss_reasons
 from ..core.model import digest_of, hows, log_text
 
 logger = logging.getLogger("autotune_guard")
 
 ROWS = 20
 _WIDTHS = (40, 32, 48)  # kernel, key, config: longer texts are cut with '...'
-_PICKED = {"table": "table", "block_sizes": "AUTOTUNE_BLOCK_SIZES", "chaos": "chaos (on purpose)"}
+_PICKED = {"table": "table", "block_sizes": "AUTOTUNE_BLOCK_SIZES", "chaos": "chaos (on purpose)",
+           AT_EXIT: "refused (min_cost until exit)"}
+REFUSED_SHOWN = 20  # keys the exit's refusal names one a line; the rest are counted
 
 
 def how_of(choice, picked: str | None) -> str:
@@ -34,7 +36,7 @@ def say_at_exit(guard, rank: int, policy) -> None:
     missed = dict(guard.ungoverned)
     if not entries and not missed:
         return
-    fallbacks = sum(1 for key in entries if picked.get(key) in FALLBACKS)
+    fallbacks = sum(1 for key in entries if picked.get(key) in FALLBACKS + (AT_EXIT,))
     log = log_text(entries)
     # The digest names the configs only; how they were chosen is said beside it.
     logger.info("rank %d made %d autotune choice%s%s, digest %s%s%s", rank, len(entries), "s" * (len(entries) != 1),
@@ -42,9 +44,38 @@ def say_at_exit(guard, rank: int, policy) -> None:
                 digest_of(log), f" ({hows(log)})" if log else "",
                 f"; {len(missed)} not governed: {', '.join(sorted(missed)[:5])}"
                 f"{' ...' if len(missed) > 5 else ''}" if missed else "")
+    refused = [key for key in epoch.refused if picked.get(key) == AT_EXIT]
+    for line in refused_lines(refused, policy, guard.stores_down()):
+        logger.error("%s", line)
+    if rank == 0 and epoch.split:
+        logger.info("%s", split_line(dict(epoch.split)))
     if rank == 0 and entries and logger.isEnabledFor(logging.INFO):
         for line in table_lines(entries, picked, policy):
             logger.info("%s", line)
+
+
+def refused_lines(refused: list, policy, down) -> list[str]:
+    """AUTOTUNE_ON_MISS=error_at_exit: every key this process refused (it ran min_cost for them),
+    why the tables did not serve the first, and the fix; ``_boot`` then ends the process with status 1."""
+    if not refused:
+        return []
+    first = refused[0]
+    lines = [f"refused at exit (AUTOTUNE_ON_MISS=error_at_exit): {len(refused)} key{'s' * (len(refused) != 1)} "
+             "the tables lack, run with min_cost; the process fails:"]
+    lines += [f"  {key.what()}" for key in refused[:REFUSED_SHOWN]]
+    lines += [f"  ... and {len(refused) - REFUSED_SHOWN} more"] if len(refused) > REFUSED_SHOWN else []
+    lines.append(f"tables: {'; '.join(miss_reasons(policy.table_path, first.arch, first.kernel, first.key, down))}")
+    lines.append(f"fix: {fix_hint(policy.table_path, first.arch)}")
+    return lines
+
+
+def split_line(split: dict) -> str:
+    """Split tuning's one line for the job (rank 0): the keys divided among the ranks, and how many
+    candidates this rank timed against the all that one rank times under plain consensus."""
+    here, every = sum(timed for timed, _ in split.values()), sum(count for _, count in split.values())
+    return (f"split tuning (AUTOTUNE_CONSENSUS_SPLIT=1): {len(split)} key{'s' * (len(split) != 1)} tuned with "
+            f"{'its' if len(split) == 1 else 'their'} {every} candidates divided among the ranks; rank 0 timed "
+            f"{here} of the {every} (plain consensus: one rank times all {every})")
 
 
 def _cut(text: str, width: int) -> str:
