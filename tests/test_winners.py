@@ -121,3 +121,30 @@ def test_candidates_that_cannot_run_are_never_finalists():
 
     assert selection.finalists({0: math.inf, 1: 2.0, 2: 2.05, 3: 3.0}, 0.03) == [1, 2]
     assert selection.as_sample([2.0, 1.9, 2.1]) == selection.Sample(2.0, pytest.approx(0.1))
+
+
+def test_report_show_says_how_each_table_entry_was_chosen(guard, tmp_path, capsys):
+    from autotune_guard.report import cli
+
+    _cold_first_run(guard, tmp_path, 3)
+    assert cli.main(["show", str(tmp_path / "interpret.json")]) == 0
+    shown = capsys.readouterr().out
+    assert "candidates timed" in shown and ("[TIE of " in shown or "[clear by +" in shown), shown
+
+
+def test_report_merge_keeps_what_the_selection_measured(guard, tmp_path, capsys):
+    from autotune_guard import evidence
+    from autotune_guard.report import cli
+
+    (tmp_path / "tables").mkdir()
+    _cold_first_run(guard, tmp_path / "tables", 4, AUTOTUNE_RECORD_PATH=str(tmp_path / "rec" / "run"))
+    evidence.write_files()
+    # the process still runs: its record is partial until exit
+    assert cli.main(["merge", "--allow-partial", str(tmp_path / "rec" / "run"), "-o", str(tmp_path / "merged.json")]) == 0
+    merged = json.loads((tmp_path / "merged.json").read_text())
+    (measured,) = merged["measured"]["kernels.winners.tagged_kernel"].values()
+    (entry,) = merged["kernels"]["kernels.winners.tagged_kernel"].values()
+    assert _block(measured["winner"]) == entry["kwargs"]["BLOCK"] and len(measured["candidates"]) == len(ORDER)
+    capsys.readouterr()
+    assert cli.main(["show", str(tmp_path / "merged.json")]) == 0
+    assert "candidates timed" in capsys.readouterr().out

@@ -334,3 +334,19 @@ def added_by(document: Mapping, kernel: str, key: str) -> str | None:
     text = lambda name: str(who[name]) if isinstance(who.get(name), (str, int, float)) else "?"
     phrase = f"added by run {text('run_id')} (rank {text('rank')} on {text('host')}, {text('time')}"
     return phrase + (f", triton {text('triton')})" if who.get("triton") else ")")
+
+
+def verdict_text(document: Mapping, kernel: str, key: str) -> str | None:
+    """How a table's entry was chosen, as one phrase for ``report show`` (``MEASURED``); None when
+    the table kept no measurement of it (an older table, or a family timed in one pass)."""
+    found = measured_of(document, kernel).get(key)
+    if not isinstance(found, dict) or not isinstance(found.get("how"), str):
+        return None
+    how, rounds = found["how"], found.get("rounds")
+    margin = found.get("margin")
+    margin = f"{margin * 100:+.2f} %" if isinstance(margin, (int, float)) else "?"
+    said = {"tie": f"TIE of {len(found.get('tied') or [])} within 0.5 % (the one declared first)",
+            "clear": f"clear by {margin}", "one finalist": f"one finalist, by {margin}",
+            "one pass": f"one pass, by {margin}", "kept": f"kept, the new candidates by {margin}"}.get(how, how)
+    count = len(found.get("candidates") or {})
+    return f"{said}; {count} candidates timed" + (f", {rounds} rounds" if rounds else "")

@@ -27,6 +27,9 @@ def run(args, out) -> int:
     decisions, kernels, library = _decide_all(tally.keys(used, arch), args.rule, tally.descriptors)
     table, version_notes = _table(used, arch, args.rule, kernels)
     table[tables.PROVENANCE] = tally.provenance
+    measured = _measured_of(decisions, tally.measured)
+    if measured:
+        table[tables.MEASURED] = measured
     notes += version_notes + library_notes(library)
     try:
         atomic_write_json(output, table)
@@ -46,6 +49,17 @@ def run(args, out) -> int:
     else:
         _print_merge(output, arch, args.rule, used, decisions, notes, out, getattr(args, "to_store", None))
     return 1 if args.check and disagree else 0
+
+
+def _measured_of(decisions: list[dict], measured: dict) -> dict:
+    """kernel -> key -> what the guard's selection measured, where a record kept it and the merge
+    chose that selection's winner (``report show`` then says how the entry was chosen)."""
+    found: dict = {}
+    for d in decisions:
+        said = measured.get((d["kernel"], d["key"]))
+        if said is not None and said.get("winner") == d.get("chosen"):
+            found.setdefault(d["kernel"], {})[d["key"]] = said
+    return found
 
 
 def _output_path(output: str) -> str:

@@ -11,7 +11,7 @@ from array import array
 from functools import partial
 
 from ..core.model import Choice, ChoiceKey
-from ..core.tables import PROVENANCE, added_by
+from ..core.tables import PROVENANCE, added_by, verdict_text
 from .configs import Signatures
 from .reading import Source, natural_key, read_sources
 from .timings import cost_order, median_of, min_cost_in, slowdown, summary, summary_values
@@ -220,6 +220,8 @@ class Rows:
                           "min_cost_ms": cost, "min_cost_slowdown": slowdown(cost, winner) if cost is not None else None,
                           "min_cost_failed": bool(flag & _FAILED),
                           "added_by": added_by(source.document, ident.kernel, ident.key) if source.kind == "table"
+                          else None,
+                          "verdict": verdict_text(source.document, ident.kernel, ident.key) if source.kind == "table"
                           else None})
         return found
 

@@ -111,6 +111,7 @@ def _print_each_file(choices, marks, out) -> None:
     for e in choices:
         line = f"   {marks[e['config']]} {e['label']:<{width}}  {e['config']}  [{e['how']}]"
         line += f"  {e['added_by']}" if e["added_by"] else ""
+        line += f"  [{e['verdict']}]" if e.get("verdict") else ""
         if e["timed"]:
             line += f"  {_ms(e['winner_ms'])} (fastest..slowest of {e['timed']} timed: " \
                     f"{_ms(e['fastest_ms'])}..{_ms(e['slowest_ms'])})"
@@ -122,8 +123,9 @@ def _print_files_by_config(choices, ordered, marks, out) -> None:
     (a table's entry keeps a line of its own: who added it)."""
     by_config: dict[str, list] = {sig: [] for sig in ordered}
     for e in choices:
-        if e["added_by"]:
-            print(f"   {marks[e['config']]} {e['label']}  {e['config']}  [{e['how']}]  {e['added_by']}", file=out)
+        if e["added_by"] or e.get("verdict"):
+            said = "  ".join(x for x in (e["added_by"], f"[{e['verdict']}]" if e.get("verdict") else None) if x)
+            print(f"   {marks[e['config']]} {e['label']}  {e['config']}  [{e['how']}]  {said}", file=out)
         else:
             by_config[e["config"]].append(e)
     for sig, chosen in by_config.items():

@@ -50,7 +50,11 @@ def digest_records(kind: str, document: dict, timings: bool = False) -> dict:
             measured = entry.get("timings") if timings and how != "library" else None
             medians = tuple((name, median_of(value)) for name, value in measured.items()) if measured else None
             entries.append((kernel, key, sig, how, candidates, medians))
-    return {"entries": entries, "descriptors": sigs.descriptors, "provenance": provenance_from_records([document])}
+    # what the guard's selection measured (a consensus claimer's record; docs/winners.md): kept with the table
+    kept = {(kernel, key): entry["measured"] for kernel, keyed in document["kernels"].items()
+            for key, entry in keyed.items() if isinstance(entry.get("measured"), dict)}
+    return {"entries": entries, "descriptors": sigs.descriptors, "provenance": provenance_from_records([document]),
+            "measured": kept}
 
 
 class Tally:
@@ -65,6 +69,7 @@ class Tally:
         self.descriptors: dict[str, dict] = {}  # signature -> config, shared by every key
         self._voter_ids: dict[tuple, int] = {}
         self.provenance: dict = {}  # kernel -> what its entries were recorded against (core.tables)
+        self.measured: dict = {}  # (kernel, key) -> the first record's selection summary (deciding.retime)
 
     def absorb(self, source: Source, digested: dict) -> None:
         doc = source.document
@@ -74,6 +79,8 @@ class Tally:
         arch = doc["arch"]
         for kernel, said in digested["provenance"].items():
             self.provenance.setdefault(kernel, said)
+        for kernel_key, said in digested.get("measured", {}).items():
+            self.measured.setdefault(kernel_key, said)
         for sig, desc in digested["descriptors"].items():
             self.descriptors.setdefault(sig, desc)
         for kernel, key, sig, how, candidates, medians in digested["entries"]:
