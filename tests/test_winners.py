@@ -148,3 +148,28 @@ def test_report_merge_keeps_what_the_selection_measured(guard, tmp_path, capsys)
     capsys.readouterr()
     assert cli.main(["show", str(tmp_path / "merged.json")]) == 0
     assert "candidates timed" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_the_readmes_command_on_three_ranks_freezes_a_measured_selection(tmp_path):
+    """examples/train.py, the README's command (its default rounds), 3 torchrun ranks over gloo, the
+    real wall-clock timer: one rank times each key, the finalists again; every rank one hash; the
+    table keeps what was measured, and run 2 times nothing and gives the same hash."""
+    import re
+
+    from support import REPO, clean_env, torchrun
+
+    env = clean_env(OMP_NUM_THREADS=1, AUTOTUNE_MODE="consensus", AUTOTUNE_TABLE_PATH=tmp_path)
+    env.pop("AUTOTUNE_RETIME_ROUNDS")  # the default, as a user runs it
+    hashes = []
+    for _ in range(2):
+        proc = torchrun(f"{REPO}/examples/train.py", 3, env=env)
+        found = set(re.findall(r"rank \d: result hash ([0-9a-f]{12})", proc.stdout))
+        assert len(found) == 1, proc.stdout
+        hashes.append(found.pop())
+        if not hashes[1:]:
+            table = json.loads((tmp_path / "interpret.json").read_text())
+            verdicts = [m for keys in table["measured"].values() for m in keys.values()]
+            assert verdicts and all(m["how"] in ("clear", "tie", "one finalist") for m in verdicts), verdicts
+            assert all(m["timed"] >= len(m["candidates"]) for m in verdicts)
+    assert hashes[0] == hashes[1]

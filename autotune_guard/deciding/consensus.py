@@ -71,7 +71,12 @@ def agree_settings(store, rank: int, split: bool) -> None:
         return
     mine = encode_settings(rank, split)
     try:
-        theirs = text(store.compare_set(key, "", mine))
+        node = getattr(store, "node_store", None)
+        # With the node's fan-in, the node's first rank agrees with the job and the others with it:
+        # the node's other ranks make no request of the job's Store.
+        first_here = node is None or text(node.compare_set(key, "", mine)) == mine
+        theirs = text((store.job if node is not None else store).compare_set(key, "", mine)) if first_here else \
+            text(node.get(key))
     except Exception as exc:  # what the Store's client raised
         raise ConsensusError(store_lost_message("the job's consensus settings", exc)) from exc
     message = settings_mismatch(mine, theirs, key)
