@@ -151,7 +151,7 @@ def standing(rounds: Sequence[Mapping[int, float]], alive: Sequence[int], joined
     ``joined``: the round each finalist joined at (none is judged before MIN_ROUNDS of its own)."""
     best = leader(rounds, alive)
     per_call = noise(rounds, alive)
-    kept, behind, open_ = [best], {}, False
+    kept, behind, open_, sure = [best], {}, False, {best}
     for i in sorted(alive):
         if i == best:
             continue
@@ -167,10 +167,13 @@ def standing(rounds: Sequence[Mapping[int, float]], alive: Sequence[int], joined
             continue  # clearly behind: dropped
         if slower + z * error < TIE_FLOOR or (last and slower <= TIE_FLOOR + error):
             kept.append(i)  # a tie
+            sure.add(i)
         elif not last:
             kept.append(i)
             open_ = True
-    return Standing(tuple(sorted(kept)), best, behind, not open_)
+    # The winner is the first declared of those kept: once it is the leader or a tie beyond doubt,
+    # what the rounds would say of candidates declared after it cannot change it.
+    return Standing(tuple(sorted(kept)), best, behind, not open_ or min(kept) in sure)
 
 
 class Verdict(NamedTuple):

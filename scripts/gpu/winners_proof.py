@@ -102,6 +102,7 @@ def careful(kernel_name, rounds):
 def main():
     out, runs, rounds = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 6, int(sys.argv[3]) if len(sys.argv) > 3 else 20
     os.makedirs(out, exist_ok=True)
+    cache = tempfile.mkdtemp(prefix="winners-triton-cache-")  # not under OUT: it need not come back
     result = {}
     for kernel_name in ("matmul", "rowsum"):
         picks = {kind: [] for kind in KINDS}
@@ -111,7 +112,7 @@ def main():
                     env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOTUNE_")}
                     # One Triton cache for every run: run 0 compiles (a job's cold run 1), the rest time
                     # over compiled kernels, where re-timing weighs most against a single pass.
-                    env.update(settings, TRITON_CACHE_DIR=os.path.join(out, "triton-cache"), PYTHONPATH=HERE)
+                    env.update(settings, TRITON_CACHE_DIR=cache, PYTHONPATH=HERE)
                     if kind != "plain":
                         os.makedirs(os.path.join(tmp, "tables"))
                         env["AUTOTUNE_TABLE_PATH"] = os.path.join(tmp, "tables")
