@@ -17,7 +17,7 @@ import whole_files
 from autotune_guard import report
 from autotune_guard.core import jsonfile, schema
 from autotune_guard.core.model import signature
-from autotune_guard.core.tables import PROVENANCE, added_by
+from autotune_guard.core.tables import PROVENANCE, added_by, verdict_text
 from autotune_guard.report import configs, html, html_model, output, readers, reading, rows as rows_module, show
 from autotune_guard.report.diff import compare
 from autotune_guard.report.timings import median_of
@@ -116,7 +116,8 @@ def reference_keys(sources):
         configs = Counter(c.signature for c in choices)
         entries = [{"file": c.source.path, "label": c.source.label, "rank": c.source.rank, "kind": c.source.kind,
                     "config": c.signature, "how": c.how, **whole_files.timing_summary(c),
-                    "added_by": added_by(c.source.document, kernel, key) if c.source.kind == "table" else None}
+                    "added_by": added_by(c.source.document, kernel, key) if c.source.kind == "table" else None,
+                    "verdict": verdict_text(c.source.document, kernel, key) if c.source.kind == "table" else None}
                    for c in choices]
         winners = [e["winner_ms"] for e in entries if e["winner_ms"] is not None]
         found.append({"arch": arch, "kernel": kernel, "key": key, "agree": len(configs) == 1,

@@ -94,7 +94,9 @@ def test_consensus_on_two_nodes_decides_once_with_one_rank_per_node_on_the_job_s
     # the followers of each node never asked the job's Store (the first rank of a node at most 6
     # requests per key: claim, waiters, wait, get; or claim, beat, candidates, result)
     assert sum(r["job_requests"] for r in ranks) <= 3 * 2 * 6, [r["job_requests"] for r in ranks]
-    assert sum(r["job_requests"] == 0 for r in ranks) >= 1
+    # A node's ranks beyond the first make no request of the job's Store but, where one of them
+    # agrees the job's consensus settings for its node, that one (deciding.consensus.agree_settings).
+    assert sum(r["job_requests"] <= 1 for r in ranks) >= 1
 
 
 @pytest.mark.slow
