@@ -306,7 +306,7 @@ def _known(epoch: Epoch, tunable: Tunable) -> tuple | None:
     return known, retime.kept_winner(measured, signatures)
 
 
-def _alone(epoch: Epoch, tunable: Tunable, table: int | None, known: dict | None = None) -> Decision:
+def _alone(epoch: Epoch, tunable: Tunable, table: int | None, known: tuple | None = None) -> Decision:
     """No process group at the moment of choice: the table's entry, else timed here as in auto (a
     job of one process grows the table by it)."""
     guard = current()

@@ -5,8 +5,9 @@ reach it, each timing its share on its own device, the winner the best over all 
 is written down there, by ``SPLIT``). The first rank to reach a decision opens it; the ranks that
 arrive before its join window closes (``JOIN_S``, or sooner when the whole job has arrived) take a
 share each; a rank that arrives later takes none and reads the shares. Every share's timings are
-published under the decision's keys; once all are in, every rank computes the same winner
-(``split_winner``). The holder of a share that dies (its process gone, seen on its machine within a
+published under the decision's keys; once all are in, they are the first pass of one selection:
+the finalists are timed again by one rank (``_final``: slot 1, or a live rank in its place), whose
+winner every rank reads (``deciding.retime``; timings of different devices are never compared). The holder of a share that dies (its process gone, seen on its machine within a
 poll; elsewhere its heartbeat silent ``dead_after`` seconds) has its share taken over by the first
 live rank that sees it, which times it and publishes it in its place (first publication wins).
 
