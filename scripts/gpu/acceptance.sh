@@ -9,6 +9,8 @@
 #   train     a 4-layer LM on fla-core's RMSNorm and SwiGLU kernels, each block under torch.compile,
 #             4 torchrun ranks: plain, the README's command twice (consensus + a table directory),
 #             pinned from that table
+#   first     the README's first run alone (cold caches), then its second: run 1's first step and tuning
+#             cost with a short lease (against the train phase's run 1 of an earlier day, same card)
 #   record    the same program: record -> report merge -> pinned from the merged table
 #   steady    plain and the README's command alternated, 3 jobs each, each mode's compile caches its own
 #             (the first job of each cold): the steady step's ratio with its spread (one job of each cannot
@@ -72,6 +74,14 @@ phase_train() {
   run pinned AUTOTUNE_MODE=pinned AUTOTUNE_TABLE_PATH="$W/tables"
   cp "$W/tables"/*.json "$OUT/" 2>/dev/null
   summary plain readme1 readme2 pinned
+}
+
+phase_first() {
+  mkdir -p "$W/tables" && rm -f "$W/tables"/*
+  run readme1 AUTOTUNE_MODE=consensus AUTOTUNE_TABLE_PATH="$W/tables"
+  run readme2 AUTOTUNE_MODE=consensus AUTOTUNE_TABLE_PATH="$W/tables"
+  cp "$W/tables"/*.json "$OUT/" 2>/dev/null
+  summary readme1 readme2
 }
 
 # The steady step of plain against a guarded mode, 3 jobs each, alternated, each mode with compile caches
