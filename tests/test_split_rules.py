@@ -22,13 +22,6 @@ def test_shares_cover_every_candidate_once_whatever_the_order_and_depend_on_name
     assert len(starts) > 1  # the name picks which slot is dealt first
 
 
-def test_the_winner_is_the_lowest_median_ties_broken_by_signature():
-    assert rules.split_winner({"b": 1.0, "a": 2.0}) == "b"
-    assert rules.split_winner({"b": 1.0, "a": 1.0, "c": math.inf}) == "a"
-    with pytest.raises(ValueError):
-        rules.split_winner({})
-
-
 def test_rosters_and_shares_round_trip_and_garbage_is_named():
     roster = rules.decode_split(rules.encode_roster(3, SIGS[::-1]), "k", "r", "members")
     assert roster["members"] == 3 and roster["candidates"] == sorted(SIGS)

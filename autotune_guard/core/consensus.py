@@ -288,13 +288,6 @@ def split_shares(name: str, signatures: Sequence[str], members: int) -> dict[int
     return shares
 
 
-def split_winner(timings: Mapping[str, float]) -> str:
-    """The winner over every share: the lowest median timing, ties broken by signature."""
-    if not timings:
-        raise ValueError("no timings")
-    return min(timings, key=lambda sig: (timings[sig], sig))
-
-
 def encode_roster(members: int, signatures: Sequence[str]) -> str:
     """What closes the join window: how many slots take shares, and the list they divide."""
     return json.dumps({"format": SPLIT_FORMAT, "members": members, "candidates": sorted(set(signatures)),

@@ -6,9 +6,10 @@
     TRITON_INTERPRET=1 is set for you by --device cpu (a dry run of the logic; figures mean nothing)
 
 Per job: tuning wall time (the slowest rank's first call), each rank's winner (all must agree), how
-many candidates each rank timed (calls of the kernel's timer), and, under split, that the winner is
-the argmin of the timings every share published (``split_winner``'s rule: lowest, ties by
-signature). Writes DIR/split.json; exits 1 if ranks disagree, fail, or the rule does not hold.
+many candidates each rank timed (calls of the kernel's timer), that the first pass timed each of
+the 8 candidates on one rank only and that the re-timing rounds (docs/winners.md) ran on one rank;
+under split, that the published argmin was a finalist and the winner is one. Writes
+DIR/split.json; exits 1 if ranks disagree, fail, or a rule does not hold.
 ``--worker DIR`` is one rank; it prints one JSON line and writes DIR/rank<N>.json.
 
 Caveat: the 4 ranks share one GPU, so their timings run against each other; the wall-time ratio
@@ -99,8 +100,8 @@ def _watch_published() -> dict:
         return seen
     own = split.share_timings
 
-    def recording(payload, what, key):
-        timings = own(payload, what, key)
+    def recording(*args):
+        timings = own(*args)
         seen.update(timings)
         return timings
 
@@ -140,6 +141,12 @@ def run_job(args, name: str, **settings) -> dict:
             "ranks": ranks, **_judge(ranks, settings.get("AUTOTUNE_CONSENSUS_SPLIT") == "1")}
 
 
+def _short(signature: str) -> str:
+    """``BLOCK=512,num_warps=8,...`` as the worker's timer names it: ``512/8``."""
+    fields = dict(part.split("=", 1) for part in signature.split(",") if "=" in part)
+    return f"{fields.get('BLOCK')}/{fields.get('num_warps')}"
+
+
 def _judge(ranks: list, split: bool) -> dict:
     """The job's figures and its problems: disagreement, failures, the split rule."""
     problems = [f"rank {r['rank']}: {r['error']}" for r in ranks if r.get("error")]
@@ -148,16 +155,26 @@ def _judge(ranks: list, split: bool) -> dict:
     if len(winners) != 1 or len(choices) != 1:
         problems.append(f"ranks disagree: winners {winners}, choices {sorted(choices, key=str)}")
     timed = [len(r.get("timed", [])) for r in ranks]
-    if sum(timed) != 8:
-        problems.append(f"the job timed {sum(timed)} candidates, not 8 ({timed})")
+    timings = [r.get("timed", []) for r in ranks]
+    again = [r["rank"] for r, ts in zip(ranks, timings) if len(ts) > len(set(ts))]
+    if len(set().union(*map(set, timings))) != 8:
+        problems.append(f"the job did not time each of the 8 candidates ({timed})")
+    if len(again) > 1:
+        problems.append(f"ranks {again} all re-timed finalists: candidates timed on different GPUs were compared")
     if split:
         tables = [r.get("published") or {} for r in ranks]
         if any(t != tables[0] or len(t) != 8 for t in tables):
             problems.append("ranks did not all read the same 8 published timings")
-        argmin = min(tables[0], key=lambda sig: (tables[0][sig], sig)) if tables[0] else None
-        chosen = {(r.get("choice") or "").rsplit(";", 1)[0] for r in ranks}
-        if chosen != {argmin}:
-            problems.append(f"winner {sorted(chosen)} is not the argmin of the published timings ({argmin})")
+        if sum(len(ts) for r, ts in zip(ranks, timings) if r["rank"] not in again) + \
+                sum(len(set(ts)) for r, ts in zip(ranks, timings) if r["rank"] in again) < 8:
+            problems.append(f"the shares did not cover the 8 candidates ({timed})")
+        published = {_short(sig): ms for sig, ms in tables[0].items()}
+        argmin = min(published, key=lambda c: (published[c], c)) if published else None
+        finalists = {t for ts in timings for t in ts if ts.count(t) > 1} or {argmin}
+        chosen = {_short((r.get("choice") or "").rsplit(";", 1)[0]) for r in ranks}
+        if argmin not in finalists or not chosen <= finalists:
+            problems.append(f"winner {sorted(chosen)} is not a finalist {sorted(finalists)} of the published "
+                            f"timings (argmin {argmin})")
     return {"tuning_wall_s": max((r.get("first_call_s") or 0) for r in ranks), "winner": winners[0],
             "timed_per_rank": timed, "problems": problems}
 
