@@ -173,3 +173,35 @@ def test_the_readmes_command_on_three_ranks_freezes_a_measured_selection(tmp_pat
             assert verdicts and all(m["how"] in ("clear", "tie", "one finalist") for m in verdicts), verdicts
             assert all(m["timed"] >= len(m["candidates"]) for m in verdicts)
     assert hashes[0] == hashes[1]
+
+
+def _cold_record_run(guard, rec_dir, seed):
+    """One cold record run: Triton times every candidate once (its own run), the guard times the
+    finalists again before Triton launches; returns (the BLOCK launched, the record's entry)."""
+    from autotune_guard import evidence
+
+    winners.RANDOM.seed(seed)
+    guard({"AUTOTUNE_MODE": "record", "AUTOTUNE_RECORD_PATH": str(rec_dir / "run")})
+    kernel = winners.make(ORDER)
+    winners.CALLS.clear()
+    winners.launch(kernel)
+    launched = int(winners.TAG[0])  # the tag the caller's launch wrote: the config Triton ran
+    evidence.write_files()
+    (path,) = [p for p in rec_dir.glob("run*.json")]
+    (entry,) = json.loads(path.read_text())["kernels"]["kernels.winners.tagged_kernel"].values()
+    return launched, entry, list(winners.CALLS)
+
+
+def test_record_times_tritons_finalists_again_and_launches_and_records_the_verdict(guard, tmp_path):
+    picks = []
+    for seed in range(20):
+        rec = tmp_path / f"rec-{seed}"
+        rec.mkdir()
+        launched, entry, calls = _cold_record_run(guard, rec, seed)
+        measured = entry["measured"]
+        assert _block(measured["winner"]) == launched == entry["config"]["kwargs"]["BLOCK"], (entry, launched)
+        assert len(calls) > len(ORDER) and calls[:len(ORDER)] == ORDER  # Triton's one pass, then rounds
+        assert measured["rounds"] >= 3 and set(map(_block, measured["candidates"])) == set(ORDER)
+        picks.append(launched)
+    same = collections.Counter(picks).most_common(1)[0][1]
+    assert same >= 18 and sum(winners.COSTS[b] <= BEST * 1.005 for b in picks) >= 18, picks

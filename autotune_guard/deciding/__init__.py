@@ -9,6 +9,8 @@ the tuning launch returned. The family then applies it (pins the config, keeps t
 This package sits on the runtime layer: it imports ``runtime`` and ``core``; adapters import it.
 """
 
-from .engine import Decision, Tunable, Tuned, check_table_provenance, decide, noted, pinned, table_index
+from .engine import (Decision, Tunable, Tuned, check_table_provenance, decide, noted, pinned, selected,
+                     table_index)
 
-__all__ = ["Decision", "Tunable", "Tuned", "check_table_provenance", "decide", "noted", "pinned", "table_index"]
+__all__ = ["Decision", "Tunable", "Tuned", "check_table_provenance", "decide", "noted", "pinned", "selected",
+           "table_index"]

@@ -116,8 +116,9 @@ def first_launch(autotuner, state, key, args, kwargs):
     return launched
 
 
-def note_winner(autotuner, state, key, config, how: str, timings=None, recorded_as=None) -> bool:
-    """Note a winner Triton chose itself (auto, record); False: another policy meanwhile."""
+def note_winner(autotuner, state, key, config, how: str, timings=None, recorded_as=None, measured=None) -> bool:
+    """Note a winner Triton chose itself (auto, record); False: another policy meanwhile.
+    ``measured``: what record's re-timing of Triton's finalists measured (``observe.reselect``)."""
     desc = descriptor(config)
-    return noted(state.epoch, TritonChoice(autotuner, state, key), Tuned(desc, config, timings), how,
-                 recorded_as=recorded_as)
+    return noted(state.epoch, TritonChoice(autotuner, state, key), Tuned(desc, config, timings, measured=measured),
+                 how, recorded_as=recorded_as)

@@ -13,8 +13,10 @@ from __future__ import annotations
 import sys
 
 from .. import _patching
-from .eager import note_winner
-from .seam import how_chosen, how_stored
+from ...core.model import descriptor, signature
+from ...deciding import selected
+from .eager import TritonChoice, note_winner
+from .seam import how_chosen, how_stored, timing_in
 from .registry import registry
 from .tuner import MISSING, STATE_ATTR
 
@@ -48,10 +50,33 @@ def observe_cache(autotuner):
 
 
 def stored(autotuner, state, key, config, frame) -> None:
-    """Note the winner Triton just stored for ``key``, labelled by the Triton frame that stored it."""
+    """Note the winner Triton just stored for ``key``, labelled by the Triton frame that stored it.
+    Under record, what Triton timed is the first pass of a selection worth freezing: its finalists
+    are timed again before Triton launches, and the verdict replaces Triton's pick (``reselect``)."""
     how, timings = how_stored(autotuner, config, frame)
-    if note_winner(autotuner, state, key, config, how, timings):
+    measured = None
+    if how == "timed" and timings and state.mode == "record":
+        config, measured = reselect(autotuner, state, key, frame, config, timings)
+    if note_winner(autotuner, state, key, config, how, timings, measured=measured):
         state.seen.add(key)
+
+
+def reselect(autotuner, state, key, frame, config, timings) -> tuple:
+    """(the config to launch and keep, what was measured) for a key Triton just timed in one pass:
+    the finalists timed again in rounds (``deciding.selected``, Triton's timings as the first pass),
+    the verdict written into ``cache`` where Triton reads it for its launch. Triton's pick stands
+    where the rounds are off, or nothing in the frame says what was timed."""
+    timing = timing_in(frame)
+    if timing is None or state.epoch.policy.retime_rounds <= 0 or len(timing[0]) < 2:
+        return config, None
+    live, args, kwargs = timing
+    known = {i: timings[signature(descriptor(c))] for i, c in enumerate(live)
+             if signature(descriptor(c)) in timings}
+    choice = TritonChoice(autotuner, state, key, (args, kwargs), live=live)
+    tuned = selected(state.epoch, choice, "timed", known=(known, None))
+    winner = live[choice.descriptors.index(tuned.winner)]
+    dict.__setitem__(autotuner.cache, key, winner)
+    return winner, tuned.measured
 
 
 def observe(autotuner, state, timings_before) -> None:

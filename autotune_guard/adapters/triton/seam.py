@@ -200,6 +200,16 @@ def how_stored(autotuner, config, frame) -> tuple:
     return "timed", None  # stored by code that is not Triton's tuning: a winner all the same
 
 
+def timing_in(frame) -> tuple | None:
+    """(the live candidates Triton just timed, in its order; the launch's args; its kwargs), read
+    from the frame storing the winner (``benchmark`` from 3.4 on, ``run`` before); None elsewhere."""
+    found = frame.f_locals if frame is not None else {}
+    timings, args, kwargs = found.get("timings"), found.get("args"), found.get("kwargs")
+    if isinstance(timings, dict) and isinstance(args, tuple) and isinstance(kwargs, dict):
+        return list(timings), args, kwargs
+    return None
+
+
 def how_chosen(autotuner, key, heard, timings_before) -> tuple:
     """(label, Triton's timings by signature or None) for the entry the launch just made added;
     ``heard``: what Triton's listener said of it in this thread, if anything."""
