@@ -219,6 +219,9 @@ def _write(policy, rank, world, log, records, arch, packages, complete, ended=No
                "started": shell.started, "updated": time.time(), "written": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     if ended:
         process["ended"] = ended
+    numerics = current().facts.ask("numerics")
+    if numerics:  # what decides the bits beside the configs (report diff compares it)
+        process["numerics"] = numerics
     for kind, path in _wanted(policy, rank):
         state = shell.files.setdefault(path, evidence_journal.EvidenceFile())
         if kind == "record" and not records:
