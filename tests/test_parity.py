@@ -61,8 +61,8 @@ def test_two_programs_from_one_table_agree_and_one_changed_config_is_named(tmp_p
     changed.mkdir()
     document = json.loads(table.read_text())
     entry = document["kernels"][ADD]["100,torch.float32,torch.float32,torch.float32"]
-    blocks = [b for b in (16, 32, 64, 128) if b != entry["kwargs"]["BLOCK"]]
-    entry["kwargs"]["BLOCK"] = blocks[0]
+    blocks = [b for b in (32, 64, 128, 256) if b != entry["kwargs"]["BLOCK"]]  # demo.ADD_CONFIGS' blocks
+    entry["kwargs"]["BLOCK"] = blocks[0]  # another candidate of the kernel: pinned as the table says
     (changed / "interpret.json").write_text(json.dumps(document))
     _program("parity_server.py", "100", "500", AUTOTUNE_DIGEST_PATH=tmp_path / "server2" / "c",
              **{**pinned, "AUTOTUNE_TABLE_PATH": changed})
