@@ -86,6 +86,10 @@ def test_fusion_on_table_pinned_with_fusion_off_is_refused_or_named_once(tmp_pat
     assert len(_named(used)) == 1 and "entries are used" in _named(used)[0]  # two keys, said once
     assert json.loads(used.stdout.splitlines()[-1]) == json.loads(same.stdout.splitlines()[-1])
 
+    consensus = _run_argv(tmp_path, (), check=False, TRITON_DEFAULT_FP_FUSION="0", AUTOTUNE_ON_MISS="error",
+                          **{**pinned, "AUTOTUNE_MODE": "consensus"})  # a process alone, its table's entries
+    assert consensus.returncode != 0 and "off now (TRITON_DEFAULT_FP_FUSION=0)" in consensus.stderr
+
     capsys.readouterr()
     assert report.main(["show", str(tmp_path / "tables" / "interpret.json")]) == 0
     assert "FP fusion on (TRITON_DEFAULT_FP_FUSION=1)" in capsys.readouterr().out
