@@ -1,4 +1,5 @@
-"""Start-up: run by ``autotune_guard.pth`` when an ``AUTOTUNE_*`` variable is set.
+"""Start-up: run by ``autotune_guard.pth`` when an ``AUTOTUNE_*`` variable is set, or a
+batch-invariance switch (``VLLM_BATCH_INVARIANT``: ``wakes``).
 
 It must cost next to nothing and never raise (an exception in a ``.pth`` line is printed and the
 program then runs unguarded; a ``SystemExit`` there kills the interpreter). So it only puts a tiny
@@ -118,7 +119,7 @@ def late(name: str) -> None:
     if _stage or not _watch.importing():  # a lookup (find_spec) is not the import
         return None
     try:
-        if any(key.startswith("AUTOTUNE_") for key in os.environ):
+        if any(key.startswith("AUTOTUNE_") for key in os.environ) or wakes(os.environ):
             main(now=True)
         elif name == "triton":
             _stage = LATE
@@ -126,6 +127,13 @@ def late(name: str) -> None:
     except Exception as exc:  # a finder that raises would fail the program's import
         sys.stderr.write(f"autotune_guard: could not arm the import hook ({exc!r}); Triton runs unguarded\n")
     return None
+
+
+def wakes(environ) -> bool:
+    """A batch-invariance switch set (``VLLM_BATCH_INVARIANT`` not 0): it asks for what a
+    determinism request does, so it wakes the guard without an ``AUTOTUNE_*`` setting; the
+    ``.pth`` line makes the same test (``core.switches`` says how it combines with the mode)."""
+    return environ.get("VLLM_BATCH_INVARIANT", "0").strip() not in ("", "0")
 
 
 def _name_settings_set_too_late() -> None:

@@ -25,7 +25,7 @@ import sys
 from . import _watch, evidence
 from .adapters import distributed, redis_tables, torch_flags
 from .adapters import triton as triton_adapter
-from .core import settings
+from .core import settings, switches
 from .core.errors import ActivationError, GuardError, SelectionError
 from .core.settings import AutotunePolicy, policy_from_settings
 from .evidence import signals as evidence_signals, table_growth
@@ -127,6 +127,9 @@ def _started_with(policy: AutotunePolicy, guard) -> None:
     logger.debug("installed policy: %s", settings.describe(policy))
     if policy.foreign:
         logger.info("not autotune_guard settings, left to their tools: %s", ", ".join(policy.foreign))
+    found = switches.in_force(os.environ)
+    if found:  # said whatever the log level asks: each decides what a library times or reads
+        logger.warning("%s", switches.startup_line(found, policy.mode, policy.mode_from, settings.DERIVED))
     for warning in settings.ineffective_settings(policy, guard.startup):
         logger.warning("%s", warning)
     if not _numpy_importable():

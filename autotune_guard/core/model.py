@@ -14,6 +14,8 @@ import json
 import math
 from typing import Mapping, NamedTuple, Sequence
 
+from .numerics import numerics_text
+
 # Launch options of a Config besides its meta-parameters, in signature order.
 OPTION_FIELDS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 # Further fields Triton's Config compares, with the default at which a descriptor leaves them out:
@@ -94,12 +96,13 @@ def _short_hash(value) -> str:
 
 
 def provenance(source: str, candidates: Sequence[Mapping], options: Mapping, triton: str | None,
-               device: str | None) -> dict:
+               device: str | None, numerics: Mapping | None = None) -> dict:
     """A kernel's provenance: hashes of its source text, its candidate list (signatures, in
     declaration order) and its tuning options (key names, hooks, pruning), the Triton version and
-    the device it was chosen on."""
+    the device it was chosen on, and the numerics settings beside the config (``core.numerics``)."""
     return {"source": _short_hash(source), "candidates": _short_hash([signature(c) for c in candidates]),
-            "count": len(candidates), "options": _short_hash(options), "triton": triton, "device": device}
+            "count": len(candidates), "options": _short_hash(options), "triton": triton, "device": device,
+            **(numerics or {})}
 
 
 def provenance_differences(recorded: Mapping, live: Mapping) -> list[str]:
@@ -141,7 +144,7 @@ def provenance_text(recorded: Mapping) -> str:
     parts = [f"{name} {recorded[name]}" for name in PROVENANCE_FIELDS if recorded.get(name)]
     if isinstance(recorded.get("count"), int):
         parts.insert(2, f"{recorded['count']} candidates")
-    return ", ".join(parts)
+    return ", ".join(parts + [numerics_text(recorded)])
 
 
 def log_text(entries: Mapping[ChoiceKey, Choice]) -> dict[str, str]:

@@ -12,6 +12,7 @@ from typing import Mapping
 
 from .errors import FileFormatError
 from .model import compact, provenance_differences, provenance_text
+from .numerics import numerics_differences
 from .pinned import entry_matches
 from . import safe_files
 from .schema import TABLE_FORMAT, check_table, read_document
@@ -318,10 +319,11 @@ def _add_entry(entries: dict, measured: dict, key: str, desc, author, check) -> 
 
 
 def _version_differs(recorded, live) -> list[str]:
-    """What differs between the table's provenance of a kernel and this job's (nothing when either is unknown)."""
+    """What differs between the table's provenance of a kernel and this job's, numerics included
+    (one FP-fusion setting per kernel too); nothing when either is unknown."""
     if not isinstance(recorded, dict) or not isinstance(live, Mapping):
         return []
-    return provenance_differences(recorded, live)
+    return provenance_differences(recorded, live) + numerics_differences(recorded, live)
 
 
 def added_by(document: Mapping, kernel: str, key: str) -> str | None:

@@ -14,6 +14,7 @@ from ..core import consensus as protocol
 from ..core import tables
 from ..core.errors import SelectionError
 from ..core.model import Choice, ChoiceKey, provenance_differences, record_entry, signature, tuned_winner
+from ..core.numerics import numerics_differences, numerics_message
 from ..core.pinned import Pick
 from ..runtime import Epoch, current
 from . import consensus, retime, split
@@ -199,15 +200,23 @@ def check_table_provenance(epoch: Epoch, key: ChoiceKey, live: Callable[[], dict
     recorded = tables.table_provenance(epoch.tables.get(key.arch) or {}, key.kernel)
     now = live() if isinstance(recorded, dict) else None
     differs = provenance_differences(recorded, now) if now is not None else []
+    other_numerics = numerics_differences(recorded, now) if now is not None else []
+    if other_numerics:  # before the version check: refused, or named once and used (docs/pinned.md)
+        _stale(epoch, key, f"numerics {key.kernel}", numerics_message(key.kernel, other_numerics))
     if not differs or (epoch.policy.mode == "consensus" and epoch.policy.on_miss != "error"
                        and _measured_grows(epoch, key, differs)):
         return
-    message = (f"kernel {key.kernel}: its table entries were recorded against another version of it "
-               f"({', '.join(differs)}); record and merge it again (a table consensus grows: delete its entries "
-               "there, and the next consensus run tunes and adds them)")
+    _stale(epoch, key, f"stale provenance {key.kernel}",
+           f"kernel {key.kernel}: its table entries were recorded against another version of it "
+           f"({', '.join(differs)}); record and merge it again (a table consensus grows: delete its entries "
+           "there, and the next consensus run tunes and adds them)")
+
+
+def _stale(epoch: Epoch, key: ChoiceKey, once: str, message: str) -> None:
+    """Refuse a table entry with AUTOTUNE_ON_MISS=error; else name it once per kernel and use it."""
     if epoch.policy.on_miss == "error":
         raise SelectionError(f"autotune_guard: {key.what()}: {message}; refused with AUTOTUNE_ON_MISS=error")
-    guard.warn_once(f"stale provenance {key.kernel}", message + "; its entries are used where a config still matches")
+    current().warn_once(once, message + "; its entries are used where a config still matches")
 
 
 def _measured_grows(epoch: Epoch, key: ChoiceKey, differs: list) -> bool:

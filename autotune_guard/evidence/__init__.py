@@ -32,6 +32,7 @@ import uuid
 from . import journal as evidence_journal, paths as evidence_paths, signals as evidence_signals
 from . import summary as evidence_summary
 from .writer import WriterShell
+from ..core import switches
 from ..core.model import ChoiceKey, digest_of
 from ..core.schema import CHOICES_FORMAT, RECORD_FORMAT
 from ..runtime import EXIT_EVIDENCE, EXIT_SUMMARY, current
@@ -219,6 +220,12 @@ def _write(policy, rank, world, log, records, arch, packages, complete, ended=No
                "started": shell.started, "updated": time.time(), "written": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     if ended:
         process["ended"] = ended
+    numerics = current().facts.ask("numerics")
+    if numerics:  # what decides the bits beside the configs (report diff compares it)
+        process["numerics"] = numerics
+    found = switches.in_force(os.environ)
+    if found:  # the libraries' own switches this process ran under (report show prints them)
+        process["switches"] = found
     for kind, path in _wanted(policy, rank):
         state = shell.files.setdefault(path, evidence_journal.EvidenceFile())
         if kind == "record" and not records:

@@ -1,5 +1,6 @@
-"""``report diff``: two runs' choices per kernel and key (same, changed, only in one), and their
-digests rank by rank."""
+"""``report diff``: two runs' choices per kernel and key (same, changed, only in one), their
+digests rank by rank, and the kernels both met under other numerics (``parity``). Two programs'
+runs compare the same way: keys met by one only are counted, not differences (docs/parity.md)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections import Counter
 from ..core import schema
 from ..core.errors import FileFormatError, InputError
 from ..core.model import digest_of
-from . import html
+from . import html, parity
 from .output import dump
 from .reading import md, natural_key, read_sources
 from .rows import Rows, details_reader
@@ -23,7 +24,10 @@ def run(args, out) -> int:
              for side, fold in zip((args.a, args.b), folds)]
     rows = compare(*(fold.configs(side) for fold, side in zip(folds, sides)))
     counts = Counter(r["status"] for r in rows)
+    both = sorted({r["kernel"] for r in rows if not r["status"].startswith("only")})
+    numerics = parity.differing(both, *(parity.side_numerics(side, fold) for side, fold in zip(sides, folds)))
     failing = sum(1 for r in rows if r["status"] == "changed" or r["a_ranks_disagree"] or r["b_ranks_disagree"])
+    failing += len(numerics)
     args.check_status = 1 if args.check and failing else 0  # kept by the CLI whatever happens to stdout
     # Choices files carry a digest of the whole log: equal digests, equal choices, rank by rank
     # (a rank whose processes left several files: the digest of their combined log).
@@ -35,12 +39,17 @@ def run(args, out) -> int:
                                  details_reader(sides[0] + sides[1], ("record", "choices"), "diff", args.jobs)))
     elif args.format == "markdown":
         print_diff_markdown(sides, rows, counts, failing, out)
+        parity.print_numerics(numerics, out)
     elif args.json or args.format == "json":
         dump({"a": [s.path for s in sides[0]], "b": [s.path for s in sides[1]], "keys": rows,
               "counts": dict(counts), "digests": {str(rank): d for rank, d in compared.items()},
-              "disagreements": failing}, out)
+              "numerics": numerics, "disagreements": failing}, out)
     else:
         print_diff(sides, rows, counts, compared, out)
+        parity.print_numerics(numerics, out)
+        if numerics:
+            print(f"{len(numerics)} kernel(s) met under other numerics (FP fusion): the same config gives other bits",
+                  file=out)
     return args.check_status
 
 
@@ -87,7 +96,9 @@ def print_diff(sides, rows, counts, compared, out) -> None:
                 print(f"      ({name.upper()}'s ranks disagree among themselves)", file=out)
     print(f"{counts['same']} same, {counts['changed']} changed, {counts['only in A']} only in A, "
           f"{counts['only in B']} only in B" + (f", {counts['same, ranks disagree']} where ranks disagree"
-                                                 if counts['same, ranks disagree'] else ""), file=out)
+                                                 if counts['same, ranks disagree'] else "")
+          + (" (a key met by one run only is not a difference)" if counts['only in A'] + counts['only in B'] else ""),
+          file=out)
 
 
 def _rank_digests(sources) -> dict:

@@ -8,6 +8,8 @@ import os
 from collections import Counter
 
 from . import html
+from ..core.numerics import numerics_text
+from ..core.switches import printable, shown
 from ..core.tables import provenance_lines
 from .output import dump_streamed
 from .reading import Source, label_list, md, read_sources, source_json
@@ -40,6 +42,7 @@ def _describe_source(s: Source) -> str:
         count = s.entries
         parts.append(f"digest {doc['digest']}")
     parts.append(f"{count} choices")
+    parts += _settings(doc)
     if s.complete:
         parts.append("complete")
     elif isinstance(doc.get("ended"), str):
@@ -49,6 +52,16 @@ def _describe_source(s: Source) -> str:
     if s.journal:
         parts.append(f"with its journal {os.path.basename(s.journal)}")
     return f"  {s.path}: " + ", ".join(parts)
+
+
+def _settings(doc: dict) -> list[str]:
+    """What the process ran under beside its configs: its FP fusion, the libraries' switches in force."""
+    found = []
+    if isinstance(doc.get("numerics"), dict):
+        found.append(printable(numerics_text(doc["numerics"])))
+    if isinstance(doc.get("switches"), dict) and doc["switches"]:
+        found.append(f"switches {shown(doc['switches'])}")
+    return found
 
 
 def _describe_table(doc: dict, count: int) -> str:

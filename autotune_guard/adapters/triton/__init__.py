@@ -17,7 +17,7 @@ from functools import cached_property
 from ...core.errors import UnsupportedError
 from ...runtime import current
 from .. import _patching
-from . import foreign, guarded, library, seam
+from . import foreign, guarded, library, provenance, seam
 from .registry import Capabilities, registry
 from .tuner import strategy_of
 
@@ -122,6 +122,8 @@ def provide_facts(guard) -> None:
     guard.facts.provide("arch", _arch)
     guard.facts.provide("config_defaults", seam.config_defaults)
     guard.facts.provide("triton_version", _triton_version)
+    # the process's FP fusion (the kernels' own enable_fp_fusion is in their provenance): evidence files carry it
+    guard.facts.provide("numerics", lambda: provenance.fusion_now(None, _triton_version()))
 
 
 def _arch() -> str:

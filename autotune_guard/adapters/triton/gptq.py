@@ -20,7 +20,7 @@ from ...core.model import ChoiceKey, base_name, descriptor, key_text, provenance
 from ...runtime import current
 from . import families
 from .foreign import kernel_of
-from .provenance import source_text
+from .provenance import fusion_now, source_text
 from .registry import registry
 from .seam import set_call_arguments, timings_now
 from .tuner import MISSING, NAME_ATTR
@@ -105,7 +105,9 @@ class GptqTunable(deciding.Tunable):
         tuner, facts = self.autotuner, current().facts
         options = {n: getattr(tuner, n, None) for n in ("key_idx", "nearest_power_of_two", "configs_top_k")}
         options.update({n: _named(getattr(tuner, n, None)) for n in ("early_config_prune", "perf_model")})
-        return provenance(source_text(tuner), self.every(), options, facts.get("triton_version"), facts.get("arch"))
+        version = facts.get("triton_version")
+        return provenance(source_text(tuner), self.every(), options, version, facts.get("arch"),
+                          fusion_now(self.kwargs.get("enable_fp_fusion"), version))
 
     def check_provenance(self) -> None:
         deciding.check_table_provenance(self.epoch, self.key, self.provenance)

@@ -10,7 +10,7 @@ import sys
 
 from ...core.errors import UnsupportedError
 from ...runtime import current
-from . import launch, library, observe, seam
+from . import launch, library, observe, provenance, seam
 from .eager import pinned_choice
 from .registry import registry
 from .tuner import MISSING, STATE_ATTR, TunerState
@@ -58,6 +58,8 @@ def state_for(autotuner, launching=None) -> TunerState:
         previous = autotuner.__dict__.get(STATE_ATTR)
         if isinstance(previous, TunerState) and previous.epoch is epoch:
             return previous
+        if launching is not None:
+            provenance.note_launch(autotuner, launching[1])
         state = TunerState(autotuner, epoch, lock, previous)
         state.strategy = launch.choose(state)
         state.run = state.strategy.run

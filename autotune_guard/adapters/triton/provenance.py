@@ -6,14 +6,18 @@ AUTOTUNE_ON_MISS=error."""
 from __future__ import annotations
 
 import inspect
+import os
+import sys
 
 from ...deciding import check_table_provenance
 from ...core.model import descriptor, provenance
+from ...core.numerics import fp_fusion
 from ...runtime import current
 from .registry import registry
 from .tuner import _source_of
 
 PROVENANCE_ATTR = "_autotune_guard_provenance"
+REQUESTED_ATTR = "_autotune_guard_fp_fusion"  # the kernel's own enable_fp_fusion, seen at a launch
 
 
 def of(autotuner) -> dict:
@@ -39,9 +43,29 @@ def _of(autotuner) -> dict:
                "strategy": [_name(s) for s in getattr(autotuner, "strategy", None) or []]
                if isinstance(getattr(autotuner, "strategy", None), (list, tuple)) else None}
     found = provenance(source_text(autotuner), [descriptor(c) for c in configs], options,
-                       facts.get("triton_version"), facts.get("arch"))
+                       facts.get("triton_version"), facts.get("arch"),
+                       fusion_now(autotuner.__dict__.get(REQUESTED_ATTR), facts.get("triton_version")))
     autotuner.__dict__[PROVENANCE_ATTR] = (configs, found)
     return found
+
+
+def note_launch(autotuner, kwargs) -> None:
+    """Keep the kernel's own ``enable_fp_fusion`` from a launch's arguments (where it gives one)."""
+    requested = kwargs.get("enable_fp_fusion")
+    if requested is not None and autotuner.__dict__.get(REQUESTED_ATTR) is not bool(requested):
+        autotuner.__dict__[REQUESTED_ATTR] = bool(requested)
+        autotuner.__dict__.pop(PROVENANCE_ATTR, None)  # kept without it
+
+
+def fusion_now(requested, triton_version) -> dict:
+    """The effective FP fusion now: Triton's knobs where it has them (a program may set them), else
+    (3.3) the variable its NVIDIA backend reads, on unless set to something other than "1"."""
+    language = getattr(getattr(sys.modules.get("triton"), "knobs", None), "language", None)
+    default = getattr(language, "default_fp_fusion", None)
+    if default is None:
+        default = os.environ.get("TRITON_DEFAULT_FP_FUSION", "1") == "1"
+    force = bool(getattr(language, "force_disable_fp_fusion", False))
+    return fp_fusion(force, bool(default), requested, os.environ, triton_version)
 
 
 def source_text(autotuner) -> str:

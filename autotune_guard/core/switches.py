@@ -1,0 +1,76 @@
+"""The kernel libraries' own switches: variables users set that decide whether a library times,
+pins, or reads a cache of its own. Read where set (``in_force``), said at start-up with how each
+combines with the guard's mode (``startup_line``), carried in the evidence files (``switches``).
+A batch-invariance switch also wakes the guard (``autotune_guard.pth``, ``_boot.wakes``) and
+selects pinned as a determinism request does (``adapters.torch_flags``). Pure: an environment in."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+BATCH_INVARIANT = "VLLM_BATCH_INVARIANT"
+OFF = ("", "0", "false", "no", "off")
+AITER_SUFFIX = "_TRITON_AUTOTUNE"  # aiter's <FAMILY>_TRITON_AUTOTUNE: a family's run-time tuning opted in
+# name -> (what it does, how it meets a table the guard pins from)
+KNOWN = {
+    BATCH_INVARIANT: ("vLLM's batch-invariant kernels", None),
+    "FLA_CACHE_MODE": ("fla's CachedAutotuner reads its configs from its own JSON cache",
+                       "those configs bypass the table: logged as library, named in pinned mode "
+                       "(refused with AUTOTUNE_ON_MISS=error)"),
+    "HELION_ASSERT_CACHE_HIT": ("Helion raises on a miss of its own config cache",
+                                "Helion's kernels are decided by Helion's cache, not by this guard's table"),
+    "FLAGGEMS_DB_URL": ("FlagGems' LibTuner keeps its winners in this database (last write wins)",
+                        "pinned and consensus decide governed keys without reading or writing it; "
+                        "auto and record hide its earlier winners"),
+    "LIGER_FUSED_MOE_AUTOTUNE": ("Liger's fused MoE kernels autotune at run time through Triton's autotuner",
+                                 "governed like every Triton autotuner"),
+}
+
+
+def in_force(environ: Mapping[str, str]) -> dict[str, str]:
+    """The switches set to something other than off, by name, in name order."""
+    names = [n for n in environ if n in KNOWN or (n.endswith(AITER_SUFFIX) and not n.startswith("AUTOTUNE_"))]
+    return {n: environ[n] for n in sorted(names) if _on(n, environ[n])}
+
+
+def _on(name: str, value: str) -> bool:
+    if name == BATCH_INVARIANT:  # vLLM reads it as an integer, non-zero meaning on (vllm/envs.py)
+        try:
+            return int(value.strip()) != 0
+        except ValueError:
+            return False
+    return value.strip().lower() not in OFF
+
+
+def _mode_words(mode: str | None, mode_from: str | None, derived: str) -> str:
+    if mode_from == derived:
+        return "no AUTOTUNE_MODE: pinned, from this request, at the first launch"
+    if mode == "pinned":
+        return "pinned already"
+    return f"AUTOTUNE_MODE={mode} wins: the kernels are timed, so a batch may meet another config"
+
+
+def combined(name: str, mode: str | None, mode_from: str | None, derived: str) -> str:
+    """How one switch in force combines with the guard's mode, in words."""
+    if name == BATCH_INVARIANT:
+        return f"{KNOWN[name][0]}: {_mode_words(mode, mode_from, derived)}"
+    if name in KNOWN:
+        return f"{KNOWN[name][0]}; {KNOWN[name][1]}"
+    family = name[: -len(AITER_SUFFIX)]
+    return f"aiter's {family} kernels autotune at run time through Triton's autotuner; governed (mode {mode})"
+
+
+def startup_line(found: Mapping[str, str], mode: str | None, mode_from: str | None, derived: str) -> str:
+    """One line: each switch in force with its value and how it combines with the mode."""
+    said = [f"{name}={printable(value)} ({combined(name, mode, mode_from, derived)})" for name, value in found.items()]
+    return "library switches in force: " + "; ".join(said)
+
+
+def shown(found: Mapping) -> str:
+    """``NAME=value, ...`` for the report (values from a file: control characters escaped)."""
+    return ", ".join(f"{printable(str(name))}={printable(str(value))}" for name, value in found.items())
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters escaped (a value read from a file stays on its line)."""
+    return text.encode("unicode_escape").decode("ascii") if not text.isprintable() else text
