@@ -68,6 +68,15 @@ class StoreRefused(StoreDown):
     """The store answered with an error (a key of another type, a script refused): it is up."""
 
 
+class StoreNoPermission(StoreRefused):
+    """The server's ACL refused this URL's user a command (NOPERM): up, and the user can be granted it."""
+
+
+# What a user needs (Redis 7 checks the commands a script runs against the caller's ACL too).
+READ_GRANTS = "+eval +hkeys +hstrlen +hget"
+WRITE_GRANTS = "+eval +hget +hset +hsetnx"
+
+
 def _client_module():
     try:
         import redis
@@ -90,6 +99,7 @@ class Store:
         self._errors = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
                         redis.exceptions.AuthenticationError, OSError)
         self._refusals = (redis.exceptions.ResponseError,)  # NOAUTH and WRONGPASS are AuthenticationErrors
+        self._no_permission = redis.exceptions.NoPermissionError  # a ResponseError; NOPERM, its prefix cut
         # No retries (redis-py 6+ retries 3 to 10 times with backoff by default): TIMEOUT_S bounds a
         # request, as with redis-py 4 and 5; a socket the server closed is still reconnected by the pool.
         from redis.backoff import NoBackoff
@@ -110,10 +120,19 @@ class Store:
         except self._errors as exc:
             raise StoreDown(f"{type(exc).__name__}: {exc}{_tls_hint(exc, self.address.tls)}") from None
         except self._refusals as exc:
+            # Redis 7.0 refuses a command inside a script with a plain error, not NOPERM.
+            if isinstance(exc, self._no_permission) or "can't run this command" in str(exc):
+                raise StoreNoPermission(f"NOPERM: {exc}") from None
             raise StoreRefused(f"{type(exc).__name__}: {exc}") from None
 
     def ping(self) -> None:
         self.call("ping")
+
+    def grant(self, exc, grants: str) -> str:
+        """What the server said to this URL's user, and the ACL line that would let it do ``grants``."""
+        user = self.address.username or "default"
+        return (f"the server refused user {user!r} ({exc}); grant it {grants} on the keys {self.address.prefix}* "
+                f"(ACL SETUSER {user} {grants} ~{self.address.prefix}*), or name a user who has them")
 
     def archs(self) -> tuple[list[str], list[str]]:
         """(the archs the store holds tables for, one note per key whose arch is not a safe name:
@@ -269,6 +288,7 @@ class Stores:
         self.stores: dict[str, Store] = {}
         self.down: set[str] = set()  # URLs said to be down: not asked again by this process
         self.why: dict[str, str] = {}  # URL -> what it met when it went down (the node's others say it)
+        self.no_write: set[str] = set()  # URLs whose user the server refused a write: not asked to add again
 
     def store(self, url: str) -> Store:
         if url not in self.stores:
@@ -292,6 +312,10 @@ class Stores:
             return None, []
         try:
             return self.store(url).read(arch)
+        except StoreNoPermission as exc:
+            return None, [f"skipping table store {hide_password(url)} for arch {arch}: "
+                          f"{self.store(url).grant(exc, READ_GRANTS)}; keys it would have given are chosen by "
+                          "the local rules (other tables, AUTOTUNE_ON_MISS, or consensus tuning)"]
         except StoreRefused as exc:  # up, but its keys for this arch are not ours to read (WRONGTYPE)
             keys = " and ".join(self.store(url).keys(arch))
             return None, [f"skipping table store {hide_password(url)} for arch {arch}: the server refused to read "
@@ -312,13 +336,23 @@ class Stores:
 
     def add_kernel(self, url: str, arch: str, kernel: str, live, entries: dict):
         """(status, found, what differs) of ``Store.add``; a provenance that differs only where it
-        does not matter (a Triton version of its own) is added anyway. None when the store is down."""
+        does not matter (a Triton version of its own) is added anyway. None when the store is down
+        or refused this user a write (said once: it may still read)."""
+        if url in self.no_write:
+            return None
         try:
             store = self.store(url)
             status, found = store.add(arch, kernel, live, entries)
             differs = kernel_version_differs(found, live) if status == "provenance" else []
             if status == "provenance" and not differs and isinstance(found, dict):
                 status, found = store.add(arch, kernel, live, entries, same=True)
+        except StoreNoPermission as exc:
+            self.no_write.add(url)
+            current().warn_once(f"table store no write {url}", (
+                f"table store {hide_password(url)} may be read but not added to: "
+                f"{self.store(url).grant(exc, WRITE_GRANTS)}; winners this job tunes stay chosen here and in "
+                "its evidence files, and are not added to it"), scope="process")
+            return None
         except StoreDown as exc:
             self.went_down(url, exc)
             return None

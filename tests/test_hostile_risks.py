@@ -1,0 +1,49 @@
+"""Issue 44's risks to close, driven with real processes: a real ``redis-server`` with ACL users
+(``test_redis_store``'s fixture), real ranks (by hand over a TCPStore, gloo), real Triton kernels
+under TRITON_INTERPRET=1, the report run as its command, and a second real user where ownership
+matters. Each test failed on the code before (the numbers are in docs/promises.md)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from support import clean_env, last_json, run_python
+from test_consensus_table import ADD, key_of
+from test_redis_store import PINNED_RUN, redis_server  # noqa: F401 (the fixture)
+
+pytestmark = pytest.mark.slow  # every test here starts processes
+
+BLOCK64 = {"entry": {"kwargs": {"BLOCK": 64}, "num_warps": 2}, "added": {"run_id": "r1", "rank": 0}}
+
+
+def _user_url(server, user, password):
+    return f"redis://{user}:{password}@127.0.0.1:{server.port}/0"
+
+
+# --- an ACL user without EVAL, and a read-only one ------------------------------------------------
+
+def test_an_acl_user_without_eval_or_writes_is_told_what_the_server_said_and_what_to_grant(redis_server):  # noqa: F811
+    server = redis_server()
+    acl = server.client.execute_command
+    acl("ACL", "SETUSER", "noeval", "on", ">pw-one", "~*", "+@all", "-eval", "-evalsha")
+    acl("ACL", "SETUSER", "reader", "on", ">pw-two", "~*", "+@read", "+@connection", "+eval")
+    server.client.hset("autotune_guard:{interpret}:entries", json.dumps([ADD, key_of("add", 1000)]),
+                       json.dumps(BLOCK64))
+    proc = run_python(PINNED_RUN, env=clean_env(AUTOTUNE_MODE="pinned",
+                                                AUTOTUNE_TABLE_PATH=_user_url(server, "noeval", "pw-one")))
+    said = [line for line in proc.stderr.splitlines() if "table store" in line]
+    assert len(said) == 1 and "NOPERM" in said[0] and "user 'noeval'" in said[0], proc.stderr
+    assert "+eval" in said[0] and "must be hashes" not in said[0] and "pw-one" not in said[0], said
+    # The reader reads (its table's BLOCK=64 is pinned), and its refused write is named as such.
+    url = _user_url(server, "reader", "pw-two")
+    pinned = run_python(PINNED_RUN, env=clean_env(AUTOTUNE_MODE="pinned", AUTOTUNE_TABLE_PATH=url))
+    assert last_json(pinned.stdout)["log"][f"interpret|{ADD}|{key_of('add', 1000)}"].startswith("BLOCK=64")
+    grown = run_python(PINNED_RUN.replace("torch.rand(1000)", "torch.rand(2000)"),
+                       env=clean_env(AUTOTUNE_MODE="consensus", AUTOTUNE_TABLE_PATH=url))
+    said = [line for line in grown.stderr.splitlines() if "table store" in line]
+    assert len(said) == 1 and "NOPERM" in said[0] and "user 'reader'" in said[0], grown.stderr
+    assert "stopped answering" not in said[0] and "may be read but not added to" in said[0] and "+hset" in said[0], said
+    assert len(server.client.hgetall("autotune_guard:{interpret}:entries")) == 1
