@@ -10,12 +10,13 @@ import sys
 
 import pytest
 
-from support import clean_env, last_json, run_python
+from support import TESTS, clean_env, last_json, run_python
 from test_consensus_table import ADD, key_of
 from test_redis_store import PINNED_RUN, redis_server  # noqa: F401 (the fixture)
 
 pytestmark = pytest.mark.slow  # every test here starts processes
 
+KEYS = 6
 BLOCK64 = {"entry": {"kwargs": {"BLOCK": 64}, "num_warps": 2}, "added": {"run_id": "r1", "rank": 0}}
 
 
@@ -47,3 +48,28 @@ def test_an_acl_user_without_eval_or_writes_is_told_what_the_server_said_and_wha
     assert len(said) == 1 and "NOPERM" in said[0] and "user 'reader'" in said[0], grown.stderr
     assert "stopped answering" not in said[0] and "may be read but not added to" in said[0] and "+hset" in said[0], said
     assert len(server.client.hgetall("autotune_guard:{interpret}:entries")) == 1
+
+
+# --- split tuning: a rank that never comes costs its keys one join window, not one each ----------
+
+def _keys_wall(ranks, among):
+    chosen = [r for r in ranks if r["rank"] in among]
+    return max(r["done"] for r in chosen) - min(r["reached"] for r in chosen)
+
+
+def test_a_rank_absent_from_split_tuning_costs_the_job_one_join_window_not_one_a_key(tmp_path):
+    from realistic import torchrun_job
+
+    prog = os.path.join(TESTS, "progs", "split_absent_job.py")
+    settings = dict(nproc=3, prog=prog, AUTOTUNE_MODE="consensus", AUTOTUNE_CONSENSUS_SPLIT=1,
+                    AUTOTUNE_RETIME_ROUNDS=0, SPLIT_CANDIDATE_S=0.05, SPLIT_KEYS=KEYS)
+    present = torchrun_job(tmp_path / "present", **settings).wait().passed(3)
+    job = torchrun_job(tmp_path / "absent", SPLIT_ABSENT_RANK=2, **settings).wait()
+    absent = job.passed(3)
+    walls = _keys_wall(present, (0, 1)), _keys_wall(absent, (0, 1))
+    print(f"{KEYS} keys, ranks 0-1: all 3 ranks present {walls[0]:.2f} s, rank 2 absent {walls[1]:.2f} s")
+    assert {tuple(r["launched"]) for r in present + absent if r["launched"]} == {("128/2",) * KEYS}
+    # Before issue 44: every key waited the whole 1 s window for rank 2 (+KEYS s).
+    assert walls[1] < walls[0] + 3.0, walls
+    said = [line for line in job.text.splitlines() if "join window" in line]
+    assert len(said) == 2 and all("2 of 3 ranks" in line for line in said), said  # once on each rank that came
