@@ -73,3 +73,31 @@ def test_a_rank_absent_from_split_tuning_costs_the_job_one_join_window_not_one_a
     assert walls[1] < walls[0] + 3.0, walls
     said = [line for line in job.text.splitlines() if "join window" in line]
     assert len(said) == 2 and all("2 of 3 ranks" in line for line in said), said  # once on each rank that came
+
+
+# --- the guard's own log lines escape terminal control characters as the report does --------------
+
+ESCAPED_KERNEL = '''
+import triton, triton.language as tl
+from kernels.demo import random_timer
+
+def add_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
+
+add_kernel.__module__ = "evil\\x1b[2J\\x1b]0;owned\\x07mod"  # a name the guard logs: it must not act on the terminal
+add_kernel = triton.autotune(configs=[triton.Config({"BLOCK": b}) for b in (32, 64)], key=["n"],
+                             do_bench=random_timer)(triton.jit(add_kernel))
+'''
+
+
+def test_the_guards_own_log_lines_escape_control_characters_by_the_reports_rule(tmp_path):
+    from autotune_guard.report.output import visible
+
+    (tmp_path / "escaped_kernel.py").write_text(ESCAPED_KERNEL)
+    code = (f"import sys; sys.path.insert(0, {str(tmp_path)!r})\n"
+            "import torch, escaped_kernel as k\nx = torch.rand(100)\nk.add_kernel[(4,)](x, torch.empty(100), 100)\n")
+    for mode in ("pinned", "auto"):  # a warning (no table entry) and the exit summary's table
+        proc = run_python(code, env=clean_env(AUTOTUNE_MODE=mode, AUTOTUNE_LOG_LEVEL="info"))
+        assert "\x1b" not in proc.stderr and "\x07" not in proc.stderr, (mode, proc.stderr)
+        assert visible("evil\x1b[2J\x1b]0;owned\x07mod.add_kernel") in proc.stderr, (mode, proc.stderr)
