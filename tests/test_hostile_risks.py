@@ -101,3 +101,31 @@ def test_the_guards_own_log_lines_escape_control_characters_by_the_reports_rule(
         proc = run_python(code, env=clean_env(AUTOTUNE_MODE=mode, AUTOTUNE_LOG_LEVEL="info"))
         assert "\x1b" not in proc.stderr and "\x07" not in proc.stderr, (mode, proc.stderr)
         assert visible("evil\x1b[2J\x1b]0;owned\x07mod.add_kernel") in proc.stderr, (mode, proc.stderr)
+
+
+# --- deterministic algorithms switched on after the first launch ----------------------------------
+
+LATE_DETERMINISM = """
+import json, torch, kernels.demo as demo, autotune_guard
+x = torch.rand(1000)
+demo.add(x, x)
+torch.use_deterministic_algorithms(True)
+y = torch.rand(2000)
+demo.add(y, y)
+print(json.dumps({"log": autotune_guard.choice_log()}))
+"""
+
+
+def test_determinism_switched_on_after_the_first_launch_is_said_once_and_changes_nothing_silently():
+    proc = run_python(LATE_DETERMINISM, env=clean_env(AUTOTUNE_LOG_LEVEL="info"))
+    log = last_json(proc.stdout)["log"]
+    assert len(log) == 2 and all(v.endswith(";timed") for v in log.values()), log  # the settled mode stays
+    said = [line for line in proc.stderr.splitlines() if "switched on after the first autotuned launch" in line]
+    assert len(said) == 1 and "torch.are_deterministic_algorithms_enabled()" in said[0], proc.stderr
+    assert "AUTOTUNE_MODE=pinned" in said[0]
+    # Switched on before the first launch it pins, and nothing is said of it as late.
+    early = run_python(LATE_DETERMINISM.replace("demo.add(x, x)\ntorch.use_deterministic_algorithms(True)",
+                                                "torch.use_deterministic_algorithms(True)\ndemo.add(x, x)"),
+                       env=clean_env(AUTOTUNE_LOG_LEVEL="info"))
+    assert all(v.endswith(";pinned") for v in last_json(early.stdout)["log"].values())
+    assert "switched on after" not in early.stderr
