@@ -129,3 +129,16 @@ def test_determinism_switched_on_after_the_first_launch_is_said_once_and_changes
                        env=clean_env(AUTOTUNE_LOG_LEVEL="info"))
     assert all(v.endswith(";pinned") for v in last_json(early.stdout)["log"].values())
     assert "switched on after" not in early.stderr
+
+
+# --- who added an entry is the writer's claim --------------------------------------------------------
+
+def test_who_added_a_store_entry_is_shown_as_the_writers_claim(redis_server):  # noqa: F811
+    server = redis_server()
+    forged = dict(BLOCK64, added={"run_id": "torchelastic:the-other-team", "rank": 0, "host": "h", "time": "t"})
+    server.client.hset("autotune_guard:{interpret}:entries", json.dumps([ADD, key_of("add", 1000)]), json.dumps(forged))
+    proc = subprocess.run([sys.executable, "-m", "autotune_guard.report", "show", server.url()], capture_output=True,
+                          text=True, env=clean_env(), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "added by run torchelastic:the-other-team (rank 0 on h, t; the writer's claim, not checked)" in proc.stdout, \
+        proc.stdout
