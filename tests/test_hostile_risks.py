@@ -142,3 +142,41 @@ def test_who_added_a_store_entry_is_shown_as_the_writers_claim(redis_server):  #
     assert proc.returncode == 0, proc.stderr
     assert "added by run torchelastic:the-other-team (rank 0 on h, t; the writer's claim, not checked)" in proc.stdout, \
         proc.stdout
+
+
+# --- a record file of another user in the merge prefix ---------------------------------------------
+
+from test_hostile_inputs import NOBODY, _plant_as_nobody, root_only, shared_results  # noqa: E402,F401 (the fixture)
+
+
+@root_only
+def test_a_record_another_user_put_in_the_merge_prefix_is_left_out_and_named_unless_asked_for(
+        tmp_path, shared_results):  # noqa: F811
+    from support import rank_file
+    from test_evidence import env_for, read, report
+
+    rec = shared_results / "rec"
+    code = "import torch\nfrom kernels import demo\ndemo.add(torch.arange(100.), torch.arange(100.))"
+    subprocess.run([sys.executable, "-c", code], env=env_for(AUTOTUNE_RECORD_PATH=rec), check=True,
+                   capture_output=True, timeout=120)
+    mine = read(rank_file(rec, 0))
+    (kernel, keys), = mine["kernels"].items()
+    (key, entry), = keys.items()
+    other = next(c for c in entry["candidates"] if c != entry["config"])
+    theirs = json.loads(json.dumps(mine))  # written after the user's run, naming a winner of its own
+    sig = f"BLOCK={other['kwargs']['BLOCK']},num_warps={other['num_warps']},num_stages=3,num_ctas=1"
+    theirs["kernels"][kernel][key].update(config=other, signature=sig, timings={sig: [0.001, 0.001, 0.001]})
+    theirs.update(run_id="intruder-run", pid=1)
+    planted = shared_results / "rec.rank0.intruder-1.json"
+    _plant_as_nobody(planted, json.dumps(theirs).encode())
+    merged = report("merge", rec, "-o", tmp_path / "t.json")
+    assert merged.returncode == 0, merged.stderr
+    table = json.loads((tmp_path / "t.json").read_text())
+    assert table["kernels"][kernel][key]["kwargs"] == entry["config"]["kwargs"], table  # before: the intruder's
+    said = [line for line in merged.stderr.splitlines() if str(planted) in line]
+    assert len(said) == 1 and f"a file of nobody (uid {NOBODY}), not of this user" in said[0], merged.stderr
+    assert "merge --others reads it" in said[0]
+    # Asked for, it is read (the latest run: the intruder's winner) and its owner named.
+    asked = report("merge", rec, "-o", tmp_path / "t2.json", "--others")
+    assert asked.returncode == 0 and "is of nobody" in asked.stderr, asked.stderr
+    assert json.loads((tmp_path / "t2.json").read_text())["kernels"][kernel][key]["kwargs"] == other["kwargs"]
