@@ -180,3 +180,30 @@ def test_a_record_another_user_put_in_the_merge_prefix_is_left_out_and_named_unl
     asked = report("merge", rec, "-o", tmp_path / "t2.json", "--others")
     assert asked.returncode == 0 and "is of nobody" in asked.stderr, asked.stderr
     assert json.loads((tmp_path / "t2.json").read_text())["kernels"][kernel][key]["kwargs"] == other["kwargs"]
+
+
+# --- a big store is read in bounded pieces ------------------------------------------------------------
+
+def test_a_big_store_is_read_whole_in_bounded_pieces_and_pinned_from(redis_server):  # noqa: F811
+    from autotune_guard.adapters import redis_tables
+    from autotune_guard.adapters.redis_tables import Store
+
+    PIECE = getattr(redis_tables, "PIECE", 1000)  # noqa: N806 (the code before issue 44 had none)
+    server = redis_server()
+    entries = 5 * PIECE
+    fields = {json.dumps([f"pkg.layer{n % 7}.kernel", f"{n},torch.bfloat16"]):
+              json.dumps(dict(BLOCK64, entry={"kwargs": {"BLOCK": 16 << (n % 5)}, "num_warps": 1 + n % 2}))
+              for n in range(entries - 1)}
+    fields[json.dumps([ADD, key_of("add", 1000)])] = json.dumps(BLOCK64)
+    server.client.hset("autotune_guard:{interpret}:entries", mapping=fields)
+    server.client.hset("autotune_guard:{interpret}:provenance", mapping={f"pkg.layer{n}.kernel": "{}" for n in range(7)})
+    server.client.config_resetstat()
+    document, notes = Store(server.url()).read("interpret")
+    stats = server.client.info("commandstats")
+    assert notes == [] and sum(len(keys) for keys in document["kernels"].values()) == entries
+    assert document["kernels"]["pkg.layer3.kernel"]["3,torch.bfloat16"] == {"kwargs": {"BLOCK": 128}, "num_warps": 2}
+    assert len(document["provenance"]) == 7
+    # Before issue 44: one script of 2 HKEYS and 10,000 HGETs held the server for the whole table.
+    assert stats["cmdstat_eval"]["calls"] >= entries // PIECE and "cmdstat_hkeys" not in stats, stats
+    proc = run_python(PINNED_RUN, env=clean_env(AUTOTUNE_MODE="pinned", AUTOTUNE_TABLE_PATH=server.url()))
+    assert last_json(proc.stdout)["log"][f"interpret|{ADD}|{key_of('add', 1000)}"].startswith("BLOCK=64")
