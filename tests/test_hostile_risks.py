@@ -26,7 +26,7 @@ def _user_url(server, user, password):
 
 # --- an ACL user without EVAL, and a read-only one ------------------------------------------------
 
-def test_an_acl_user_without_eval_or_writes_is_told_what_the_server_said_and_what_to_grant(redis_server):  # noqa: F811
+def test_an_acl_user_without_eval_or_writes_is_told_what_the_server_said_and_what_to_grant(redis_server, tmp_path):  # noqa: F811,E501
     server = redis_server()
     acl = server.client.execute_command
     acl("ACL", "SETUSER", "noeval", "on", ">pw-one", "~*", "+@all", "-eval", "-evalsha")
@@ -48,6 +48,17 @@ def test_an_acl_user_without_eval_or_writes_is_told_what_the_server_said_and_wha
     assert len(said) == 1 and "NOPERM" in said[0] and "user 'reader'" in said[0], grown.stderr
     assert "stopped answering" not in said[0] and "may be read but not added to" in said[0] and "+hset" in said[0], said
     assert len(server.client.hgetall("autotune_guard:{interpret}:entries")) == 1
+    # The report says the same: store-import by the reader, store-export by the user without EVAL.
+    table = {"format": "autotune_guard.table/1", "arch": "interpret", "kernels": {ADD: {"9": BLOCK64["entry"]}}}
+    path = str(tmp_path / "table.json")
+    with open(path, "w") as out:
+        json.dump(table, out)
+    for args, grants in ((["store-import", path, "-o", url], "+hsetnx"),
+                         (["store-export", _user_url(server, "noeval", "pw-one"), "-o", path + ".d"], "+hscan")):
+        proc = subprocess.run([sys.executable, "-m", "autotune_guard.report", *args], capture_output=True, text=True,
+                              env=clean_env(), timeout=120)
+        assert proc.returncode == 2 and "NOPERM" in proc.stderr and grants in proc.stderr, proc.stderr
+        assert "stopped answering" not in proc.stderr, proc.stderr
 
 
 # --- split tuning: a rank that never comes costs its keys one join window, not one each ----------

@@ -96,6 +96,8 @@ def _client_module():
 class Store:
     """One URL's client and keys; every request raises StoreDown or returns."""
 
+    READ_GRANTS, WRITE_GRANTS = READ_GRANTS, WRITE_GRANTS  # for the report, which holds a Store only
+
     def __init__(self, url: str):
         self.url = url
         self.address = parse_store_url("AUTOTUNE_TABLE_PATH", url)
@@ -133,6 +135,13 @@ class Store:
 
     def ping(self) -> None:
         self.call("ping")
+
+    def failed(self, exc, grants: str) -> str:
+        """What a request that raised ``exc`` met, in words: the server's refusal of this user and
+        what to grant, else the store having stopped answering."""
+        if isinstance(exc, StoreNoPermission):
+            return self.grant(exc, grants)
+        return f"the table store stopped answering ({exc})"
 
     def grant(self, exc, grants: str) -> str:
         """What the server said to this URL's user, and the ACL line that would let it do ``grants``."""

@@ -165,8 +165,8 @@ def _paths(args, others=True, command="") -> list[str]:
             if path != arg and not _a_written_file(path):
                 skipped.append(f"left out {path}: not a regular file (a symlink, FIFO or directory someone put at a "
                                "rank file's name); no run writes one")
-            elif path != arg and not others and _of_another_user(path):
-                skipped.append(f"left out {path}: a file of {user_name(os.stat(path).st_uid)}, not of this user, found "
+            elif path != arg and not others and (owner := _owner(path)) not in (None, os.geteuid()):
+                skipped.append(f"left out {path}: a file of {user_name(owner)}, not of this user, found "
                                f"by {arg} ({command} --others reads it; naming the file itself does too)")
             elif path not in seen:
                 seen.add(path)
@@ -176,11 +176,15 @@ def _paths(args, others=True, command="") -> list[str]:
     return paths
 
 
-def _of_another_user(path: str) -> bool:
+def _owner(path: str) -> int | None:
     try:
-        return os.stat(path).st_uid != os.geteuid()
+        return os.stat(path).st_uid
     except OSError:
-        return False
+        return None
+
+
+def _of_another_user(path: str) -> bool:
+    return _owner(path) not in (None, os.geteuid())
 
 
 def _name_owners(paths: list[str]) -> None:
