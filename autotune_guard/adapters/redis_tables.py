@@ -129,7 +129,8 @@ class Store:
             raise StoreDown(f"{type(exc).__name__}: {exc}{_tls_hint(exc, self.address.tls)}") from None
         except self._refusals as exc:
             # Redis 7.0 refuses a command inside a script with a plain error, not NOPERM.
-            if isinstance(exc, self._no_permission) or "can't run this command" in str(exc):
+            words = str(exc)
+            if isinstance(exc, self._no_permission) or "can't run this command" in words or "NOPERM" in words:
                 raise StoreNoPermission(f"NOPERM: {exc}") from None
             raise StoreRefused(f"{type(exc).__name__}: {exc}") from None
 
