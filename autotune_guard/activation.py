@@ -28,6 +28,7 @@ from .adapters import triton as triton_adapter
 from .core import settings, switches
 from .core.errors import ActivationError, GuardError, SelectionError
 from .core.settings import AutotunePolicy, policy_from_settings
+from .core.terminal import visible
 from .evidence import signals as evidence_signals, table_growth
 from .runtime import current
 
@@ -175,9 +176,17 @@ def configure_logging(level: str) -> None:
         handler = _Stderr()
         handler.autotune_guard = True
         handler.addFilter(_tag_rank)
-        handler.setFormatter(logging.Formatter("autotune_guard[rank %(ag_rank)s] %(levelname)s: %(message)s"))
+        handler.setFormatter(_Visible("autotune_guard[rank %(ag_rank)s] %(levelname)s: %(message)s"))
         log.addHandler(handler)
         log.propagate = False
+
+
+class _Visible(logging.Formatter):
+    """Lines whose terminal control characters are escaped (``core.terminal``, the report's rule):
+    kernel names and keys come from modules, files and stores others write."""
+
+    def format(self, record) -> str:
+        return visible(super().format(record))
 
 
 class _Stderr(logging.StreamHandler):
@@ -228,7 +237,7 @@ class _ShortGuardErrors:
     def __call__(self, previous, kind, value, tb):
         if getattr(value, _MARK, False) and not _traceback_wanted():
             # Python's own report goes to stderr too; this replaces it (the logger may not be set up yet).
-            sys.stderr.write(f"autotune_guard: error: {value}\n"
+            sys.stderr.write(f"autotune_guard: error: {visible(str(value))}\n"
                              f"  (Triton was being imported; {TRACEBACK_VARIABLE}=1 shows the traceback)\n")
             return
         refusal = _refusal_in(value)
@@ -238,7 +247,7 @@ class _ShortGuardErrors:
             except Exception:  # never hide the error behind one of ours
                 lines = None
             if lines:
-                sys.stderr.write("".join(line + "\n" for line in lines))
+                sys.stderr.write("".join(visible(line) + "\n" for line in lines))
                 return
         previous(kind, value, tb)
         hint = no_driver_hint(value, self.mode)

@@ -200,6 +200,7 @@ class Guard(Lifecycle):
             if not epoch.log.add(key, choice, record):
                 return True
         logger.debug("choice %s -> %s", key.text(), choice.text())
+        self.late_determinism(epoch)
         for subscriber in self._subscribers:
             subscriber()
         return True
@@ -334,7 +335,23 @@ class Guard(Lifecycle):
         epoch = self.epoch
         if epoch.installed is None or not epoch.launched:
             return []
+        self.late_determinism(epoch)
         return settings.unmatched_settings(epoch.settled_policy(), epoch.launched)
+
+    def late_determinism(self, epoch: Epoch) -> None:
+        """A determinism request switched on after the first launch settled a mode no setting chose:
+        said once; the mode stays (one process never mixes timed and pinned choices of one policy)."""
+        settled = epoch._policy  # None: not settled yet, and the first launch will find the request
+        if settled is None or epoch.installed is None or epoch.installed.mode_from != settings.DERIVED \
+                or settled.mode == "pinned":
+            return
+        reason = self.facts.ask("torch_deterministic", "")
+        if reason:
+            self.warn_once("late determinism", (
+                f"{reason if isinstance(reason, str) else 'a determinism request'} was switched on after the first "
+                f"autotuned launch had settled the mode as {settled.mode} (no AUTOTUNE_MODE was given): this "
+                "process's choices stay timed, not pinned. Set AUTOTUNE_MODE=pinned, or switch it on before the "
+                "first launch"), scope="process")
 
     # --- forks -------------------------------------------------------------------------------------
 

@@ -132,7 +132,7 @@ class Counts:
                 self.by_rank[rank, what] += 1
 
 
-SCRIPT_CALLS = ("hget", "hkeys", "hstrlen", "hsetnx", "hset")  # run by the server inside EVAL, not requests
+SCRIPT_CALLS = ("hget", "hscan", "hsetnx", "hset")  # run by the server inside EVAL, not requests
 
 
 def patch_counting(counts):

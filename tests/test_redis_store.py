@@ -201,12 +201,12 @@ def test_two_jobs_of_three_ranks_share_one_store_lose_nothing_agree_and_the_next
     provenance = {k.decode(): json.loads(v) for k, v in server.client.hgetall(PROVENANCE).items()}
     assert sorted(provenance) == [ADD, SCALE] and provenance[ADD]["count"] == 8
     # A third job over the union of those keys times nothing, and pins what the store holds,
-    # reading the store once for the node's 3 ranks (one script: two HKEYS; the others read the
+    # reading the store once for the node's 3 ranks (one script: two HSCAN; the others read the
     # node's snapshot, core.store_snapshot), never on the launch path.
     server.client.config_resetstat()
     third, err = _finish(_start_job(url, tmp_path / "c", "1000,3000,4000", "500"), tmp_path / "c")
     stats = server.client.info("commandstats")
-    assert stats["cmdstat_hkeys"]["calls"] == 2 and "cmdstat_hsetnx" not in stats, stats
+    assert stats["cmdstat_hscan"]["calls"] == 2 and "cmdstat_hsetnx" not in stats, stats
     assert [r["timer_calls"] for r in third] == [0, 0, 0], err[-3000:]
     for r in third:
         for kernel, n in r["ran"]:

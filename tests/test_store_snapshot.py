@@ -6,7 +6,7 @@ The fast tier drives ``store_snapshot.read`` in this process, with threads as th
 (``flock`` excludes separate opens of a file, so threads wait on each other as processes do) and a
 counting reader in place of the server. The slow tier runs real torchrun jobs of 3 ranks against
 a real ``redis-server`` (``test_redis_store``'s) and counts the server's reads (``INFO commandstats``:
-one read is one script of two ``HKEYS``)."""
+one read of a small table is one script of two ``HSCAN``)."""
 
 import json
 import os
@@ -263,13 +263,13 @@ def _job(url, env, out_dir, worker=WORKER):
 
 
 def _reads(client, before):
-    """The table reads the server ran since ``before`` (its commandstats): two HKEYS each."""
+    """The table reads the server ran since ``before`` (its commandstats): two HSCAN each, for a table under redis_tables.PIECE fields."""
     stats = client.info("commandstats")
-    return (stats.get("cmdstat_hkeys", {}).get("calls", 0) - before) / 2
+    return (stats.get("cmdstat_hscan", {}).get("calls", 0) - before) / 2
 
 
-def _hkeys(client):
-    return client.info("commandstats").get("cmdstat_hkeys", {}).get("calls", 0)
+def _hscans(client):
+    return client.info("commandstats").get("cmdstat_hscan", {}).get("calls", 0)
 
 
 def _fill(server, url):
@@ -305,7 +305,7 @@ def test_a_pinned_job_of_three_ranks_reads_the_store_once_and_every_rank_pins_it
     server = redis_server(password="pw-not-in-files")
     url = server.url()
     kernels = _fill(server, url)
-    before = _hkeys(server.client)
+    before = _hscans(server.client)
     ranks, err = _job(url, _snapshot_env(url, tmp_path, "pinned"), tmp_path / "out")
     assert _reads(server.client, before) == 1, err[-3000:]
     _pins_the_store(ranks, kernels)
@@ -322,7 +322,7 @@ def test_the_readmes_consensus_command_run_twice_reads_once_per_node_and_times_n
     env = _snapshot_env(url, tmp_path)
     first, _ = _job(url, env, tmp_path / "one")
     assert sum(r["timer_calls"] for r in first) > 0
-    before = _hkeys(server.client)
+    before = _hscans(server.client)
     second, err = _job(url, env, tmp_path / "two")
     assert _reads(server.client, before) == 1, err[-3000:]
     assert [r["timer_calls"] for r in second] == [0, 0, 0], err[-3000:]
@@ -359,7 +359,7 @@ def test_a_corrupt_snapshot_planted_for_the_job_is_named_and_every_rank_pins_fro
     worker.write_text(PLANTING_WORKER)
     env = _snapshot_env(url, tmp_path, "pinned")
     os.makedirs(tmp_path / "out")
-    before = _hkeys(server.client)
+    before = _hscans(server.client)
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=3",
                            str(worker), WORKER, str(tmp_path / "out"), ADD_SIZES, SCALE_SIZES],
                           env=env, capture_output=True, text=True, timeout=600)

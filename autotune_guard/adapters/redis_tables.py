@@ -6,8 +6,9 @@ Layout, per URL prefix and arch (the ``{arch}`` hash tag keeps both keys of an a
   ``{"entry": <config>, "added": {"run_id", "rank", "host", "time", "triton"}}`` (JSON);
 - ``<prefix>{<arch>}:provenance``: a hash, field the kernel, value its provenance (JSON).
 
-Reading: one server-side script per arch returns every field, a value over ``MAX_VALUE_BYTES``
-replaced by its length (never sent), so a hostile 100 MB value costs nothing and is named. Each
+Reading: a server-side script per piece of ``PIECE`` fields (HSCAN), a value over ``MAX_VALUE_BYTES``
+replaced by its length (never sent), so a hostile 100 MB value costs nothing and is named, and a
+big table holds the server one piece at a time. Each
 value is parsed as JSON (never unpickled or evaluated) and checked by ``core.schema``; a bad one is
 named with the URL and key, and skipped. Adding: one server-side script per kernel sets the
 kernel's provenance if absent and each entry with HSETNX, atomically: the first writer wins, and a
@@ -18,32 +19,37 @@ from __future__ import annotations
 import json
 import logging
 
-from ..core import jsonfile, schema
-from ..core.errors import FileFormatError, PolicyError
+from ..core import store_values
+from ..core.errors import PolicyError
 from ..core.model import compact, provenance_differences
+from ..core.store_values import MAX_VALUE_BYTES, loads_or_none, pairs, said
 from ..core.store_url import ARCH_ALLOWED, hide_password, parse_store_url, safe_arch, store_urls
 from ..runtime import current
 
 logger = logging.getLogger("autotune_guard")
 
-MAX_VALUE_BYTES = 64 * 1024  # an entry is a few hundred bytes; anything far larger is not ours
 MAX_FIELDS = 200_000  # entries of one arch: far above any real table
 TIMEOUT_S = 5.0  # connect and per-request: a store that is slower is as good as down
 
+PIECE = 1000  # fields a read request asks for (HSCAN's COUNT): the server is held for one piece at a time
+
+# One piece of a read: the entries from cursor ARGV[1], then (once they are done, in the same request)
+# the provenance from ARGV[2]; a value over ARGV[3] bytes is replaced by its length (never sent).
 _READ = """
-local out = {}
-for i, key in ipairs(KEYS) do
-  local part = {}
-  local fields = redis.call('HKEYS', key)
-  if #fields > tonumber(ARGV[2]) then return {-1, key, #fields} end
-  for _, f in ipairs(fields) do
-    local n = redis.call('HSTRLEN', key, f)
-    table.insert(part, f)
-    if n > tonumber(ARGV[1]) then table.insert(part, n) else table.insert(part, redis.call('HGET', key, f)) end
+local function piece(key, cursor)
+  local reply = redis.call('HSCAN', key, cursor, 'COUNT', tonumber(ARGV[4]))
+  local out = {}
+  for i = 1, #reply[2], 2 do
+    local v = reply[2][i + 1]
+    table.insert(out, reply[2][i])
+    if #v > tonumber(ARGV[3]) then table.insert(out, #v) else table.insert(out, v) end
   end
-  table.insert(out, part)
+  return reply[1], out
 end
-return out
+local entries_at, entries, provenance_at, provenance = 'done', {}, 'later', {}
+if ARGV[1] ~= 'done' then entries_at, entries = piece(KEYS[1], ARGV[1]) end
+if entries_at == '0' or entries_at == 'done' then provenance_at, provenance = piece(KEYS[2], ARGV[2]) end
+return {entries_at, entries, provenance_at, provenance}
 """
 
 _ADD = """
@@ -68,6 +74,15 @@ class StoreRefused(StoreDown):
     """The store answered with an error (a key of another type, a script refused): it is up."""
 
 
+class StoreNoPermission(StoreRefused):
+    """The server's ACL refused this URL's user a command (NOPERM): up, and the user can be granted it."""
+
+
+# What a user needs (Redis 7 checks the commands a script runs against the caller's ACL too).
+READ_GRANTS = "+eval +hscan"
+WRITE_GRANTS = "+eval +hget +hset +hsetnx"
+
+
 def _client_module():
     try:
         import redis
@@ -81,6 +96,8 @@ def _client_module():
 class Store:
     """One URL's client and keys; every request raises StoreDown or returns."""
 
+    READ_GRANTS, WRITE_GRANTS = READ_GRANTS, WRITE_GRANTS  # for the report, which holds a Store only
+
     def __init__(self, url: str):
         self.url = url
         self.address = parse_store_url("AUTOTUNE_TABLE_PATH", url)
@@ -90,6 +107,7 @@ class Store:
         self._errors = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
                         redis.exceptions.AuthenticationError, OSError)
         self._refusals = (redis.exceptions.ResponseError,)  # NOAUTH and WRONGPASS are AuthenticationErrors
+        self._no_permission = redis.exceptions.NoPermissionError  # a ResponseError; NOPERM, its prefix cut
         # No retries (redis-py 6+ retries 3 to 10 times with backoff by default): TIMEOUT_S bounds a
         # request, as with redis-py 4 and 5; a socket the server closed is still reconnected by the pool.
         from redis.backoff import NoBackoff
@@ -110,10 +128,27 @@ class Store:
         except self._errors as exc:
             raise StoreDown(f"{type(exc).__name__}: {exc}{_tls_hint(exc, self.address.tls)}") from None
         except self._refusals as exc:
+            # Redis 7.0 refuses a command inside a script with a plain error, not NOPERM.
+            words = str(exc)
+            if isinstance(exc, self._no_permission) or "can't run this command" in words or "NOPERM" in words:
+                raise StoreNoPermission(f"NOPERM: {exc}") from None
             raise StoreRefused(f"{type(exc).__name__}: {exc}") from None
 
     def ping(self) -> None:
         self.call("ping")
+
+    def failed(self, exc, grants: str) -> str:
+        """What a request that raised ``exc`` met, in words: the server's refusal of this user and
+        what to grant, else the store having stopped answering."""
+        if isinstance(exc, StoreNoPermission):
+            return self.grant(exc, grants)
+        return f"the table store stopped answering ({exc})"
+
+    def grant(self, exc, grants: str) -> str:
+        """What the server said to this URL's user, and the ACL line that would let it do ``grants``."""
+        user = self.address.username or "default"
+        return (f"the server refused user {user!r} ({exc}); grant it {grants} on the keys {self.address.prefix}* "
+                f"(ACL SETUSER {user} {grants} ~{self.address.prefix}*), or name a user who has them")
 
     def archs(self) -> tuple[list[str], list[str]]:
         """(the archs the store holds tables for, one note per key whose arch is not a safe name:
@@ -129,37 +164,39 @@ class Store:
                 if safe_arch(arch):
                     found.add(arch)
                 elif len(notes) < 100:
-                    notes.append(f"skipping table store {self.shown} key {_said(name)}: its arch {_said(arch.encode())} "
+                    notes.append(f"skipping table store {self.shown} key {said(name)}: its arch {said(arch.encode())} "
                                  f"is not a plain name ({ARCH_ALLOWED}); it is not read, and names no file")
             if not cursor:
                 return sorted(found), notes
 
     def read(self, arch: str) -> tuple[dict, list[str]]:
-        """(the arch's table document, one line per value that could not be used)."""
+        """(the arch's table document, one line per value that could not be used): read in pieces of
+        ``PIECE`` fields, each parsed as it comes, so that neither the server nor this process holds
+        the whole table's reply. The entries come first: an entry seen has its provenance set (the
+        add script sets both at once)."""
         entries_key, provenance_key = self.keys(arch)
-        reply = self.call("eval", _READ, 2, entries_key, provenance_key, MAX_VALUE_BYTES, MAX_FIELDS)
-        if reply and reply[0] == -1:
-            raise StoreDown(f"key {reply[1].decode('utf-8', 'replace')} holds {reply[2]} fields, more than any "
-                            f"table ({MAX_FIELDS}): not read")
         notes: list[str] = []
-        document = {"format": schema.TABLE_FORMAT, "arch": arch, "source": {"store": self.shown},
-                    "kernels": {}, "provenance": {}, "added": {}}
-        for field, value in _pairs(reply[0]):
-            where = f"table store {self.shown} key {entries_key} field {_said(field)}"
-            parsed = _checked_entry(where, field, value, notes)
-            if parsed is not None:
-                (kernel, key), entry, added = parsed
-                document["kernels"].setdefault(kernel, {})[key] = entry
-                if added is not None:
-                    document["added"].setdefault(kernel, {})[key] = added
-        for field, value in _pairs(reply[1]):
-            where = f"table store {self.shown} key {provenance_key} field {_said(field)}"
-            found = _checked_value(where, value, notes)
-            if isinstance(found, dict):
-                document["provenance"][field.decode("utf-8", "replace")] = found
-            elif found is not None:
-                notes.append(f"skipping {where}: a provenance must be a JSON object")
+        document = store_values.new_document(arch, self.shown)
+        for entries, provenance in self._pieces(entries_key, provenance_key):
+            store_values.absorb(document, (f"table store {self.shown} key {entries_key}", entries),
+                                (f"table store {self.shown} key {provenance_key}", provenance), notes)
         return document, notes
+
+    def _pieces(self, entries_key: str, provenance_key: str):
+        """(entries, provenance) flat field-value lists, one request each, until both scans are done."""
+        entries_at, provenance_at, fields = b"0", b"0", 0
+        while True:
+            reply = self.call("eval", _READ, 2, entries_key, provenance_key, entries_at, provenance_at,
+                              MAX_VALUE_BYTES, PIECE)
+            fields += (len(reply[1]) + len(reply[3])) // 2
+            if fields > MAX_FIELDS:  # HSCAN may repeat a field while the hash grows: a bound, not a count
+                raise StoreDown(f"keys {entries_key} and {provenance_key} hold more than {MAX_FIELDS} fields, more "
+                                "than any table: not read")
+            yield reply[1], reply[3]
+            entries_at = b"done" if reply[0] in (b"0", b"done") else reply[0]
+            if reply[2] == b"0":
+                return
+            provenance_at = reply[2] if reply[2] != b"later" else b"0"
 
     def add(self, arch: str, kernel: str, live_provenance, entries: dict, same: bool = False):
         """Add ``entries`` (key -> (config, who added it)) of ``kernel``, first writer wins.
@@ -170,10 +207,10 @@ class Store:
             args += [json.dumps([kernel, key]), json.dumps({"entry": compact(desc), "added": who}, sort_keys=True)]
         status, payload = self.call("eval", _ADD, 2, entries_key, provenance_key, *args)
         if status == b"provenance":
-            return "provenance", _loads_or_none(payload)
+            return "provenance", loads_or_none(payload)
         kept = []
-        for field, value in _pairs(payload):
-            entry = _loads_or_none(value)
+        for field, value in pairs(payload):
+            entry = loads_or_none(value)
             kept.append((json.loads(field)[1], entry.get("entry") if isinstance(entry, dict) else None))
         return "ok", kept
 
@@ -211,56 +248,6 @@ def _tls_hint(exc, tls: bool) -> str:
     return ""
 
 
-def _pairs(flat):
-    return zip(flat[0::2], flat[1::2])
-
-
-def _said(field: bytes) -> str:
-    text = field[:200].decode("utf-8", "replace")
-    return repr(text + ("..." if len(field) > 200 else ""))
-
-
-def _loads_or_none(value):
-    try:
-        return jsonfile.parse_bytes("store value", value)
-    except FileFormatError:
-        return None
-
-
-def _checked_value(where: str, value, notes: list):
-    """A value parsed as JSON with the files' bounds; None (and one note) when it is unusable."""
-    if isinstance(value, int):  # the read script sent its length instead
-        notes.append(f"skipping {where}: its value is {value} bytes, more than any table entry "
-                     f"({MAX_VALUE_BYTES}); not read")
-        return None
-    try:
-        return jsonfile.parse_bytes(where, value)
-    except FileFormatError as exc:
-        notes.append(f"skipping {str(exc)}")
-        return None
-
-
-def _checked_entry(where: str, field: bytes, value, notes: list):
-    """((kernel, key), config, who added it) of one entries field, checked; None when unusable."""
-    try:
-        name = json.loads(field.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        name = None
-    if not (isinstance(name, list) and len(name) == 2 and all(isinstance(n, str) and n for n in name)):
-        notes.append(f"skipping {where}: the field is not [\"kernel\", \"key\"] as JSON")
-        return None
-    found = _checked_value(where, value, notes)
-    if found is None:
-        return None
-    try:
-        schema.check_descriptor(where, "entry", found.get("entry") if isinstance(found, dict) else None)
-    except FileFormatError as exc:
-        notes.append(f"skipping {exc} (the value must be {{\"entry\": <config>, \"added\": {{...}}}})")
-        return None
-    added = found.get("added")
-    return tuple(name), found["entry"], added if isinstance(added, dict) else None
-
-
 class Stores:
     """The process's table stores (held on the Guard): the reader ``core.tables.load_tables``
     gets through the ``table_store`` fact, and the writer ``evidence.store_growth`` calls through it."""
@@ -269,6 +256,7 @@ class Stores:
         self.stores: dict[str, Store] = {}
         self.down: set[str] = set()  # URLs said to be down: not asked again by this process
         self.why: dict[str, str] = {}  # URL -> what it met when it went down (the node's others say it)
+        self.no_write: set[str] = set()  # URLs whose user the server refused a write: not asked to add again
 
     def store(self, url: str) -> Store:
         if url not in self.stores:
@@ -292,6 +280,10 @@ class Stores:
             return None, []
         try:
             return self.store(url).read(arch)
+        except StoreNoPermission as exc:
+            return None, [f"skipping table store {hide_password(url)} for arch {arch}: "
+                          f"{self.store(url).grant(exc, READ_GRANTS)}; keys it would have given are chosen by "
+                          "the local rules (other tables, AUTOTUNE_ON_MISS, or consensus tuning)"]
         except StoreRefused as exc:  # up, but its keys for this arch are not ours to read (WRONGTYPE)
             keys = " and ".join(self.store(url).keys(arch))
             return None, [f"skipping table store {hide_password(url)} for arch {arch}: the server refused to read "
@@ -312,13 +304,23 @@ class Stores:
 
     def add_kernel(self, url: str, arch: str, kernel: str, live, entries: dict):
         """(status, found, what differs) of ``Store.add``; a provenance that differs only where it
-        does not matter (a Triton version of its own) is added anyway. None when the store is down."""
+        does not matter (a Triton version of its own) is added anyway. None when the store is down
+        or refused this user a write (said once: it may still read)."""
+        if url in self.no_write:
+            return None
         try:
             store = self.store(url)
             status, found = store.add(arch, kernel, live, entries)
             differs = kernel_version_differs(found, live) if status == "provenance" else []
             if status == "provenance" and not differs and isinstance(found, dict):
                 status, found = store.add(arch, kernel, live, entries, same=True)
+        except StoreNoPermission as exc:
+            self.no_write.add(url)
+            current().warn_once(f"table store no write {url}", (
+                f"table store {hide_password(url)} may be read but not added to: "
+                f"{self.store(url).grant(exc, WRITE_GRANTS)}; winners this job tunes stay chosen here and in "
+                "its evidence files, and are not added to it"), scope="process")
+            return None
         except StoreDown as exc:
             self.went_down(url, exc)
             return None

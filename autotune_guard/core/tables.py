@@ -327,7 +327,9 @@ def _version_differs(recorded, live) -> list[str]:
 
 
 def added_by(document: Mapping, kernel: str, key: str) -> str | None:
-    """Who added a grown table's entry, as one phrase (``report show``); None when not said."""
+    """Who added a grown table's entry, as one phrase (``report show``); None when not said. It is
+    what the writer said of itself (any job holding the store's credential or the file can write
+    any name), so the phrase says so."""
     keys = document.get(ADDED)
     who = keys.get(kernel) if isinstance(keys, dict) else None
     who = who.get(key) if isinstance(who, dict) else None
@@ -335,7 +337,7 @@ def added_by(document: Mapping, kernel: str, key: str) -> str | None:
         return None
     text = lambda name: str(who[name]) if isinstance(who.get(name), (str, int, float)) else "?"
     phrase = f"added by run {text('run_id')} (rank {text('rank')} on {text('host')}, {text('time')}"
-    return phrase + (f", triton {text('triton')})" if who.get("triton") else ")")
+    return phrase + (f", triton {text('triton')}" if who.get("triton") else "") + "; the writer's claim, not checked)"
 
 
 def verdict_text(document: Mapping, kernel: str, key: str) -> str | None:

@@ -27,6 +27,7 @@ from ..core.consensus import (SPLIT, attempt_prefix, candidates_hash, decision_k
 from ..core.consensus_text import store_lost_message
 from ..core.selection import as_sample
 from ..core.errors import ConsensusError
+from ..runtime import current
 from . import consensus
 from .liveness import alive_here, claimer_identity
 
@@ -35,6 +36,22 @@ logger = logging.getLogger("autotune_guard")
 JOIN_S = 1.0  # the join window: ranks that reach a decision this long after the first take shares
 GRACE_S = 2.0  # a rank that is not the first closes the window itself this much later (the first died)
 POLL_S = 0.25  # the longest pause between two looks at the shares
+STRAGGLER_S = 0.1  # once as many ranks as came last time are in, how long the window waits for more
+
+
+class _Present:
+    """How many ranks this process saw come to its last split window that closed at its end (held
+    on the Guard): a rank that never comes (it runs other work) then costs later keys no window."""
+
+    def __init__(self):
+        self.ranks: int | None = None
+
+    def after_fork(self) -> None:
+        self.ranks = None
+
+
+def _present() -> _Present:
+    return current().held("deciding.split", _Present)
 
 
 def decide(store, what: str, name: str, rank: int, world: int, signatures: Sequence[str], time_share: Callable,
@@ -123,18 +140,32 @@ def _final(store, key, slot, who, signatures, finals, limits) -> tuple[str, dict
 
 def _roster(store, key, slot, world, signatures, what) -> dict:
     """The roster, once the join window closed: closed by the first rank after ``JOIN_S`` or as
-    soon as the whole job arrived, by any other rank ``GRACE_S`` later (the first may have died)."""
-    roster_key = key + "/roster"
+    soon as the whole job arrived, by any other rank ``GRACE_S`` later (the first may have died).
+    Where a window of this process closed at its end short of the job, its next windows close
+    ``STRAGGLER_S`` after as many ranks have come (a later rank takes no share: it reads them)."""
+    roster_key, present = key + "/roster", _present()
     closes_at = time.monotonic() + JOIN_S + (0 if slot == 1 else GRACE_S)
     pause = 0.01
     while not store.check([roster_key]):
         arrived = int(store.add(key + "/arrivals", 0))
+        if present.ranks is not None and arrived >= present.ranks:
+            closes_at = min(closes_at, time.monotonic() + STRAGGLER_S)
         if arrived >= world or time.monotonic() >= closes_at:
             store.compare_set(roster_key, "", encode_roster(arrived, signatures))
             break
         time.sleep(pause)
         pause = min(pause * 1.5, 0.1)
-    return decode_split(text(store.get(roster_key)), what, roster_key, "members")
+    roster = decode_split(text(store.get(roster_key)), what, roster_key, "members")
+    members = roster.get("members")
+    if isinstance(members, int) and 0 < members < world and (present.ranks is None or members > present.ranks):
+        present.ranks = members
+        current().warn_once("split join window", (
+            f"consensus split: {what}: {members} of {world} ranks came to the key's join window ({JOIN_S:g} s); "
+            f"the others take no share of it. Later keys wait {STRAGGLER_S:g} s, not {JOIN_S:g} s, once "
+            f"{members} ranks are in (a rank that comes later reads the shares)"), logging.INFO, scope="process")
+    elif isinstance(members, int) and members >= world:
+        present.ranks = None
+    return roster
 
 
 def _time_and_publish(store, key, slot, rank, share, signatures, time_share) -> int:

@@ -71,7 +71,8 @@ def _output_path(output: str) -> str:
 
 def _records(args, output: str, tally) -> tuple[list[Source], str, list[str]]:
     """The record files to merge (of one arch, none partial unless allowed), the arch, and notes."""
-    sources = read_sources(args.files, ("record",), "merge", args.all_runs, fold=tally, jobs=args.jobs)
+    sources = read_sources(args.files, ("record",), "merge", args.all_runs, fold=tally, jobs=args.jobs,
+                           others=args.others)
     if os.path.abspath(output) in {os.path.abspath(s.path) for s in sources}:
         raise InputError(f"{output}: is one of the inputs; write the table elsewhere", path=output)
     partial = [s for s in sources if not s.complete]
@@ -263,4 +264,7 @@ def add_parser(commands, common) -> None:
                             "fastest: the lowest median of Triton's measured times across ranks")
     merge.add_argument("--allow-partial", action="store_true",
                        help="also merge records of ranks that did not exit normally (killed, a signal, an exception)")
+    merge.add_argument("--others", action="store_true",
+                       help="also merge the files of other users that a prefix, pattern or directory found (in a shared "
+                            "place anyone can write a run there); by default they are named on stderr and left out")
     merge.set_defaults(run=run)

@@ -6,21 +6,11 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import tempfile
 
 from ..core.errors import InputError
 from ..core.jsonfile import finite, remove_quietly
-
-
-# Characters a terminal acts on (C0 but newline and tab, DEL, C1): a kernel name, key, run id or
-# note read from a file in a shared place must never clear the screen or retitle the terminal.
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def visible(text: str) -> str:
-    """``text`` with each terminal control character written as ``\\xNN``."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+from ..core.terminal import visible  # the one rule, shared with the guard's log lines
 
 
 class Visible:

@@ -108,13 +108,15 @@ def _a_written_file(path: str) -> bool:
         return False
 
 
-def read_sources(args, accept, command, all_runs=False, fold=None, jobs=None) -> list[Source]:
+def read_sources(args, accept, command, all_runs=False, fold=None, jobs=None, others=True) -> list[Source]:
     """Read every file the arguments name; refuse formats ``command`` cannot use, naming the file.
     Files of runs other than the latest are named on stderr and left out (unless ``all_runs``).
     ``fold``: given, each file's entries are reduced as the file is read (``fold.digest``, on
     ``jobs`` worker processes: ``readers.jobs_for``) and go to ``fold.absorb``; the source keeps
-    its header only (``entries`` says how many it held): memory stays bounded by one file a reader."""
-    paths = _paths(args)
+    its header only (``entries`` says how many it held): memory stays bounded by one file a reader.
+    ``others`` False: a file of another user that a prefix, pattern or directory found is named and
+    left out (``merge``: anyone who can write a shared prefix could otherwise decide a table)."""
+    paths = _paths(args, others, command)
     digest = fold.digest if fold is not None else None
     sources = []
     progress = Progress(len(paths))
@@ -151,9 +153,10 @@ def read_sources(args, accept, command, all_runs=False, fold=None, jobs=None) ->
     return sources
 
 
-def _paths(args) -> list[str]:
+def _paths(args, others=True, command="") -> list[str]:
     """The files the arguments name, each once; a rank file's journal is read with its file, and
-    what a prefix found that no run writes (a symlink, a FIFO) is named on stderr and left out."""
+    what a prefix found that no run writes (a symlink, a FIFO), or with ``others`` False a file of
+    another user, is named on stderr and left out."""
     paths, seen, skipped = [], set(), []
     for arg in args:
         for path in expand(arg):
@@ -162,6 +165,9 @@ def _paths(args) -> list[str]:
             if path != arg and not _a_written_file(path):
                 skipped.append(f"left out {path}: not a regular file (a symlink, FIFO or directory someone put at a "
                                "rank file's name); no run writes one")
+            elif path != arg and not others and (owner := _owner(path)) not in (None, os.geteuid()):
+                skipped.append(f"left out {path}: a file of {user_name(owner)}, not of this user, found "
+                               f"by {arg} ({command} --others reads it; naming the file itself does too)")
             elif path not in seen:
                 seen.add(path)
                 paths.append(path)
@@ -170,11 +176,15 @@ def _paths(args) -> list[str]:
     return paths
 
 
-def _of_another_user(path: str) -> bool:
+def _owner(path: str) -> int | None:
     try:
-        return os.stat(path).st_uid != os.geteuid()
+        return os.stat(path).st_uid
     except OSError:
-        return False
+        return None
+
+
+def _of_another_user(path: str) -> bool:
+    return _owner(path) not in (None, os.geteuid())
 
 
 def _name_owners(paths: list[str]) -> None:

@@ -32,7 +32,9 @@ def _store(url: str):
     except PolicyError as exc:
         raise InputError(str(exc).replace("AUTOTUNE_TABLE_PATH", "the report")) from None
     except redis_tables.StoreDown as exc:
-        raise InputError(f"{hide_password(url)}: the table store does not answer ({exc})") from None
+        said = store.failed(exc, store.READ_GRANTS) if isinstance(exc, redis_tables.StoreNoPermission) else \
+            f"the table store does not answer ({exc})"
+        raise InputError(f"{hide_password(url)}: {said}") from None
     return store, redis_tables.StoreDown
 
 
@@ -51,7 +53,7 @@ def documents(url: str, stderr) -> list[dict]:
             document["provenance"] = {k: v for k, v in document["provenance"].items() if k in document["kernels"]}
             found.append(document)
     except down as exc:
-        raise InputError(f"{store.shown}: the table store stopped answering ({exc})") from None
+        raise InputError(f"{store.shown}: {store.failed(exc, type(store).READ_GRANTS + ' +scan')}") from None
     if not found:
         raise InputError(f"{store.shown}: the table store holds no table (prefix {store.address.prefix!r})")
     return found
@@ -87,8 +89,8 @@ def import_files(paths: list[str], url: str, by: str = "store-import") -> tuple[
         try:
             count, said = store.put_table(document, who)
         except down as exc:
-            raise InputError(f"{store.shown}: the table store stopped answering ({exc}); entries added before "
-                             "stay, run the import again for the rest") from None
+            raise InputError(f"{store.shown}: {store.failed(exc, type(store).WRITE_GRANTS)}; entries added "
+                             "before stay, run the import again for the rest") from None
         total = sum(len(entries) for entries in document["kernels"].values())
         added, held, notes = added + count, held + total - count, notes + said
     return added, held, notes

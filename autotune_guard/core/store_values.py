@@ -1,0 +1,91 @@
+"""A table store's values checked (``adapters.redis_tables`` reads them): each entries field is
+``["kernel", "key"]`` as JSON, each value ``{"entry": <config>, "added": {...}}`` as JSON, each
+provenance a JSON object; parsed with the files' bounds (never unpickled or evaluated) and checked
+by ``core.schema``. A value that cannot be used is one note naming the store, key and field, and is
+left out. Standard library only."""
+
+from __future__ import annotations
+
+import json
+
+from . import jsonfile, schema
+from .errors import FileFormatError
+
+MAX_VALUE_BYTES = 64 * 1024  # an entry is a few hundred bytes; anything far larger is not ours
+
+
+def new_document(arch: str, shown: str) -> dict:
+    """The empty table document of a store's arch, ``shown``: its URL without the password."""
+    return {"format": schema.TABLE_FORMAT, "arch": arch, "source": {"store": shown}, "kernels": {},
+            "provenance": {}, "added": {}}
+
+
+def absorb(document: dict, entries: tuple, provenance: tuple, notes: list) -> None:
+    """One piece of a read added to ``document``: ``entries`` and ``provenance`` are (where, flat
+    field-value list); a value the read script replaced by its length is an int."""
+    where_entries, flat = entries
+    for field, value in pairs(flat):
+        parsed = checked_entry(f"{where_entries} field {said(field)}", field, value, notes)
+        if parsed is not None:
+            (kernel, key), entry, added = parsed
+            document["kernels"].setdefault(kernel, {})[key] = entry
+            if added is not None:
+                document["added"].setdefault(kernel, {})[key] = added
+    where_provenance, flat = provenance
+    for field, value in pairs(flat):
+        where = f"{where_provenance} field {said(field)}"
+        found = checked_value(where, value, notes)
+        if isinstance(found, dict):
+            document["provenance"][field.decode("utf-8", "replace")] = found
+        elif found is not None:
+            notes.append(f"skipping {where}: a provenance must be a JSON object")
+
+
+def pairs(flat):
+    return zip(flat[0::2], flat[1::2])
+
+
+def said(field: bytes) -> str:
+    text = field[:200].decode("utf-8", "replace")
+    return repr(text + ("..." if len(field) > 200 else ""))
+
+
+def loads_or_none(value):
+    try:
+        return jsonfile.parse_bytes("store value", value)
+    except FileFormatError:
+        return None
+
+
+def checked_value(where: str, value, notes: list):
+    """A value parsed as JSON with the files' bounds; None (and one note) when it is unusable."""
+    if isinstance(value, int):  # the read script sent its length instead
+        notes.append(f"skipping {where}: its value is {value} bytes, more than any table entry "
+                     f"({MAX_VALUE_BYTES}); not read")
+        return None
+    try:
+        return jsonfile.parse_bytes(where, value)
+    except FileFormatError as exc:
+        notes.append(f"skipping {str(exc)}")
+        return None
+
+
+def checked_entry(where: str, field: bytes, value, notes: list):
+    """((kernel, key), config, who added it) of one entries field, checked; None when unusable."""
+    try:
+        name = json.loads(field.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        name = None
+    if not (isinstance(name, list) and len(name) == 2 and all(isinstance(n, str) and n for n in name)):
+        notes.append(f"skipping {where}: the field is not [\"kernel\", \"key\"] as JSON")
+        return None
+    found = checked_value(where, value, notes)
+    if found is None:
+        return None
+    try:
+        schema.check_descriptor(where, "entry", found.get("entry") if isinstance(found, dict) else None)
+    except FileFormatError as exc:
+        notes.append(f"skipping {exc} (the value must be {{\"entry\": <config>, \"added\": {{...}}}})")
+        return None
+    added = found.get("added")
+    return tuple(name), found["entry"], added if isinstance(added, dict) else None
