@@ -34,7 +34,8 @@ ALLOWED = {
     "api": ("top", ANYTHING),
     "activation": ("top", ANYTHING),
     "_boot": ("top", ANYTHING),
-    "evidence": ("writers", ("core", "runtime", "evidence")),  # the package and its paths, signals, journal
+    # the package and its paths, signals (whose process hooks go through the one patching idiom), journal
+    "evidence": ("writers", ("core", "runtime", "evidence", "adapters._patching")),
     "adapters": ("adapters", ("core", "runtime", "deciding", "adapters._patching")),  # + its own package
     "deciding": ("runtime", ("core", "runtime", "deciding")),
     "runtime": ("runtime", ("core",)),
