@@ -16,7 +16,7 @@ the winner in ``self.cache``. The guard puts a view in front of that cache, per 
 
 The library's key is the key of the log and the tables: it is what FlagGems decides per. Every
 mode is carried out by the decision engine (``autotune_guard.deciding``); the family registers
-itself with the adapter (``families``).
+itself in the registry beside the engine (``deciding.families``).
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from __future__ import annotations
 import logging
 
 from ...core.model import descriptor
-from ...deciding import Tuned, decide
+from ...deciding import Tuned, first_launch
+from ...deciding import families as registered
 from ...runtime import current
 from .. import _patching
-from . import families
 from .eager import TritonChoice
 from .registry import registry
 from .seam import tuning_launch
@@ -45,8 +45,9 @@ def libtuner_shaped(owner) -> bool:
     return all(callable(names.get(n)) or isinstance(names.get(n), staticmethod) for n in ("run", "get_key", "policy"))
 
 
-class LibTunerFamily(families.Family):
+class LibTunerFamily(registered.Family):
     name = "flaggems"
+    recognises = "autotuner-run"
 
     def shaped(self, owner) -> bool:
         return libtuner_shaped(owner)
@@ -113,20 +114,17 @@ def run(autotuner, original, args, kwargs):
     key = library_key(autotuner, args, kwargs)
     if key in state.selected:
         return original(autotuner, *args, **kwargs)
-    with registry().gate(autotuner, key):
-        if key not in state.selected:
-            choice = LibTunerChoice(autotuner, state, key, (args, kwargs), original)
-            decision = decide(state.epoch, choice)
-            if decision.tuned is not None:  # the library tuned it here: its launch ran the kernel
-                state.selected.setdefault(key, decision.tuned.chosen)
-                return decision.tuned.result
-            if not decision.noted:  # a new policy was installed meanwhile: launch under it (past the gate)
-                state = None
-            else:
-                state.selected[key] = choice.chosen(decision)
-    if state is None:
-        return run(autotuner, original, args, kwargs)
-    return original(autotuner, *args, **kwargs)
+    choice = LibTunerChoice(autotuner, state, key, (args, kwargs), original)
+
+    def apply(index, tuned):
+        if tuned is not None:  # the library tuned it here: its launch ran the kernel
+            state.selected.setdefault(key, tuned.chosen)
+        elif index is not None:
+            state.selected[key] = choice.live[index]
+        return lambda: original(autotuner, *args, **kwargs)
+
+    return first_launch(state.epoch, lambda: None if key in state.selected else choice, apply,
+                        lambda: run(autotuner, original, args, kwargs), gate=registry().gate(autotuner, key))
 
 
 class LibTunerChoice(TritonChoice):
@@ -178,4 +176,4 @@ def state_for(autotuner) -> TunerState:
         return state
 
 
-families.register(LibTunerFamily())
+registered.register(LibTunerFamily())

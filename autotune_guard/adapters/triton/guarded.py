@@ -119,7 +119,7 @@ def prune(self, kwargs):
             key = state.key.of((), {**seam.shared_arguments(self), **kwargs})
         config = state.selected.get(key)
         if config is None:
-            config = pinned_choice(self, state, key, list(pruned))
+            config = pinned_choice(self, state, key, list(pruned), lambda chosen: chosen, lambda: None)
             if config is None:  # a new policy was installed meanwhile: choose under it
                 continue
         state.seen.add(key)

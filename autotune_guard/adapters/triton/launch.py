@@ -26,7 +26,7 @@ import types
 from ...runtime import current
 from .. import _patching
 from . import library, observe
-from .eager import first_launch, pinned_choice
+from .eager import first_launch_of, pinned_choice
 from .registry import RUN_PATCH_ATTR, registry
 from .seam import cached_run, candidates, held_run, swap_run, timings_now
 
@@ -135,15 +135,13 @@ class PinBySwap:
             if config is None:
                 if library.leaves_to_library(autotuner, state, key):
                     return registry().original_run(autotuner, *args, **kwargs)
-                config = self.choose(autotuner, state, key, args, kwargs)
-                if config is None:  # a new policy was installed meanwhile: launch under it
-                    return autotuner.run(*args, **kwargs)
+                # a new policy installed meanwhile: the launch under it
+                return pinned_choice(autotuner, state, key, candidates(autotuner, args, kwargs),
+                                     lambda config: swap_run(autotuner, config, args, kwargs),
+                                     lambda: autotuner.run(*args, **kwargs))
             return swap_run(autotuner, config, args, kwargs)
         finally:
             lock.release()
-
-    def choose(self, autotuner, state, key, args, kwargs):
-        return pinned_choice(autotuner, state, key, candidates(autotuner, args, kwargs))
 
 
 class ConsensusBySwap(PinBySwap):
@@ -157,7 +155,7 @@ class ConsensusBySwap(PinBySwap):
                 return swap_run(autotuner, config, args, kwargs) if config is not None else \
                     registry().original_run(autotuner, *args, **kwargs)
         # A key consensus has not decided yet: outside the lock, which the decision takes after its gate.
-        return first_launch(autotuner, state, key, args, kwargs)
+        return first_launch_of(autotuner, state, key, args, kwargs)
 
 
 STRATEGIES = {name: cls() for name, cls in (("off", Untouched), ("auto", Observe), ("record", Observe),
