@@ -196,6 +196,15 @@ def test_no_function_is_over_60_lines():
     assert not house.long_functions(SOURCES), house.long_functions(SOURCES)
 
 
+def test_only_the_seam_reads_an_autotuners_fields_or_frames():
+    found = {m: lines for m, lines in house.autotuner_reads(SOURCES).items() if m not in house.NOT_TRITONS}
+    assert found == {}, f"only {house.SEAM} reads an autotuner's fields or frames: {found}"
+    # the check sees a read it must flag, and leaves the seam's own alone
+    planted = "def launch(autotuner, state):\n    frame = sys._getframe(1)\n    return state.autotuner.cache, autotuner.configs\n"
+    parsed = {m: (None, planted, ast.parse(planted), False) for m in ("adapters.triton.launch", house.SEAM)}
+    assert house.autotuner_reads(parsed) == {"adapters.triton.launch": [2, 3]}
+
+
 def test_tritons_internals_are_named_in_one_module_at_most():
     found = house.runtime_triton_modules(house.triton_internals(SOURCES))
     assert len(found) <= house.MAX_TRITON_MODULES, f"{len(found)} modules name {house.TRITON_INTERNALS}: {found}"

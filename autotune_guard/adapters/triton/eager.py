@@ -14,7 +14,7 @@ from ...core.model import ChoiceKey, descriptor, key_text
 from ...deciding import Decision, Tunable, Tuned, first_launch, noted, pinned
 from ...runtime import current
 from . import provenance
-from .seam import can_time_one, candidates, swap_run, tell_listener, time_configs, tuning_launch
+from .seam import can_time_one, candidates, configs_of, swap_run, tell_listener, time_configs, tuning_launch
 from .registry import registry
 
 
@@ -42,7 +42,7 @@ class TritonChoice(Tunable):
         return self._descriptors
 
     def every(self) -> list:
-        return [descriptor(c) for c in self.autotuner.configs]
+        return [descriptor(c) for c in configs_of(self.autotuner)]
 
     def provenance(self) -> dict:
         return provenance.of(self.autotuner)

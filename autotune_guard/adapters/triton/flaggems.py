@@ -30,7 +30,7 @@ from ...runtime import current
 from .. import _patching
 from .eager import TritonChoice
 from .registry import registry
-from .seam import tuning_launch
+from .seam import argument_names, configs_of, tuning_launch
 from .tuner import STATE_ATTR, TunerState
 
 logger = logging.getLogger("autotune_guard")
@@ -106,7 +106,7 @@ def run(autotuner, original, args, kwargs):
     """``LibTuner.run`` under the current policy: a key's first launch is decided by the engine
     (once per key per process: its gate), every later one is the library's own run."""
     guard = current()
-    if guard.epoch.installed is None or len(autotuner.configs) < 2:
+    if guard.epoch.installed is None or len(configs_of(autotuner)) < 2:
         return original(autotuner, *args, **kwargs)
     state = state_for(autotuner)
     if state.mode == "off":
@@ -147,8 +147,8 @@ class LibTunerChoice(TritonChoice):
 
 def library_key(autotuner, args, kwargs) -> tuple:
     """The key ``LibTuner.run`` decides by, computed as it computes it."""
-    named = {**dict(zip(autotuner.arg_names, args)), **kwargs}
-    return autotuner.get_key({k: v for k, v in named.items() if k in autotuner.arg_names})
+    named = {**dict(zip(argument_names(autotuner), args)), **kwargs}
+    return autotuner.get_key({k: v for k, v in named.items() if k in argument_names(autotuner)})
 
 
 def state_for(autotuner) -> TunerState:
@@ -168,10 +168,10 @@ def state_for(autotuner) -> TunerState:
         attrs = autotuner.__dict__
         if CACHE_PATCH_ATTR not in attrs:
             attrs[CACHE_PATCH_ATTR] = _patching.shadow(autotuner, "cache", GovernedCache(attrs, attrs["cache"]))
-        guard.launched(guard.epoch, state.qualified, {k for c in autotuner.configs for k in c.kwargs})
+        guard.launched(guard.epoch, state.qualified, {k for c in configs_of(autotuner) for k in c.kwargs})
         if state.epoch.policy.enumerate:
             logger.info("autotuner %s (FlagGems LibTuner): %d candidates, %s", state.qualified,
-                        len(autotuner.configs), state.mode)
+                        len(configs_of(autotuner)), state.mode)
         attrs[STATE_ATTR] = state
         return state
 

@@ -22,7 +22,7 @@ from ...runtime import current
 from .foreign import kernel_of
 from .provenance import source_text
 from .registry import registry
-from .seam import set_call_arguments, timings_now
+from .seam import configs_of, set_call_arguments, timings_now
 from .tuner import MISSING, NAME_ATTR
 
 DECIDED_ATTR = "_autotune_guard_gptq"  # on the tuner: (epoch generation, the keys decided under it)
@@ -74,7 +74,7 @@ def _pending(epoch, autotuner, original, args, kwargs, key, made: list):
     if epoch.policy.mode == "off" or not epoch.policy.in_scope(base_name(qualified)):
         decided.add(key)
         return None
-    current().launched(epoch, qualified, {k for c in autotuner.configs for k in c.kwargs})
+    current().launched(epoch, qualified, {k for c in configs_of(autotuner) for k in c.kwargs})
     made.append(GptqTunable(epoch, autotuner, original, args, kwargs, key, qualified))
     return made[0]
 
@@ -109,7 +109,7 @@ class GptqTunable(deciding.Tunable):
         self.descriptors = [descriptor(c) for c in self.live]
 
     def every(self):
-        return [descriptor(c) for c in self.autotuner.configs]
+        return [descriptor(c) for c in configs_of(self.autotuner)]
 
     def provenance(self) -> dict:
         tuner, facts = self.autotuner, current().facts
