@@ -204,3 +204,37 @@ def test_a_third_party_family_registers_through_its_entry_point(tmp_path):
     env["PYTHONPATH"] += ":" + str(tmp_path)
     out = last_json(run_python(_USER, env=env).stdout)
     assert out == {"run": ["governed", 42], "ungoverned": {}}, out
+
+
+_MEANWHILE = '''
+import logging
+import autotune_guard
+
+class InstallOnce(logging.Handler):
+    installed = 0
+
+    def emit(self, record):
+        if not InstallOnce.installed and "no table entry" in record.getMessage():
+            InstallOnce.installed += 1
+            autotune_guard.install({"AUTOTUNE_MODE": "pinned"})
+
+logging.getLogger("autotune_guard").addHandler(InstallOnce())
+'''
+
+
+@pytest.mark.slow
+def test_inductors_template_selection_chooses_again_under_the_policy_installed_meanwhile(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from test_inductor_templates import WORKER, result_of
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AUTOTUNE_", "_AUTOTUNE_GUARD_"))}
+    env.pop("TRITON_INTERPRET", None)
+    env.update(TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"), AUTOTUNE_MODE="pinned")
+    proc = subprocess.run([sys.executable, "-c", _MEANWHILE + WORKER], env=env, capture_output=True, text=True,
+                          timeout=400, cwd=tmp_path)
+    result = result_of(proc)
+    assert result["benchmarks"] == 0, result
+    assert list(result["choices"].values()) == ["choice=_mkl_linear;pinned"], result  # noted under the new policy
