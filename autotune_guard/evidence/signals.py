@@ -135,8 +135,9 @@ def _previous_sigterm():
 
 def _start_watcher() -> None:
     state = _ending()
-    if state.watcher_pid in (os.getpid(), -1):
-        return  # running, or given up (another wakeup fd is in place)
+    running = state.watcher_pid == os.getpid()
+    if state.watcher_pid == -1 or (running and _patching.patched(signal, WAKEUP_FD) is not None):
+        return  # given up (another wakeup fd is in place), or running with its fd in place
     if state.pipe is None:
         read_end, write_end = os.pipe()
         os.set_blocking(write_end, False)  # the C handler must never block
@@ -153,6 +154,8 @@ def _start_watcher() -> None:
         logger.debug("a wakeup fd is set already (fd %d, asyncio's?): SIGTERM is saved when the main thread "
                      "runs Python", previous)
         return
+    if running:
+        return  # its thread reads the pipe still: only the fd that uninstall() undid is put back
     state.watcher_pid = os.getpid()
     threading.Thread(target=_read_wakeups, args=(state.pipe[0],), name="autotune_guard-signals", daemon=True).start()
 
