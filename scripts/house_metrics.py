@@ -3,11 +3,13 @@
 - module-level mutable names outside the Guard, per module, and their count;
 - functions over 60 lines, modules over 400 lines;
 - the modules that name Triton's internals (``nargs|configs_timings|best_config|f_locals``).
+- the modules other than the Triton seam that read an autotuner's fields or frames.
 
     python3 scripts/house_metrics.py [PACKAGE_DIR] [--json] [--check]
 
 ``--check`` exits 1 when a limit is broken: 10 or more mutable names, a function over 60 lines, a
-module over 400, or Triton's internals named in more than one module. tests/test_layout.py runs
+module over 400, Triton's internals named in more than one module, or an autotuner's fields or
+frames read outside the seam (``autotuner_reads``). tests/test_layout.py runs
 the same functions.
 
 A module-level mutable name (architecture-review-2.md §1.3 and §9) is a name bound at module level
