@@ -1,6 +1,7 @@
 """The patching idiom (``adapters/_patching``): patch, undo that refuses to clobber another tool's
 wrapper, undo_all, redo, instance shadows; and ``uninstall()`` undoing every patch of a real run
-(Triton's own ``Autotuner.run`` back), with a later ``install()`` governing again."""
+(Triton's own ``Autotuner.run`` back; the program's ``sys.exit``, ``sys.excepthook``, SIGTERM
+handler and wakeup fd back), with a later ``install()`` governing again."""
 
 import logging
 import textwrap
