@@ -42,9 +42,10 @@ UNDONE = "patches undone by uninstall"
 
 def uninstall() -> None:
     """No policy, and every patch of the guard undone: each foreign attribute is its own again
-    (``Autotuner.run`` is Triton's), unless another tool wrapped it after the guard did; that one
-    stays, with the guard's replacement under it passing every call through. ``install()`` puts
-    the patches back."""
+    (``Autotuner.run`` is Triton's; ``sys.exit``, ``sys.excepthook``, SIGTERM's handler and the
+    wakeup fd the program's), unless another tool wrapped it after the guard did; that one stays,
+    with the guard's replacement under it passing every call through. ``install()`` puts the
+    patches back."""
     guard = current()
     guard.replace(None)  # first: the adapters drop what they hung on instances for the old policy
     evidence.configure(None)

@@ -363,7 +363,7 @@ class Guard(Lifecycle):
         self.epoch.launched = {}  # the exit checks are the parent's to make
         self.epoch.tuned = {}  # the parent adds its own winners to the table
         self.epoch.picked, self.epoch.refused, self.epoch.split = {}, [], {}
-        self.renew_lifecycle()  # the held objects' after_fork(), then the on_fork listeners
+        self.renew_lifecycle()  # the held objects' after_fork()
 
 
 # The package's one module-level state of its own: everything else hangs off this object.
@@ -374,6 +374,6 @@ def current() -> Guard:
     return _guard
 
 
-# The package's one fork hook: every renewal is a held object's after_fork() or an on_fork listener.
+# The package's one fork hook: every renewal is a held object's after_fork().
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_guard.after_fork)

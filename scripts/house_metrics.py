@@ -3,11 +3,13 @@
 - module-level mutable names outside the Guard, per module, and their count;
 - functions over 60 lines, modules over 400 lines;
 - the modules that name Triton's internals (``nargs|configs_timings|best_config|f_locals``).
+- the modules other than the Triton seam that read an autotuner's fields or frames.
 
     python3 scripts/house_metrics.py [PACKAGE_DIR] [--json] [--check]
 
 ``--check`` exits 1 when a limit is broken: 10 or more mutable names, a function over 60 lines, a
-module over 400, or Triton's internals named in more than one module. tests/test_layout.py runs
+module over 400, Triton's internals named in more than one module, or an autotuner's fields or
+frames read outside the seam (``autotuner_reads``). tests/test_layout.py runs
 the same functions.
 
 A module-level mutable name (architecture-review-2.md §1.3 and §9) is a name bound at module level
@@ -44,6 +46,24 @@ MAX_TRITON_MODULES = 1
 TRITON_FILE_READERS = ("report.cache_import",)
 TRITON_INTERNALS = ("nargs", "configs_timings", "best_config", "f_locals")
 TRITON_GREP = re.compile("|".join(TRITON_INTERNALS))
+# An autotuner's fields and frames are read by the Triton adapter's seam alone (its view of an
+# autotuner), so a Triton release means reading one file. A read is ``<x>.<field>`` where ``x`` is a
+# name that holds an autotuner in this package (``autotuner``, ``tuner``, ``self.autotuner``), or any
+# frame field and ``sys._getframe``.
+SEAM = "adapters.triton.seam"
+AUTOTUNER_FIELDS = ("cache", "configs", "keys", "arg_names", "pre_hook", "post_hook", "fn", "base_fn", "nargs",
+                    "best_config", "configs_timings", "do_bench", "early_config_prune", "perf_model",
+                    "configs_top_k", "restore_idx", "reset_idx", "user_defined_pre_hook", "user_defined_post_hook")
+AUTOTUNER_NAMES = ("autotuner", "tuner")
+FRAME_FIELDS = ("f_back", "f_locals", "f_globals", "f_code", "_getframe")
+# A library tuner's own fields, where they are its family's seam (GPTQ's custom_autotune is no Triton
+# Autotuner: its ``cache`` is the seam its family governs; docs/families.md).
+OWN_SEAMS = {"adapters.triton.gptq": ("cache",)}
+# Modules that read frames or autotuner-like fields of objects that are not Triton's ``Autotuner``,
+# and cannot reach the seam: the start-up finder imports nothing of ours; Inductor's adapter reads
+# Inductor's ``CachingAutotuner`` and its generated module's frames, and an adapter never imports
+# another. Listed, not counted.
+NOT_TRITONS = ("_watch", "adapters.inductor.names")
 SANCTIONED = {("runtime", "_guard")}  # the Guard itself
 MUTATING_METHODS = {
     "add", "append", "appendleft", "clear", "discard", "extend", "extendleft", "insert", "pop", "popitem",
@@ -286,6 +306,30 @@ def triton_internals(mods=None):
     return out
 
 
+def autotuner_reads(mods=None):
+    """{module: [line, ...]} where a module other than the seam reads an autotuner's field
+    (``AUTOTUNER_FIELDS`` of a name in ``AUTOTUNER_NAMES``) or a frame (``FRAME_FIELDS``); the
+    ``_watch`` module (the start-up finder, standard library only) is not an adapter's."""
+    mods = modules() if mods is None else mods
+    out = {}
+    for m, (_, _, tree, _) in mods.items():
+        if m == SEAM:
+            continue
+        own = OWN_SEAMS.get(m, ())
+        lines = set()
+        for n in ast.walk(tree):
+            if not isinstance(n, ast.Attribute):
+                continue
+            holder = n.value
+            named = (isinstance(holder, ast.Name) and holder.id in AUTOTUNER_NAMES) or \
+                (isinstance(holder, ast.Attribute) and holder.attr == "autotuner")
+            if (named and n.attr in AUTOTUNER_FIELDS and n.attr not in own) or n.attr in FRAME_FIELDS:
+                lines.add(n.lineno)
+        if lines:
+            out[m] = sorted(lines)
+    return out
+
+
 def runtime_triton_modules(found) -> list:
     """The modules of ``triton_internals`` that read Triton's runtime objects (its cache-file readers left out)."""
     return [m for m in found if m not in TRITON_FILE_READERS]
@@ -310,6 +354,7 @@ def measure(package=DEFAULT_PACKAGE):
         "modules_over_400": [{"module": m, "lines": n} for m, n in long_modules(mods)],
         "triton_internals": triton_internals(mods),
         "triton_internals_grep": grep_triton_internals(mods),
+        "autotuner_reads": autotuner_reads(mods),
     }
 
 
@@ -324,6 +369,8 @@ def broken(figures):
     runtime_readers = runtime_triton_modules(figures["triton_internals"])
     if len(runtime_readers) > MAX_TRITON_MODULES:
         out.append(f"Triton's internals named in {len(runtime_readers)} modules (limit 1): " + ", ".join(runtime_readers))
+    out += [f"module {m} reads an autotuner's fields or frames (lines {', '.join(map(str, ls))}): only {SEAM} may"
+            for m, ls in figures["autotuner_reads"].items() if m not in NOT_TRITONS]
     return out
 
 
@@ -343,6 +390,9 @@ def _text(figures):
     lines.append(f"modules the plain grep ({TRITON_GREP.pattern}) finds: {len(figures['triton_internals_grep'])} "
                  "(comments, docstrings and argparse's nargs= included)")
     lines += [f"  {m}: {n} line{'s' if n != 1 else ''}" for m, n in figures["triton_internals_grep"].items()]
+    lines.append(f"modules other than {SEAM} reading an autotuner's fields or frames: {len(figures['autotuner_reads'])} "
+                 f"({', '.join(NOT_TRITONS)}, whose objects are not Triton's, not counted against the limit)")
+    lines += [f"  {m}: lines {', '.join(map(str, ls))}" for m, ls in figures["autotuner_reads"].items()]
     return "\n".join(lines)
 
 

@@ -34,7 +34,8 @@ ALLOWED = {
     "api": ("top", ANYTHING),
     "activation": ("top", ANYTHING),
     "_boot": ("top", ANYTHING),
-    "evidence": ("writers", ("core", "runtime", "evidence")),  # the package and its paths, signals, journal
+    # the package and its paths, signals (whose process hooks go through the one patching idiom), journal
+    "evidence": ("writers", ("core", "runtime", "evidence", "adapters._patching")),
     "adapters": ("adapters", ("core", "runtime", "deciding", "adapters._patching")),  # + its own package
     "deciding": ("runtime", ("core", "runtime", "deciding")),
     "runtime": ("runtime", ("core",)),
@@ -193,6 +194,15 @@ def test_no_module_is_over_400_lines():
 
 def test_no_function_is_over_60_lines():
     assert not house.long_functions(SOURCES), house.long_functions(SOURCES)
+
+
+def test_only_the_seam_reads_an_autotuners_fields_or_frames():
+    found = {m: lines for m, lines in house.autotuner_reads(SOURCES).items() if m not in house.NOT_TRITONS}
+    assert found == {}, f"only {house.SEAM} reads an autotuner's fields or frames: {found}"
+    # the check sees a read it must flag, and leaves the seam's own alone
+    planted = "def launch(autotuner, state):\n    frame = sys._getframe(1)\n    return state.autotuner.cache, autotuner.configs\n"
+    parsed = {m: (None, planted, ast.parse(planted), False) for m in ("adapters.triton.launch", house.SEAM)}
+    assert house.autotuner_reads(parsed) == {"adapters.triton.launch": [2, 3]}
 
 
 def test_tritons_internals_are_named_in_one_module_at_most():

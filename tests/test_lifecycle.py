@@ -65,10 +65,8 @@ def test_held_objects_are_renewed_in_a_forked_child():
 
     kept = life.held("kept", Kept)
     assert life.held("kept", lambda: None) is kept and life.held_already("other") is None
-    heard = []
-    life.on_fork(lambda: heard.append(kept.renewed))
     life.renew_lifecycle()
-    assert kept.renewed == 1 and heard == [1]
+    assert kept.renewed == 1
 
 
 @pytest.mark.slow

@@ -1,6 +1,7 @@
 """The patching idiom (``adapters/_patching``): patch, undo that refuses to clobber another tool's
 wrapper, undo_all, redo, instance shadows; and ``uninstall()`` undoing every patch of a real run
-(Triton's own ``Autotuner.run`` back), with a later ``install()`` governing again."""
+(Triton's own ``Autotuner.run`` back; the program's ``sys.exit``, ``sys.excepthook``, SIGTERM
+handler and wakeup fd back), with a later ``install()`` governing again."""
 
 import logging
 import textwrap
@@ -268,3 +269,59 @@ def test_uninstall_leaves_another_tools_wrapper_and_the_guards_run_under_it():
     seen, timed, log = out["governed"]
     assert seen == 2 and timed == out["untouched"][1] and log and all(v.endswith(";pinned") for v in log)
     assert out["own_again"]
+
+
+# --- the process's hooks: sys.exit, sys.excepthook, SIGTERM's handler, the wakeup fd -------------
+
+_HOOKS = textwrap.dedent("""
+    import json, os, signal, sys, tempfile, torch, triton
+    import autotune_guard
+    from autotune_guard.adapters import _patching
+    from kernels.demo import add_kernel
+
+    def programs_handler(signum, frame):
+        pass
+
+    signal.signal(signal.SIGTERM, programs_handler)
+    own_exit, own_hook = sys.exit, sys.excepthook
+    policy = {"AUTOTUNE_MODE": "pinned", "AUTOTUNE_ON_MISS": "first",
+              "AUTOTUNE_DIGEST_PATH": os.path.join(tempfile.mkdtemp(), "choices")}
+    out = {}
+
+    def wakeup_fd():
+        fd = signal.set_wakeup_fd(-1)
+        signal.set_wakeup_fd(fd)
+        return fd
+
+    def hooks():
+        return {"exit": sys.exit is own_exit, "excepthook": sys.excepthook is own_hook,
+                "sigterm": signal.getsignal(signal.SIGTERM) is programs_handler, "wakeup": wakeup_fd() == -1}
+
+    def launch(n):
+        x = torch.arange(n, dtype=torch.float32)
+        z = torch.empty_like(x)
+        add_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, x, z, n)
+
+    autotune_guard.install(policy)
+    launch(100)  # the first choice: the files are wanted, SIGTERM is watched
+    out["installed"] = hooks()
+    autotune_guard.uninstall()
+    out["uninstalled"] = hooks()
+    out["in_force"] = [repr(p) for p in _patching.in_force()]
+    autotune_guard.install(policy)
+    launch(300)
+    out["again"] = hooks()
+    autotune_guard.uninstall()
+    out["twice"] = hooks()
+    print(json.dumps(out))
+""")
+
+
+@pytest.mark.slow
+def test_uninstall_puts_back_the_programs_exit_excepthook_sigterm_handler_and_wakeup_fd():
+    out = last_json(run_python(_HOOKS, env=clean_env()).stdout)
+    none_own = {"exit": False, "excepthook": False, "sigterm": False, "wakeup": False}
+    all_own = {"exit": True, "excepthook": True, "sigterm": True, "wakeup": True}
+    assert out["installed"] == none_own and out["again"] == none_own, out
+    assert out["uninstalled"] == all_own and out["twice"] == all_own, out
+    assert out["in_force"] == [], out

@@ -1,5 +1,6 @@
-"""The one patching idiom of every adapter: put a replacement on an owner (a class or a module)
-under the original's name, keep the original in one place, and undo it.
+"""The one patching idiom of every adapter (and of the process's hooks in ``evidence/signals``):
+put a replacement on an owner (a class or a module) under the original's name, or change a
+process-wide setting through the call that sets it, keep the original in one place, and undo it.
 
 The name matters: a bound method pickles as ``getattr(instance, its function's __name__)``, and
 Inductor's compile workers send kernels holding bound methods to the parent by pickle.
@@ -57,11 +58,10 @@ class Patch:
             key = (id(self.owner), self.name)
             if _in_force.get(key) is not self:  # a registry entry never made, or another patch's
                 return False
-            if not self._holds(self.replacement):
+            if not self._exchange(self.replacement, self.original if self.had_own else _MISSING):
                 _refused(self, "undone")
                 return False
             del _in_force[key]
-            self._put(self.original if self.had_own else _MISSING)
             self.undone = True
         if self.aliased:  # outside the lock: the walk over every module reads nothing of the registry
             _rebind(self.name, self.replacement, self.original)
@@ -77,10 +77,9 @@ class Patch:
             key = (id(self.owner), self.name)
             if self.kept and key in _in_force:  # its adapter patched that attribute again meanwhile
                 return False
-            if not self._holds(self.original if self.had_own else _MISSING):
+            if not self._exchange(self.original if self.had_own else _MISSING, self.replacement):
                 _refused(self, "redone")
                 return False
-            self._put(self.replacement)
             if self.kept:
                 _in_force[key] = self
             self.undone = False
@@ -98,6 +97,14 @@ class Patch:
                 del _in_force[key]
             self.undone = True
 
+    def _exchange(self, expected, value) -> bool:
+        """Put ``value`` where the owner holds ``expected``; False, changing nothing, where it holds
+        something else."""
+        if not self._holds(expected):
+            return False
+        self._put(value)
+        return True
+
     def _holds(self, value) -> bool:
         """Whether the owner itself (not a base class) holds ``value`` (``_MISSING``: nothing)."""
         return vars(self.owner).get(self.name, _MISSING) is value
@@ -114,11 +121,33 @@ class Patch:
             setattr(self.owner, self.name, value)
 
     def _undo_shadow(self) -> bool:
-        if not self._holds(self.replacement):  # replaced since: not ours to undo
+        if not self._exchange(self.replacement, self.original if self.had_own else _MISSING):  # replaced since
             _refused(self, "undone")
             return False
-        self._put(self.original if self.had_own else _MISSING)
         self.undone = True
+        return True
+
+
+class Setting(Patch):
+    """A process-wide setting that is not an attribute but is changed by one call returning the
+    value it replaces (``signal.signal``, ``signal.set_wakeup_fd``): undone and redone like an
+    attribute, under the same refusal rule (another tool's value set since stays)."""
+
+    __slots__ = ("swap",)
+
+    def __init__(self, owner, name: str, original, replacement, swap):
+        super().__init__(owner, name, original, replacement, True)
+        self.swap = swap
+
+    def _exchange(self, expected, value) -> bool:
+        try:
+            found = self.swap(value)
+        except (ValueError, OSError) as exc:  # signal settings change in the main thread only
+            logger.debug("%s not changed: %s", self.where(), exc)
+            return False
+        if found != expected:
+            self.swap(found)  # another tool's, set since: it stays
+            return False
         return True
 
 
@@ -140,6 +169,19 @@ def patch(owner, name: str, replacement) -> Patch:
             replacement.__name__ = name
         setattr(owner, name, replacement)
         found = _in_force[(id(owner), name)] = Patch(owner, name, original, replacement, own is not _MISSING)
+        return found
+
+
+def setting(owner, name: str, swap, replacement) -> Patch:
+    """Change the process-wide setting ``name`` (kept under ``owner``, the module whose call
+    changes it) through ``swap(value) -> the value replaced``; changing it again returns the patch
+    in force. Raises what ``swap`` raises (``ValueError`` off the main thread for signals)."""
+    with _lock:
+        current = _in_force.get((id(owner), name))
+        if current is not None:
+            return current
+        original = swap(replacement)
+        found = _in_force[(id(owner), name)] = Setting(owner, name, original, replacement, swap)
         return found
 
 

@@ -129,3 +129,10 @@ class CacheError(InputError):
 class ReaderError(InputError):
     """A worker process of the report ended before it sent a file (killed, out of memory): the file
     is named (``path``)."""
+
+
+class FamilyError(GuardError, TypeError):
+    """An autotuner family that cannot be registered (``deciding.families.register``): not shaped
+    as a family. ``family``: its name or type; ``problem``: what is wrong."""
+
+    fields = ("family", "problem")

@@ -3,7 +3,7 @@
 - ``held(name, factory)``: the process's one object per name (an adapter's registry, a writer's
   state), made at first need;
 - ``after_fork()``: the one renewal in a forked child (the runtime registers it with
-  ``os.register_at_fork``): every held object's ``after_fork()``, then the ``on_fork`` listeners;
+  ``os.register_at_fork``): every held object's ``after_fork()``;
 - ``on_exit(fn, order)``: the one exit sequence, run in ``order`` (the runtime's ``EXIT_*``) by one
   atexit handler, and by one multiprocessing finalizer in its forked children;
 - ``when_imported(module, fn)``: the one registry of post-import hooks, handed to the registrar
@@ -24,12 +24,11 @@ logger = logging.getLogger("autotune_guard")
 
 class Lifecycle:
     """See the module docstring. Its own reentrant lock: a held object's factory may register an
-    exit step or a fork listener while ``held`` holds it."""
+    exit step while ``held`` holds it."""
 
     def __init__(self):
         self._life_lock = threading.RLock()
         self._held: dict[str, object] = {}  # name -> an adapter's registry or a writer's state (``held``)
-        self._fork_listeners: list[Callable] = []
         self._exits: list[tuple[int, int, Callable]] = []  # (order, arrival, fn): the exit sequence
         self._exited = False  # the sequence ran in this process (a spawn child may reach it twice)
         self._imports: dict[tuple[str, Callable], str] = {}  # (module, fn) -> _WAITING, _HANDED or _FIRED
@@ -54,23 +53,15 @@ class Lifecycle:
 
     # --- forks -------------------------------------------------------------------------------------
 
-    def on_fork(self, listener: Callable) -> None:
-        """``listener()`` in every forked child, after the held objects are renewed."""
-        with self._life_lock:
-            if listener not in self._fork_listeners:
-                self._fork_listeners.append(listener)
-
     def renew_lifecycle(self) -> None:
         """In a forked child: a fresh lock (another thread may have held it at fork), the child's
-        own exit to run, then each held object's ``after_fork()`` and the listeners."""
+        own exit to run, then each held object's ``after_fork()``."""
         self._life_lock = threading.RLock()
         self._exited = False
         for held in list(self._held.values()):
             renew = getattr(held, "after_fork", None)
             if callable(renew):
                 renew()
-        for listener in list(self._fork_listeners):
-            listener()
 
     # --- the exit sequence -------------------------------------------------------------------------
 

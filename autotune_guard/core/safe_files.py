@@ -25,6 +25,14 @@ NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
+def try_writing_in(directory: str) -> None:
+    """Raise ``OSError`` where this process cannot create a file in ``directory``: tried, because
+    ``os.access`` says yes to root even where the filesystem refuses (read-only, /proc)."""
+    fd, probe = tempfile.mkstemp(prefix=".autotune_guard-probe-", dir=directory)
+    os.close(fd)
+    os.unlink(probe)
+
+
 def user_name(uid: int) -> str:
     """``name (uid)`` where the system knows the name, else ``uid N``."""
     try:

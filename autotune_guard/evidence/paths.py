@@ -10,7 +10,6 @@ import os
 import re
 import secrets
 import socket
-import tempfile
 
 from ..core import jsonfile, safe_files
 from ..core.errors import OutputPathError
@@ -71,11 +70,8 @@ def check_writable(prefix: str, variable: str) -> None:
         raise OutputPathError(f"{variable}={prefix!r}: directory {directory} cannot be created ({exc.strerror})",
                               variable=variable, value=prefix, path=directory) from None
     _check_name_length(prefix, variable, path)
-    # Try it: os.access() says yes to root even where the filesystem refuses (read-only, /proc).
     try:
-        fd, probe = tempfile.mkstemp(prefix=".autotune_guard-probe-", dir=directory)
-        os.close(fd)
-        os.unlink(probe)
+        safe_files.try_writing_in(directory)
     except OSError as exc:
         raise OutputPathError(f"{variable}={prefix!r}: cannot write files in {directory} ({exc.strerror})",
                               variable=variable, value=prefix, path=directory) from None

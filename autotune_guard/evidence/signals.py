@@ -13,6 +13,8 @@ place: SIGTERM is then saved when the main thread runs Python, as the handler al
 This module knows nothing of the files: ``watch(save)`` gives it the function that writes them.
 What it keeps is one object the ``Guard`` holds (``_ending()``). It owns the process's one wrapper of
 ``sys.excepthook`` (``ExceptHook``), which the activation also reports the guard's own errors through.
+``sys.exit``, ``sys.excepthook``, the SIGTERM handler and the wakeup fd are changed through the
+package's one patching idiom, so ``uninstall()`` puts the program's back.
 """
 
 from __future__ import annotations
@@ -24,12 +26,15 @@ import sys
 import threading
 from typing import Callable
 
+from ..adapters import _patching
 from ..runtime import current
 
 logger = logging.getLogger("autotune_guard")
 
 HANDLER_GRACE_S = 1.0  # how long the watcher leaves the main thread's handler to run first
-
+# The names the patching idiom keeps the two signal settings under (owner: the signal module).
+SIGTERM_HANDLER = "SIGTERM handler"
+WAKEUP_FD = "wakeup fd"
 
 
 class Ending:
@@ -41,7 +46,6 @@ class Ending:
         # so: every later write says so too (a program that ignores SIGTERM and runs on stays marked).
         self.ended: str | None = None
         self.exit_asked: str | None = None  # what the main thread's last failing sys.exit asked for, until the exit
-        self.previous_sigterm = None
         self.handler_ran = threading.Event()
         self.pipe: tuple[int, int] | None = None  # (read end, write end) of the wakeup fd
         self.watcher_pid: int | None = None  # the process whose thread reads the pipe
@@ -96,37 +100,68 @@ def watching() -> bool:
     return signal.getsignal(signal.SIGTERM) is _on_sigterm and _ending().watcher_pid in (os.getpid(), -1)
 
 
+def _ours_over(owner, name: str, holding, make) -> _patching.Patch:
+    """The guard's patch of ``owner``'s ``name``, made again over whatever the program put there
+    since (``holding``: what is there now); ``make(previous)`` builds the replacement."""
+    found = _patching.patched(owner, name)
+    if found is not None and holding is not found.replacement:
+        found.forget()  # the program set its own since: ours chains to it, and undo puts it back
+        found = None
+    return found if found is not None else _patching.patch(owner, name, make(holding))
+
+
+def _swap_sigterm(handler):
+    # None: a handler not set from Python, which cannot be set back from it; the default then
+    return signal.signal(signal.SIGTERM, signal.SIG_DFL if handler is None else handler)
+
+
 def _chain_sigterm() -> None:
     try:
-        handler = signal.getsignal(signal.SIGTERM)
-        if handler is not _on_sigterm:
-            signal.signal(signal.SIGTERM, _on_sigterm)
-            _ending().previous_sigterm = handler
+        if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+            return
+        found = _patching.patched(signal, SIGTERM_HANDLER)
+        if found is not None:
+            found.forget()  # the program set a handler of its own since: ours goes over it, chaining to it
+        _patching.setting(signal, SIGTERM_HANDLER, _swap_sigterm, _on_sigterm)
     except (ValueError, OSError) as exc:
         logger.debug("cannot save the files on SIGTERM: %s", exc)
 
 
+def _previous_sigterm():
+    """The handler the guard's replaced (SIG_DFL where the guard's is not in force)."""
+    found = _patching.patched(signal, SIGTERM_HANDLER)
+    return signal.SIG_DFL if found is None else found.original
+
+
 def _start_watcher() -> None:
     state = _ending()
-    if state.watcher_pid in (os.getpid(), -1):
-        return  # running, or given up (another wakeup fd is in place)
+    running = state.watcher_pid == os.getpid()
+    if state.watcher_pid == -1 or (running and _patching.patched(signal, WAKEUP_FD) is not None):
+        return  # given up (another wakeup fd is in place), or running with its fd in place
     if state.pipe is None:
         read_end, write_end = os.pipe()
         os.set_blocking(write_end, False)  # the C handler must never block
         state.pipe = (read_end, write_end)
     try:
-        previous = signal.set_wakeup_fd(state.pipe[1], warn_on_full_buffer=False)
+        found = _patching.setting(signal, WAKEUP_FD, _swap_wakeup, state.pipe[1])
     except (ValueError, OSError) as exc:
         logger.debug("no wakeup fd (%s): SIGTERM is saved when the main thread runs Python", exc)
         return
+    previous = found.original
     if previous not in (-1, state.pipe[1]):
-        signal.set_wakeup_fd(previous)  # the program's (asyncio's): it stays
+        found.undo()  # the program's (asyncio's): it stays
         state.watcher_pid = -1
         logger.debug("a wakeup fd is set already (fd %d, asyncio's?): SIGTERM is saved when the main thread "
                      "runs Python", previous)
         return
+    if running:
+        return  # its thread reads the pipe still: only the fd that uninstall() undid is put back
     state.watcher_pid = os.getpid()
     threading.Thread(target=_read_wakeups, args=(state.pipe[0],), name="autotune_guard-signals", daemon=True).start()
+
+
+def _swap_wakeup(fd: int) -> int:
+    return signal.set_wakeup_fd(fd, warn_on_full_buffer=False)
 
 
 def _read_wakeups(fd: int) -> None:
@@ -161,7 +196,7 @@ def _sigterm_seen() -> None:
     state = _ending()
     state.ended = "SIGTERM"
     _save_quietly("SIGTERM")
-    if state.previous_sigterm in (signal.SIG_DFL, None) and not state.handler_ran.wait(HANDLER_GRACE_S):
+    if _previous_sigterm() in (signal.SIG_DFL, None) and not state.handler_ran.wait(HANDLER_GRACE_S):
         _die_of_sigterm()
 
 
@@ -172,7 +207,7 @@ def _on_sigterm(signum, frame):
     state.ended = "SIGTERM"
     state.handler_ran.set()
     _save_quietly("SIGTERM")
-    previous = state.previous_sigterm
+    previous = _previous_sigterm()
     if callable(previous):
         return previous(signum, frame)
     if previous == signal.SIG_IGN:
@@ -225,7 +260,7 @@ def wrap_excepthook() -> ExceptHook:
     where the program replaced it since; it chains to the hook that was there)."""
     hook = sys.excepthook
     if not isinstance(hook, ExceptHook):
-        hook = sys.excepthook = ExceptHook(hook)
+        hook = _ours_over(sys, "excepthook", hook, ExceptHook).replacement
     _ending().hook_installed = True
     return hook
 
@@ -234,10 +269,11 @@ def _wrap_exit() -> None:
     """``sys.exit`` notes a failing status (a non-zero number, or a message: status 1) before it
     raises ``SystemExit``, which no excepthook sees: the files then say ``ended: "exit 3"`` and
     are not complete. Only the main thread's call ends the process."""
-    original = sys.exit
-    if getattr(original, "_autotune_guard", False):
-        return
+    if not getattr(sys.exit, "_autotune_guard", False):
+        _ours_over(sys, "exit", sys.exit, _exit_of)
 
+
+def _exit_of(original):
     def exit(status=None):
         if threading.current_thread() is threading.main_thread():
             note_exit(status)
@@ -246,7 +282,7 @@ def _wrap_exit() -> None:
     exit._autotune_guard = True
     exit.__wrapped__ = original
     exit.__doc__ = original.__doc__
-    sys.exit = exit
+    return exit
 
 
 def note_exit(status) -> None:

@@ -31,7 +31,6 @@ import errno
 import logging
 import os
 import stat
-import tempfile
 import time
 
 from .. import evidence
@@ -105,9 +104,7 @@ def _name_if_shared(directory: str) -> None:
 def check_writable(directory: str, table_path) -> None:
     """Refuse a table directory this process cannot write files in (tried: root passes os.access)."""
     try:
-        fd, probe = tempfile.mkstemp(prefix=".autotune_guard-probe-", dir=directory)
-        os.close(fd)
-        os.unlink(probe)
+        safe_files.try_writing_in(directory)
     except OSError as exc:
         raise PolicyError(f"AUTOTUNE_TABLE_PATH={os.pathsep.join(table_path)!r}: cannot write files in {directory} "
                           f"({exc.strerror}); AUTOTUNE_MODE=consensus adds the winners it tunes to <dir>/<arch>.json "

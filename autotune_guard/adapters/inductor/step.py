@@ -5,7 +5,7 @@ The step is a family of the decision engine (``deciding``): :class:`Step` descri
 choice for one key (the launchers' configs as eager describes them, so eager and compiled calls of
 a kernel share one pinned rule, one table entry and one consensus decision), and its tuning is
 Inductor's own step, which keeps the winner. The engine carries out the mode; ``autotune`` keeps
-the chosen launcher when the engine chose without tuning here. A kernel compiled for dynamic
+the chosen launcher when the engine chose without tuning here (``deciding.first_launch``). A kernel compiled for dynamic
 shapes gets a per-key run (``keyed``), because Inductor drops the key.
 """
 
@@ -66,15 +66,17 @@ def autotune(self, inductor_own, args, kwargs) -> None:
     if kernel.key_of is not None and names.one_key_in_program(self, kernel.key_of[0]):
         kernel.key_of = None  # compiled for static shapes: the key cannot change, no launch wrapper needed
     candidates = list(self.launchers)
-    decision = deciding.decide(epoch, Step(kernel, tuning=(self, inductor_own, args, kwargs)))
     pinned = mode == "pinned"
-    if pinned and not decision.noted:  # a new policy was installed meanwhile: choose under it
-        return autotune(self, inductor_own, args, kwargs)
-    if decision.tuned is None:  # chosen without tuning here: the chosen launcher is the only one
-        keep(self, decision.index, release=not (pinned and kernel.key_of is not None))
-    if kernel.key_of is not None:
-        follow_keys(self, kernel, candidates if pinned else None, epoch)
-    return None
+
+    def apply(index, tuned):
+        if tuned is None:  # chosen without tuning here: the chosen launcher is the only one
+            keep(self, index, release=not (pinned and kernel.key_of is not None))
+        if kernel.key_of is not None:
+            follow_keys(self, kernel, candidates if pinned else None, epoch)
+        return None  # the step launches nothing: Inductor's run launches the launcher kept
+
+    step = Step(kernel, tuning=(self, inductor_own, args, kwargs))
+    return deciding.first_launch(epoch, lambda: step, apply, lambda: autotune(self, inductor_own, args, kwargs))
 
 
 def say_unmatched(function: str, qualified: str) -> None:

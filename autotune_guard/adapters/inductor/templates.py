@@ -217,6 +217,7 @@ def _tuning_of(cls):
 
 def select(self, own, call, args, kwargs):
     """One selection under the current epoch; ``own`` is Inductor's ``__call__``."""
+    given = call
     name, choices, input_nodes, layout = call
     guard = current()
     epoch = guard.epoch
@@ -238,12 +239,13 @@ def select(self, own, call, args, kwargs):
         logger.info("torch.compile template selection %s: %d choices, %s", selection.key.what(), len(offered),
                     policy.mode)
     template = Template(selection, epoch, (self, own, call, args, kwargs))
-    decision = deciding.decide(epoch, template)
-    if decision.tuned is not None:  # Inductor's own selection ran here: what it returned
-        return decision.tuned.result
-    if decision.index is None:  # deferred to Inductor's scheduler (auto)
-        return template.returned
-    return template.run_one(decision.index)
+
+    def apply(index, tuned):  # (tuned: Inductor's own selection ran here, and the rule returns what it returned)
+        if index is None:  # deferred to Inductor's scheduler (auto)
+            return lambda: template.returned
+        return lambda: template.run_one(index)
+
+    return deciding.first_launch(epoch, lambda: template, apply, lambda: select(self, own, given, args, kwargs))
 
 
 def _describe(kernel: str, offered, input_nodes, layout) -> Selection:

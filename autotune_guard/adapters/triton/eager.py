@@ -4,18 +4,18 @@
 config: the live candidates after the kernel's own pruning, every declared candidate, the kernel's
 provenance; it tunes through Triton's own run, whose launch is the tuning launch.
 
-``pinned_choice`` pins a key (the swap strategy's launch, or 3.8+'s pruning); ``first_launch`` is a
+``pinned_choice`` pins a key (the swap strategy's launch, or 3.8+'s pruning); ``first_launch_of`` is a
 key's first launch under consensus: decided once per key per process (its gate), then launched.
 What Triton chooses itself (auto, record) is noted through ``note_winner`` as it is seen."""
 
 from __future__ import annotations
 
 from ...core.model import ChoiceKey, descriptor, key_text
-from ...deciding import Decision, Tunable, Tuned, decide, noted, pinned
+from ...deciding import Decision, Tunable, Tuned, first_launch, noted, pinned
 from ...runtime import current
 from . import provenance
-from .seam import can_time_one, candidates, swap_run, tell_listener, time_configs, tuning_launch
-from .registry import MISSING, registry
+from .seam import can_time_one, candidates, configs_of, swap_run, tell_listener, time_configs, tuning_launch
+from .registry import registry
 
 
 class TritonChoice(Tunable):
@@ -42,7 +42,7 @@ class TritonChoice(Tunable):
         return self._descriptors
 
     def every(self) -> list:
-        return [descriptor(c) for c in self.autotuner.configs]
+        return [descriptor(c) for c in configs_of(self.autotuner)]
 
     def provenance(self) -> dict:
         return provenance.of(self.autotuner)
@@ -82,38 +82,52 @@ class TritonChoice(Tunable):
         return dict(zip(indices, found))
 
 
-def pinned_choice(autotuner, state, key, live: list):
-    """Pin one of ``live`` (the candidates after pruning) for ``key`` and note it; None when a new
-    policy was installed meanwhile (the caller starts over under it)."""
+def pinned_choice(autotuner, state, key, live: list, launch, again):
+    """Pin one of ``live`` (the candidates after pruning) for ``key``, note it and return
+    ``launch(config)``; where a new policy was installed meanwhile, ``again()`` (the caller's
+    launch under it)."""
     choice = TritonChoice(autotuner, state, key, live=live)
-    decision = pinned(state.epoch, choice)
-    if not decision.noted:
-        return None
-    config = state.selected[key] = choice.chosen(decision)
-    tell_listener(autotuner, key, config)
-    return config
+
+    def apply(index, tuned):
+        config = state.selected[key] = choice.live[index]
+        tell_listener(autotuner, key, config)
+        return lambda: launch(config)
+
+    return first_launch(state.epoch, lambda: choice, apply, again, deciding=pinned)
 
 
-def first_launch(autotuner, state, key, args, kwargs):
+def first_launch_of(autotuner, state, key, args, kwargs):
     """A key's first launch under a deciding strategy (consensus): decided once per key per
-    process, then run (unless deciding ran it: this process tuned it)."""
+    process (its gate), then run (unless deciding ran it: this process tuned it)."""
     registry().heard.value = None
-    launched = MISSING
-    with registry().gate(autotuner, key):
-        config = state.selected.get(key)
-        if config is None:
-            choice = TritonChoice(autotuner, state, key, (args, kwargs))
-            decision = decide(state.epoch, choice)
-            config = state.selected[key] = choice.chosen(decision)
-            if decision.tuned is not None and decision.tuned.launched:
-                launched = decision.tuned.result
-    if launched is MISSING:
-        with state.lock:
-            launched = swap_run(autotuner, config, args, kwargs)
+    choice = TritonChoice(autotuner, state, key, (args, kwargs))
+
+    def apply(index, tuned):
+        if index is not None:
+            config = choice.live[index]
+        else:  # this process's tuning winner, else another thread's decision
+            config = tuned.chosen if tuned is not None else state.selected[key]
+        state.selected[key] = config
+        if tuned is not None:  # Triton's tuning launch ran it
+            _told(autotuner, key, config)
+            return None
+        return lambda: _launch(autotuner, state, key, config, args, kwargs)
+
+    return first_launch(state.epoch, lambda: None if state.selected.get(key) is not None else choice, apply,
+                        lambda: autotuner.run(*args, **kwargs), gate=registry().gate(autotuner, key))
+
+
+def _launch(autotuner, state, key, config, args, kwargs):
+    with state.lock:
+        launched = swap_run(autotuner, config, args, kwargs)
+    _told(autotuner, key, config)
+    return launched
+
+
+def _told(autotuner, key, config) -> None:
     heard = getattr(registry().heard, "value", None)
     if heard is None or heard[0] != key:
         tell_listener(autotuner, key, config)  # Triton told listeners only if it timed
-    return launched
 
 
 def note_winner(autotuner, state, key, config, how: str, timings=None, recorded_as=None, measured=None) -> bool:

@@ -16,7 +16,7 @@ the winner in ``self.cache``. The guard puts a view in front of that cache, per 
 
 The library's key is the key of the log and the tables: it is what FlagGems decides per. Every
 mode is carried out by the decision engine (``autotune_guard.deciding``); the family registers
-itself with the adapter (``families``).
+itself in the registry beside the engine (``deciding.families``).
 """
 
 from __future__ import annotations
@@ -24,13 +24,13 @@ from __future__ import annotations
 import logging
 
 from ...core.model import descriptor
-from ...deciding import Tuned, decide
+from ...deciding import Tuned, first_launch
+from ...deciding import families as registered
 from ...runtime import current
 from .. import _patching
-from . import families
 from .eager import TritonChoice
 from .registry import registry
-from .seam import tuning_launch
+from .seam import argument_names, configs_of, tuning_launch
 from .tuner import STATE_ATTR, TunerState
 
 logger = logging.getLogger("autotune_guard")
@@ -45,8 +45,9 @@ def libtuner_shaped(owner) -> bool:
     return all(callable(names.get(n)) or isinstance(names.get(n), staticmethod) for n in ("run", "get_key", "policy"))
 
 
-class LibTunerFamily(families.Family):
+class LibTunerFamily(registered.Family):
     name = "flaggems"
+    recognises = "autotuner-run"
 
     def shaped(self, owner) -> bool:
         return libtuner_shaped(owner)
@@ -105,7 +106,7 @@ def run(autotuner, original, args, kwargs):
     """``LibTuner.run`` under the current policy: a key's first launch is decided by the engine
     (once per key per process: its gate), every later one is the library's own run."""
     guard = current()
-    if guard.epoch.installed is None or len(autotuner.configs) < 2:
+    if guard.epoch.installed is None or len(configs_of(autotuner)) < 2:
         return original(autotuner, *args, **kwargs)
     state = state_for(autotuner)
     if state.mode == "off":
@@ -113,20 +114,17 @@ def run(autotuner, original, args, kwargs):
     key = library_key(autotuner, args, kwargs)
     if key in state.selected:
         return original(autotuner, *args, **kwargs)
-    with registry().gate(autotuner, key):
-        if key not in state.selected:
-            choice = LibTunerChoice(autotuner, state, key, (args, kwargs), original)
-            decision = decide(state.epoch, choice)
-            if decision.tuned is not None:  # the library tuned it here: its launch ran the kernel
-                state.selected.setdefault(key, decision.tuned.chosen)
-                return decision.tuned.result
-            if not decision.noted:  # a new policy was installed meanwhile: launch under it (past the gate)
-                state = None
-            else:
-                state.selected[key] = choice.chosen(decision)
-    if state is None:
-        return run(autotuner, original, args, kwargs)
-    return original(autotuner, *args, **kwargs)
+    choice = LibTunerChoice(autotuner, state, key, (args, kwargs), original)
+
+    def apply(index, tuned):
+        if tuned is not None:  # the library tuned it here: its launch ran the kernel
+            state.selected.setdefault(key, tuned.chosen)
+        elif index is not None:
+            state.selected[key] = choice.live[index]
+        return lambda: original(autotuner, *args, **kwargs)
+
+    return first_launch(state.epoch, lambda: None if key in state.selected else choice, apply,
+                        lambda: run(autotuner, original, args, kwargs), gate=registry().gate(autotuner, key))
 
 
 class LibTunerChoice(TritonChoice):
@@ -149,8 +147,8 @@ class LibTunerChoice(TritonChoice):
 
 def library_key(autotuner, args, kwargs) -> tuple:
     """The key ``LibTuner.run`` decides by, computed as it computes it."""
-    named = {**dict(zip(autotuner.arg_names, args)), **kwargs}
-    return autotuner.get_key({k: v for k, v in named.items() if k in autotuner.arg_names})
+    named = {**dict(zip(argument_names(autotuner), args)), **kwargs}
+    return autotuner.get_key({k: v for k, v in named.items() if k in argument_names(autotuner)})
 
 
 def state_for(autotuner) -> TunerState:
@@ -170,12 +168,12 @@ def state_for(autotuner) -> TunerState:
         attrs = autotuner.__dict__
         if CACHE_PATCH_ATTR not in attrs:
             attrs[CACHE_PATCH_ATTR] = _patching.shadow(autotuner, "cache", GovernedCache(attrs, attrs["cache"]))
-        guard.launched(guard.epoch, state.qualified, {k for c in autotuner.configs for k in c.kwargs})
+        guard.launched(guard.epoch, state.qualified, {k for c in configs_of(autotuner) for k in c.kwargs})
         if state.epoch.policy.enumerate:
             logger.info("autotuner %s (FlagGems LibTuner): %d candidates, %s", state.qualified,
-                        len(autotuner.configs), state.mode)
+                        len(configs_of(autotuner)), state.mode)
         attrs[STATE_ATTR] = state
         return state
 
 
-families.register(LibTunerFamily())
+registered.register(LibTunerFamily())

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import sys
 from types import FunctionType
 
 from ...core.errors import SelectionError
@@ -24,7 +23,7 @@ from ...runtime import current
 from .. import _patching
 from . import families
 from .registry import registry
-from .seam import frame_function, frame_locals
+from .seam import caller_frame, frame_function, frame_locals, frame_module, outer_frame
 from .tuner import STATE_ATTR, TunerState
 
 logger = logging.getLogger("autotune_guard")
@@ -138,7 +137,7 @@ def _sentinel(original, timer: str):
     def sentinel(*args, **kwargs):
         epoch = current().epoch
         if epoch.installed is not None:
-            attribute(sys._getframe(1), timer, epoch.settled_policy())
+            attribute(caller_frame(), timer, epoch.settled_policy())
         return original(*args, **kwargs)
 
     sentinel._autotune_guard = True
@@ -158,11 +157,11 @@ def attribute(frame, timer: str, policy) -> None:
     autotuner-like object or the frame holding the candidates, else the plain caller."""
     frames = []
     while frame is not None and len(frames) < _FRAMES:
-        module = str(frame.f_globals.get("__name__", ""))
+        module = frame_module(frame)
         if module.startswith(ACCOUNTED) or _governed_autotuner(frame_locals(frame).get("self")):
             return
         frames.append((frame, module))
-        frame = frame.f_back
+        frame = outer_frame(frame)
     if any(module == TEMPLATE_SELECTION for _, module in frames):
         return _name_template_selection(frames, timer, policy)
     for frame, module in frames:
@@ -221,4 +220,4 @@ def _name_function(frame, timer, policy, count) -> None:
 def _where(frame) -> str:
     owner = frame_locals(frame).get("self")
     name = f"{type(owner).__qualname__}.{frame_function(frame)}" if owner is not None else frame_function(frame)
-    return f"{frame.f_globals.get('__name__', '?')}.{name}"
+    return f"{frame_module(frame) or '?'}.{name}"

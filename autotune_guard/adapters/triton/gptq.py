@@ -17,19 +17,20 @@ import math
 
 from ... import deciding
 from ...core.model import ChoiceKey, base_name, descriptor, key_text, provenance, signature
+from ...deciding import families as registered
 from ...runtime import current
-from . import families
 from .foreign import kernel_of
 from .provenance import fusion_now, source_text
 from .registry import registry
-from .seam import set_call_arguments, timings_now
+from .seam import configs_of, set_call_arguments, timings_now
 from .tuner import MISSING, NAME_ATTR
 
 DECIDED_ATTR = "_autotune_guard_gptq"  # on the tuner: (epoch generation, the keys decided under it)
 
 
-class GptqFamily(families.Family):
+class GptqFamily(registered.Family):
     name = "GPTQ custom_autotune"
+    recognises = "kernel-interface-run"
 
     def shaped(self, owner) -> bool:
         """custom_autotune's three methods, defined together by one class (a class with only some,
@@ -47,26 +48,35 @@ class GptqFamily(families.Family):
         found = autotuner.__dict__.get(DECIDED_ATTR, (None, ()))  # (read only: made under the lock)
         if found[0] == epoch.generation and key in found[1] and key in autotuner.cache:
             return original(autotuner, *args, **kwargs)  # the steady state: the tuner's cached path
-        with registry().lock_of(autotuner):  # the tuner keeps per-launch state: one first launch at a time
-            decided = _decided(autotuner, epoch)
-            if key in decided and key in autotuner.cache:
-                return original(autotuner, *args, **kwargs)
-            # module.function of the Python function under fn (the interpreter's function is Triton's own)
-            qualified = autotuner.__dict__.setdefault(NAME_ATTR, kernel_of(autotuner) or type(autotuner).__qualname__)
-            if epoch.policy.mode == "off" or not epoch.policy.in_scope(base_name(qualified)):
-                decided.add(key)  # left to its own tuning (AUTOTUNE_MODULES, AUTOTUNE_CONFIG_INVARIANT)
-                return original(autotuner, *args, **kwargs)
-            current().launched(epoch, qualified, {k for c in autotuner.configs for k in c.kwargs})
-            tunable = GptqTunable(epoch, autotuner, original, args, kwargs, key, qualified)
-            decision = deciding.decide(epoch, tunable)
-            if decision.tuned is not None:  # the tuner's own launch decided it (and ran the kernel)
-                decided.add(key)
-                return decision.tuned.result
-            if not decision.noted:  # another policy was installed meanwhile: choose under it
-                return self.run(autotuner, original, args, kwargs)
-            autotuner.cache[key] = tunable.live[decision.index]
-            decided.add(key)
-        return original(autotuner, *args, **kwargs)
+        made = []
+
+        def apply(index, tuned):
+            if made and tuned is None and index is not None:
+                autotuner.cache[key] = made[0].live[index]
+            if made:
+                _decided(autotuner, epoch).add(key)
+            return None if tuned is not None else (lambda: original(autotuner, *args, **kwargs))
+
+        # the tuner keeps per-launch state: one first launch at a time (its lock)
+        return deciding.first_launch(epoch, lambda: _pending(epoch, autotuner, original, args, kwargs, key, made),
+                                     apply, lambda: self.run(autotuner, original, args, kwargs),
+                                     gate=registry().lock_of(autotuner))
+
+
+def _pending(epoch, autotuner, original, args, kwargs, key, made: list):
+    """The key's Tunable (also put in ``made``), or None where it is decided already or left to the
+    tuner's own tuning (AUTOTUNE_MODULES, AUTOTUNE_CONFIG_INVARIANT)."""
+    decided = _decided(autotuner, epoch)
+    if key in decided and key in autotuner.cache:
+        return None
+    # module.function of the Python function under fn (the interpreter's function is Triton's own)
+    qualified = autotuner.__dict__.setdefault(NAME_ATTR, kernel_of(autotuner) or type(autotuner).__qualname__)
+    if epoch.policy.mode == "off" or not epoch.policy.in_scope(base_name(qualified)):
+        decided.add(key)
+        return None
+    current().launched(epoch, qualified, {k for c in configs_of(autotuner) for k in c.kwargs})
+    made.append(GptqTunable(epoch, autotuner, original, args, kwargs, key, qualified))
+    return made[0]
 
 
 def library_key(autotuner, args) -> tuple:
@@ -99,7 +109,7 @@ class GptqTunable(deciding.Tunable):
         self.descriptors = [descriptor(c) for c in self.live]
 
     def every(self):
-        return [descriptor(c) for c in self.autotuner.configs]
+        return [descriptor(c) for c in configs_of(self.autotuner)]
 
     def provenance(self) -> dict:
         tuner, facts = self.autotuner, current().facts
@@ -133,4 +143,4 @@ def _named(fn):
     return None if fn is None else f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', '?')}"
 
 
-families.register(GptqFamily())
+registered.register(GptqFamily())

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 
 from ...core.errors import UnsupportedError
 from ...runtime import current
@@ -63,16 +62,16 @@ def state_for(autotuner, launching=None) -> TunerState:
         state = TunerState(autotuner, epoch, lock, previous)
         state.strategy = launch.choose(state)
         state.run = state.strategy.run
-        guard.launched(epoch, state.qualified, {k for c in autotuner.configs for k in c.kwargs})
+        guard.launched(epoch, state.qualified, {k for c in seam.configs_of(autotuner) for k in c.kwargs})
         _announce(autotuner, state)
         if isinstance(state.strategy, launch.PinThroughPruning) or isinstance(previous, TunerState):
             _clear_pins(autotuner, state, previous)
         if state.mode in observe.OBSERVED_MODES and not state.library_check:
             observe.observe_cache(autotuner)  # before any launch can see the state
         autotuner.__dict__[STATE_ATTR] = state
-        if state.library_check and launching is not None and autotuner.cache and state.mode != "off":
+        if state.library_check and launching is not None and seam.cache_of(autotuner) and state.mode != "off":
             library.check_entry(autotuner, state, *launching)
-        if state.mode in observe.OBSERVED_MODES and autotuner.cache:
+        if state.mode in observe.OBSERVED_MODES and seam.cache_of(autotuner):
             observe.observe(autotuner, state, MISSING)  # winners Triton chose before this epoch
         go_direct = getattr(state.strategy, "go_direct", None)
         if go_direct is not None:  # later launches skip this run
@@ -84,7 +83,7 @@ def _clear_pins(autotuner, state, previous) -> None:
     """Entries an earlier epoch pinned through Triton's cache are not Triton's winners; a pin
     through pruning governs keys Triton chose before too (they are timed again under a later auto
     policy). A subclass that fills the cache itself keeps what is not known to be Triton's."""
-    cache = autotuner.cache
+    cache = seam.cache_of(autotuner)
     if isinstance(previous, TunerState) and isinstance(previous.strategy, launch.PinThroughPruning):
         for key, config in previous.selected.items():
             if cache.get(key) is config:
@@ -98,17 +97,17 @@ def _clear_pins(autotuner, state, previous) -> None:
 
 
 def _announce(autotuner, state) -> None:
-    if state.epoch.policy.enumerate and len(autotuner.configs) > 1:
+    if state.epoch.policy.enumerate and len(seam.configs_of(autotuner)) > 1:
         how = {"off": "left to Triton (out of scope)", "pinned": "pinned", "consensus": "consensus"}.get(
             state.mode, "timed")
-        logger.info("autotuner %s: %d candidates, %s", state.qualified, len(autotuner.configs), how)
+        logger.info("autotuner %s: %d candidates, %s", state.qualified, len(seam.configs_of(autotuner)), how)
 
 
 def prune(self, kwargs):
     """Triton 3.8+: the kernel's own pruning, then, for a pinned autotuner, the chosen config as its
     only survivor (Triton caches it without timing). Called by Triton's run for a key not in its
     cache; the pruning functions see this call's own arguments (``seam.pruned``)."""
-    key, pruned = seam.pruned(self, sys._getframe(1), kwargs)
+    key, pruned = seam.pruned(self, seam.caller_frame(), kwargs)
     while True:
         state = self.__dict__.get(STATE_ATTR)
         if not isinstance(state, TunerState) or not state.is_current():
@@ -121,7 +120,7 @@ def prune(self, kwargs):
             key = state.key.of((), {**seam.shared_arguments(self), **kwargs})
         config = state.selected.get(key)
         if config is None:
-            config = pinned_choice(self, state, key, list(pruned))
+            config = pinned_choice(self, state, key, list(pruned), lambda chosen: chosen, lambda: None)
             if config is None:  # a new policy was installed meanwhile: choose under it
                 continue
         state.seen.add(key)

@@ -26,9 +26,9 @@ import types
 from ...runtime import current
 from .. import _patching
 from . import library, observe
-from .eager import first_launch, pinned_choice
+from .eager import first_launch_of, pinned_choice
 from .registry import RUN_PATCH_ATTR, registry
-from .seam import cached_run, candidates, held_run, swap_run, timings_now
+from .seam import cache_of, cached_run, candidates, configs_of, has_config_pre_hooks, held_run, swap_run, timings_now
 
 
 class Untouched:
@@ -44,7 +44,7 @@ class Observe:
     def run(self, autotuner, state, args, kwargs):
         if not state.library_check:  # the cache notes what Triton stores (observe_cache at go_direct)
             return registry().original_run(autotuner, *args, **kwargs)
-        cache = autotuner.cache
+        cache = cache_of(autotuner)
         if state.library_check and len(cache) != len(state.seen):
             library.check_entry(autotuner, state, args, kwargs)
         before = len(cache)
@@ -73,7 +73,7 @@ class PinThroughPruning:
     def run(self, autotuner, state, args, kwargs):
         if state.library_check:
             with state.lock:
-                if len(autotuner.cache) != len(state.seen):
+                if len(cache_of(autotuner)) != len(state.seen):
                     library.check_entry(autotuner, state, args, kwargs)
                 return held_run(autotuner, state, *args, **kwargs)
         return held_run(autotuner, state, *args, **kwargs)
@@ -84,10 +84,10 @@ class PinThroughPruning:
         miss it (its listener takes the launches back)."""
         if state.library_check:
             return
-        if not any(c.pre_hook for c in autotuner.configs):
+        if not has_config_pre_hooks(autotuner):
             run = types.MethodType(registry().original_run, autotuner)  # no pre_hook reads the arguments threads share
         elif registry().caps.writes_out_decided:
-            run = functools.partial(cached_run, autotuner, state, autotuner.cache)
+            run = functools.partial(cached_run, autotuner, state, cache_of(autotuner))
         else:
             run = functools.partial(held_run, autotuner, state)
         _shadow(autotuner, state, run)
@@ -115,7 +115,7 @@ class PinBySwap:
 
     def go_direct(self, autotuner, state) -> None:
         """Decided keys through ``cached_run``; past the newest tested release, every launch here."""
-        if state.library_check or len(autotuner.configs) < 2 or not registry().caps.writes_out_cached:
+        if state.library_check or len(configs_of(autotuner)) < 2 or not registry().caps.writes_out_cached:
             return
         _shadow(autotuner, state, functools.partial(cached_run, autotuner, state, state.selected))
 
@@ -128,22 +128,20 @@ class PinBySwap:
         lock = state.lock
         lock.acquire()
         try:
-            if len(autotuner.configs) < 2:
+            if len(configs_of(autotuner)) < 2:
                 return registry().original_run(autotuner, *args, **kwargs)
             key = state.key.of(args, kwargs)
             config = state.selected.get(key)
             if config is None:
                 if library.leaves_to_library(autotuner, state, key):
                     return registry().original_run(autotuner, *args, **kwargs)
-                config = self.choose(autotuner, state, key, args, kwargs)
-                if config is None:  # a new policy was installed meanwhile: launch under it
-                    return autotuner.run(*args, **kwargs)
+                # a new policy installed meanwhile: the launch under it
+                return pinned_choice(autotuner, state, key, candidates(autotuner, args, kwargs),
+                                     lambda config: swap_run(autotuner, config, args, kwargs),
+                                     lambda: autotuner.run(*args, **kwargs))
             return swap_run(autotuner, config, args, kwargs)
         finally:
             lock.release()
-
-    def choose(self, autotuner, state, key, args, kwargs):
-        return pinned_choice(autotuner, state, key, candidates(autotuner, args, kwargs))
 
 
 class ConsensusBySwap(PinBySwap):
@@ -151,13 +149,13 @@ class ConsensusBySwap(PinBySwap):
 
     def run(self, autotuner, state, args, kwargs):
         with state.lock:
-            key = state.key.of(args, kwargs) if len(autotuner.configs) > 1 else None
+            key = state.key.of(args, kwargs) if len(configs_of(autotuner)) > 1 else None
             config = None if key is None else state.selected.get(key)
             if key is None or config is not None or library.leaves_to_library(autotuner, state, key):
                 return swap_run(autotuner, config, args, kwargs) if config is not None else \
                     registry().original_run(autotuner, *args, **kwargs)
         # A key consensus has not decided yet: outside the lock, which the decision takes after its gate.
-        return first_launch(autotuner, state, key, args, kwargs)
+        return first_launch_of(autotuner, state, key, args, kwargs)
 
 
 STRATEGIES = {name: cls() for name, cls in (("off", Untouched), ("auto", Observe), ("record", Observe),

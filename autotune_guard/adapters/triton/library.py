@@ -15,6 +15,7 @@ from ...runtime import current
 from .. import _patching
 from . import families
 from .eager import TritonChoice
+from .seam import cache_of
 from .tuner import MISSING, STATE_ATTR, kernel_name
 
 PROBED_ATTR = "_autotune_guard_probed"
@@ -95,7 +96,7 @@ def _never_reaches_triton(autotuner, owner, policy) -> None:
 def check_entry(autotuner, state, args, kwargs) -> None:
     """The subclass put a config into ``cache`` for this launch's key before calling Triton's run."""
     key = state.key.of(args, kwargs)
-    if key in autotuner.cache and key not in state.seen and key not in state.accounted:
+    if key in cache_of(autotuner) and key not in state.seen and key not in state.accounted:
         library_chose(autotuner, state, key)
 
 
@@ -103,13 +104,13 @@ def leaves_to_library(autotuner, state, key) -> bool:
     """Whether ``key``'s config is the library's own (swap strategies: then Triton's run as it is)."""
     if key in state.library:
         return True
-    return (state.library_check and key in autotuner.cache and key not in state.accounted
+    return (state.library_check and key in cache_of(autotuner) and key not in state.accounted
             and library_chose(autotuner, state, key))
 
 
 def library_chose(autotuner, state, key) -> bool:
     """Log the library's choice as ``library`` (pinned: named once, or refused with on_miss=error)."""
-    config = autotuner.cache[key]
+    config = cache_of(autotuner)[key]
     choice = TritonChoice(autotuner, state, key)
     desc = descriptor(config)
     if state.mode == "pinned":

@@ -10,13 +10,11 @@ says which (not under TRITON_INTERPRET=1), else the label is inferred from Trito
 
 from __future__ import annotations
 
-import sys
-
 from .. import _patching
 from ...core.model import descriptor, signature
 from ...deciding import selected
 from .eager import TritonChoice, note_winner
-from .seam import how_chosen, how_stored, timing_in
+from .seam import cache_of, caller_frame, how_chosen, how_stored, timing_in
 from .registry import registry
 from .tuner import MISSING, STATE_ATTR
 
@@ -35,18 +33,18 @@ class ObservedCache(dict):
         dict.__setitem__(self, key, config)
         state = self.autotuner.__dict__.get(STATE_ATTR)
         if state is not None and state.mode in OBSERVED_MODES and key not in state.seen and state.is_current():
-            stored(self.autotuner, state, key, config, sys._getframe(1))
+            stored(self.autotuner, state, key, config, caller_frame())
 
 
 def observe_cache(autotuner):
     """The autotuner's ``cache`` as an ``ObservedCache`` (the same entries), once; its Patch is
     kept on the autotuner, so that it can be undone."""
-    cache = autotuner.cache
+    cache = cache_of(autotuner)
     if type(cache) is not ObservedCache:
         observed = ObservedCache(cache)
         observed.autotuner = autotuner
         autotuner.__dict__[CACHE_PATCH_ATTR] = _patching.shadow(autotuner, "cache", observed)
-    return autotuner.cache
+    return cache_of(autotuner)
 
 
 def stored(autotuner, state, key, config, frame) -> None:
@@ -75,14 +73,14 @@ def reselect(autotuner, state, key, frame, config, timings) -> tuple:
     choice = TritonChoice(autotuner, state, key, (args, kwargs), live=live)
     tuned = selected(state.epoch, choice, "timed", known=(known, None))
     winner = live[choice.descriptors.index(tuned.winner)]
-    dict.__setitem__(autotuner.cache, key, winner)
+    dict.__setitem__(cache_of(autotuner), key, winner)
     return winner, tuned.measured
 
 
 def observe(autotuner, state, timings_before) -> None:
     """Note the winners Triton chose that are not accounted for: the one this launch added (the
     newest entry) and any chosen before this epoch (``timings_before`` is MISSING: no launch)."""
-    cache = autotuner.cache
+    cache = cache_of(autotuner)
     heard = getattr(registry().heard, "value", None)
     registry().heard.value = None
     newest = next(reversed(cache), None) if cache and timings_before is not MISSING else MISSING

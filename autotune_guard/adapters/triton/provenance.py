@@ -14,6 +14,7 @@ from ...core.model import descriptor, provenance
 from ...core.numerics import fp_fusion
 from ...runtime import current
 from .registry import registry
+from .seam import configs_of, jit_function
 from .tuner import _source_of
 
 PROVENANCE_ATTR = "_autotune_guard_provenance"
@@ -23,14 +24,14 @@ REQUESTED_ATTR = "_autotune_guard_fp_fusion"  # the kernel's own enable_fp_fusio
 def of(autotuner) -> dict:
     """The autotuner's provenance over its declared candidates (kept while ``configs`` is the same list)."""
     kept = autotuner.__dict__.get(PROVENANCE_ATTR)
-    if kept is not None and kept[0] is autotuner.configs:
+    if kept is not None and kept[0] is configs_of(autotuner):
         return kept[1]
     with registry().lock_of(autotuner):  # a swapped launch of another key (``calls.swap_run``) is over
         return _of(autotuner)
 
 
 def _of(autotuner) -> dict:
-    configs = autotuner.configs
+    configs = configs_of(autotuner)
     kept = autotuner.__dict__.get(PROVENANCE_ATTR)
     if kept is not None and kept[0] is configs:
         return kept[1]
@@ -71,7 +72,7 @@ def fusion_now(requested, triton_version) -> dict:
 def source_text(autotuner) -> str:
     """The kernel's source: the JITFunction's text, else (the interpreter's function) the Python
     function's from ``def`` on, read from its file; '' where neither is known."""
-    source = _source_of(autotuner.fn)
+    source = _source_of(jit_function(autotuner))
     if source:
         return source
     fn = getattr(autotuner, "base_fn", None) or getattr(autotuner, "fn", None)

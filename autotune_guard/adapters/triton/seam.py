@@ -3,7 +3,9 @@
 frame that stored a winner), its cached launch path written out (``cached_run``), its run called
 the ways the strategies need (under the autotuner's lock: ``held_run``; with ``configs`` swapped to
 the chosen one: ``swap_run``; a tuning launch: ``tuning_launch``), the candidates after the kernel's
-own pruning, its tuning key and Config defaults, and 3.8+'s autotuning listener. The registry's
+own pruning, its tuning key and Config defaults, and 3.8+'s autotuning listener. Every other module
+reads an autotuner's fields and frames through this one (``cache_of``, ``configs_of``,
+``caller_frame``, ...; ``scripts/house_metrics.py`` flags a read elsewhere). The registry's
 ``Capabilities`` (read once at the patch) choose between a release's variants. A failed launch
 leaves the autotuner as it was.
 """
@@ -11,10 +13,50 @@ leaves the autotuner as it was.
 from __future__ import annotations
 
 import inspect
+import sys
 
 from ...core.model import OPTION_FIELDS, TuningKey, descriptor, signature
 from .. import _patching
 from .registry import MISSING, registry
+
+
+# --- the autotuner's fields: every other module reads them through these ------------------------
+
+def cache_of(autotuner) -> dict:
+    """Triton's cache of winners by tuning key (a library subclass may fill it itself)."""
+    return autotuner.cache
+
+
+def configs_of(autotuner) -> list:
+    """Every declared candidate Config, in declaration order."""
+    return autotuner.configs
+
+
+def argument_names(autotuner) -> list:
+    return autotuner.arg_names
+
+
+def kernel_function(autotuner):
+    """The Python function under the JIT function (``base_fn``), else the JIT function itself."""
+    return getattr(autotuner, "base_fn", None) or autotuner.fn
+
+
+def jit_function(autotuner):
+    return autotuner.fn
+
+
+def has_config_pre_hooks(autotuner) -> bool:
+    """Whether a candidate Config carries a ``pre_hook`` (Triton's cached path then runs it)."""
+    return any(c.pre_hook for c in autotuner.configs)
+
+
+def caller_frame(depth: int = 1):
+    """The frame ``depth`` calls above the caller of this function."""
+    return sys._getframe(depth + 1)
+
+
+def outer_frame(frame):
+    return frame.f_back
 
 
 def tuning_key(autotuner) -> TuningKey:
@@ -326,6 +368,11 @@ class _OwnArguments:
 def frame_locals(frame) -> dict:
     """A frame's local names (a snapshot on 3.12 and older, a proxy on 3.13+: read, never written)."""
     return frame.f_locals
+
+
+def frame_module(frame) -> str:
+    """The name of the module whose code a frame runs ('' where it has none)."""
+    return str(frame.f_globals.get("__name__", ""))
 
 
 def frame_function(frame) -> str:

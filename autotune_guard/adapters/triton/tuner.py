@@ -10,7 +10,7 @@ from __future__ import annotations
 from ...core.model import base_name, kernel_identity, qualified_name, shared_name
 from ...runtime import current
 from .registry import MISSING, STATE_ATTR, registry  # noqa: F401  (MISSING, STATE_ATTR: re-exported)
-from .seam import tuning_key
+from .seam import configs_of, jit_function, kernel_function, tuning_key
 
 NAME_ATTR = "_autotune_guard_name"
 
@@ -58,9 +58,9 @@ def kernel_name(autotuner) -> str:
 
 
 def _unique_name(autotuner) -> str:
-    fn = getattr(autotuner, "base_fn", None) or autotuner.fn
+    fn = kernel_function(autotuner)
     base = qualified_name(fn)
-    identity = kernel_identity(_source_of(autotuner.fn), [str(config) for config in autotuner.configs])
+    identity = kernel_identity(_source_of(jit_function(autotuner)), [str(config) for config in configs_of(autotuner)])
     reg = registry()
     with reg.lock:
         first_identity, first_fn = reg.names.setdefault(base, (identity, fn))
