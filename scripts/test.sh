@@ -3,10 +3,11 @@
 # outside the checkout (scripts/venv.sh: torch first, then the Triton under test over it), with
 # autotune_guard installed as a regular package so that its .pth really runs in every process.
 #
-#   bash scripts/test.sh                      # Triton 3.9.0 and 3.3.1 (newest, oldest) with python3: CI
+#   bash scripts/test.sh                      # Triton 3.9.0 (the newest supported) with python3
+#   TRITONS="3.9.0 3.3.1" bash scripts/test.sh   # newest and oldest, both at once: CI (.ci/run)
 #   bash scripts/test.sh --all                # every Triton minor 3.3 ... 3.9 (latest patch of each)
 #   PYTHONS="python3.11 python3.12" bash scripts/test.sh
-#   TRITONS=3.9.0 bash scripts/test.sh -k pinned   # one release; other arguments go to pytest
+#   TRITONS=3.3.1 bash scripts/test.sh -k pinned   # one release; other arguments go to pytest
 #   GUARD_WORKERS=0 bash scripts/test.sh      # each pair's tests in one process (default: 2 pytest-xdist workers)
 #
 # The venvs are set up one after another, then every pair's tests run at once (they mostly wait on
@@ -62,7 +63,7 @@ ensure_redis_server() {
 }
 
 ALL_TRITONS="3.3.1 3.4.0 3.5.1 3.6.0 3.7.1 3.8.0 3.9.0"
-TRITONS="${TRITONS:-3.9.0 3.3.1}"
+TRITONS="${TRITONS:-3.9.0}"  # a user has the newest; .ci/run adds the oldest
 PYTHONS="${PYTHONS:-python3}"
 pytest_args=()
 for arg in "$@"; do
@@ -79,6 +80,7 @@ echo "  one venv per (Python, Triton) for $PYTHONS x Triton $TRITONS in $VENVS: 
 echo "  pytest, pytest-xdist, the redis client and this checkout ($PWD) as a package (a few GB the first time);"
 echo "  nothing else is installed. Then the pairs' test sessions run at once, each over $WORKERS pytest-xdist workers"
 echo "  (GUARD_WORKERS), their output in a folder under ${TMPDIR:-/tmp}. It asks no question."
+[ "$TRITONS" = 3.9.0 ] && echo "  Triton 3.9.0 is the newest supported; CI also tests the oldest: TRITONS=\"3.9.0 3.3.1\" bash scripts/test.sh"
 ensure_chromium
 ensure_redis_server
 

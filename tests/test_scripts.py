@@ -184,3 +184,18 @@ def test_demo_sh_says_where_and_what_before_it_builds_and_a_failed_set_up_leaves
     assert f"nothing is\n  installed outside {venvs}" in proc.stdout or f"installed outside {venvs}" in proc.stdout
     assert f"could not set up a venv for {tmp_path / 'no-such-python'} with Triton 3.9.0 in {venvs}" in proc.stderr
     assert not venvs.exists()  # nothing was made
+
+
+def test_test_sh_without_tritons_tests_the_newest_and_names_the_ci_command(tmp_path):
+    """Issue 45: the README's command tests Triton 3.9.0 alone (one session over both cores, and the
+    long claimer's), and says how CI adds the oldest; .ci/run names both."""
+    venvs, notes, python = _pretend_venvs(tmp_path, ("3.9.0", "3.3.1"))
+    env = {**os.environ, "PYTHONS": python, "GUARD_VENVS": str(venvs), "GUARD_CHROMIUM": "true"}
+    env.pop("GUARD_LONG", None), env.pop("TRITONS", None)
+    proc = subprocess.run(["bash", os.path.join(REPO, "scripts", "test.sh")], env=env, capture_output=True,
+                          text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    started = [line.split() for line in notes.read_text().splitlines() if line.startswith("start")]
+    assert sorted(s[2] for s in started) == ["3.9.0", "3.9.0"], started  # the session and the claimer's
+    assert 'CI also tests the oldest: TRITONS="3.9.0 3.3.1" bash scripts/test.sh' in proc.stdout, proc.stdout
+    assert 'TRITONS="3.9.0 3.3.1" exec bash scripts/test.sh' in open(os.path.join(REPO, ".ci", "run")).read()
