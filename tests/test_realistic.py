@@ -60,7 +60,8 @@ def test_every_mode_and_the_readme_command_twice_with_a_real_jobs_timing(tmp_pat
 
     assert [r["timed"] for r in plain.wait().passed(3)] == [24, 24, 24]  # auto: every rank times every key
     recorded = record.wait().passed(3)
-    assert all(r["timed"] == 24 for r in recorded)
+    # record: every rank times every key (Triton's pass), then its finalists again (docs/winners.md)
+    assert all(r["timed"] >= 24 for r in recorded), recorded
     table = tmp_path / "merged" / "interpret.json"
     table.parent.mkdir()
     report("merge", tmp_path / "rec" / "run", "-o", table)
