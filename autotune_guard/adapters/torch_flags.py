@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import sys
 
+from ..core import switches
+
 
 def provide_facts(guard, inductor_flag=None) -> None:
     """``inductor_flag(name, variable)``: whether Inductor's config ``name`` is on (None: not read)."""
@@ -49,9 +51,4 @@ def determinism_reason(inductor_flag=None) -> str:
 
 
 def _vllm_batch_invariant() -> bool:
-    # vLLM reads it as an integer, non-zero meaning on (vllm/envs.py, csrc/core/batch_invariant.hpp).
-    text = os.environ.get("VLLM_BATCH_INVARIANT", "").strip()
-    try:
-        return int(text) != 0
-    except ValueError:
-        return False
+    return switches.batch_invariant(os.environ.get(switches.BATCH_INVARIANT, ""))

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Mapping
 
+from .terminal import on_one_line
+
 BATCH_INVARIANT = "VLLM_BATCH_INVARIANT"
 OFF = ("", "0", "false", "no", "off")
 AITER_SUFFIX = "_TRITON_AUTOTUNE"  # aiter's <FAMILY>_TRITON_AUTOTUNE: a family's run-time tuning opted in
@@ -33,12 +35,17 @@ def in_force(environ: Mapping[str, str]) -> dict[str, str]:
     return {n: environ[n] for n in sorted(names) if _on(n, environ[n])}
 
 
+def batch_invariant(value: str) -> bool:
+    """vLLM reads ``VLLM_BATCH_INVARIANT`` as an integer, non-zero meaning on (vllm/envs.py)."""
+    try:
+        return int(value.strip()) != 0
+    except ValueError:
+        return False
+
+
 def _on(name: str, value: str) -> bool:
-    if name == BATCH_INVARIANT:  # vLLM reads it as an integer, non-zero meaning on (vllm/envs.py)
-        try:
-            return int(value.strip()) != 0
-        except ValueError:
-            return False
+    if name == BATCH_INVARIANT:
+        return batch_invariant(value)
     return value.strip().lower() not in OFF
 
 
@@ -62,15 +69,10 @@ def combined(name: str, mode: str | None, mode_from: str | None, derived: str) -
 
 def startup_line(found: Mapping[str, str], mode: str | None, mode_from: str | None, derived: str) -> str:
     """One line: each switch in force with its value and how it combines with the mode."""
-    said = [f"{name}={printable(value)} ({combined(name, mode, mode_from, derived)})" for name, value in found.items()]
+    said = [f"{name}={on_one_line(value)} ({combined(name, mode, mode_from, derived)})" for name, value in found.items()]
     return "library switches in force: " + "; ".join(said)
 
 
 def shown(found: Mapping) -> str:
     """``NAME=value, ...`` for the report (values from a file: control characters escaped)."""
-    return ", ".join(f"{printable(str(name))}={printable(str(value))}" for name, value in found.items())
-
-
-def printable(text: str) -> str:
-    """``text`` with control characters escaped (a value read from a file stays on its line)."""
-    return text.encode("unicode_escape").decode("ascii") if not text.isprintable() else text
+    return ", ".join(f"{on_one_line(str(name))}={on_one_line(str(value))}" for name, value in found.items())

@@ -13,3 +13,9 @@ _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 def visible(text: str) -> str:
     """``text`` with each terminal control character written as ``\\xNN``."""
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def on_one_line(text: str) -> str:
+    """``visible``, newlines and tabs escaped too (``\\n``, ``\\t``): a value read from a file
+    stays on its line."""
+    return visible(text.replace("\n", "\\n").replace("\t", "\\t"))

@@ -9,8 +9,9 @@ from collections import Counter
 
 from . import html
 from ..core.numerics import numerics_text
-from ..core.switches import printable, shown
+from ..core.switches import shown
 from ..core.tables import provenance_lines
+from ..core.terminal import on_one_line
 from .output import dump_streamed
 from .reading import Source, label_list, md, read_sources, source_json
 from .rows import Rows, details_reader
@@ -58,7 +59,7 @@ def _settings(doc: dict) -> list[str]:
     """What the process ran under beside its configs: its FP fusion, the libraries' switches in force."""
     found = []
     if isinstance(doc.get("numerics"), dict):
-        found.append(printable(numerics_text(doc["numerics"])))
+        found.append(on_one_line(numerics_text(doc["numerics"])))
     if isinstance(doc.get("switches"), dict) and doc["switches"]:
         found.append(f"switches {shown(doc['switches'])}")
     return found

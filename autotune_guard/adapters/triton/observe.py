@@ -11,7 +11,6 @@ says which (not under TRITON_INTERPRET=1), else the label is inferred from Trito
 from __future__ import annotations
 
 from .. import _patching
-from ...core.model import descriptor, signature
 from ...deciding import selected
 from .eager import TritonChoice, note_winner
 from .seam import cache_of, caller_frame, how_chosen, how_stored, timing_in
@@ -54,12 +53,12 @@ def stored(autotuner, state, key, config, frame) -> None:
     how, timings = how_stored(autotuner, config, frame)
     measured = None
     if how == "timed" and timings and state.mode == "record":
-        config, measured = reselect(autotuner, state, key, frame, config, timings)
+        config, measured = reselect(autotuner, state, key, frame, config)
     if note_winner(autotuner, state, key, config, how, timings, measured=measured):
         state.seen.add(key)
 
 
-def reselect(autotuner, state, key, frame, config, timings) -> tuple:
+def reselect(autotuner, state, key, frame, config) -> tuple:
     """(the config to launch and keep, what was measured) for a key Triton just timed in one pass:
     the finalists timed again in rounds (``deciding.selected``, Triton's timings as the first pass),
     the verdict written into ``cache`` where Triton reads it for its launch. Triton's pick stands
@@ -67,9 +66,9 @@ def reselect(autotuner, state, key, frame, config, timings) -> tuple:
     timing = timing_in(frame)
     if timing is None or state.epoch.policy.retime_rounds <= 0 or len(timing[0]) < 2:
         return config, None
-    live, args, kwargs = timing
-    known = {i: timings[signature(descriptor(c))] for i, c in enumerate(live)
-             if signature(descriptor(c)) in timings}
+    triton_timings, args, kwargs = timing
+    live = list(triton_timings)
+    known = dict(enumerate(triton_timings.values()))  # the first pass, by index (as_sample reads each)
     choice = TritonChoice(autotuner, state, key, (args, kwargs), live=live)
     tuned = selected(state.epoch, choice, "timed", known=(known, None))
     winner = live[choice.descriptors.index(tuned.winner)]

@@ -243,12 +243,12 @@ def how_stored(autotuner, config, frame) -> tuple:
 
 
 def timing_in(frame) -> tuple | None:
-    """(the live candidates Triton just timed, in its order; the launch's args; its kwargs), read
-    from the frame storing the winner (``benchmark`` from 3.4 on, ``run`` before); None elsewhere."""
+    """(Triton's timings by live candidate, in its order; the launch's args; its kwargs), read from
+    the frame storing the winner (``benchmark`` from 3.4 on, ``run`` before); None elsewhere."""
     found = frame.f_locals if frame is not None else {}
     timings, args, kwargs = found.get("timings"), found.get("args"), found.get("kwargs")
     if isinstance(timings, dict) and isinstance(args, tuple) and isinstance(kwargs, dict):
-        return list(timings), args, kwargs
+        return timings, args, kwargs
     return None
 
 
