@@ -21,6 +21,8 @@
 #   mm        a max-autotune mm under torch.compile (scripts/gpu/templates_proof.py)
 #   split     split tuning (AUTOTUNE_CONSENSUS_SPLIT=1) against one rank timing all: 4 ranks, one key of a
 #             real kernel with 8 configs (scripts/gpu/split_proof.py); the ranks share the one GPU
+#   winners   cold first runs of the README's command against plain Triton's picks and a careful
+#             re-timing of every candidate (issue 43): WINNERS="guard plain guard onepass guard audit"
 #   liger     Liger-Kernel's own tests for autotuned ops, at the installed version: plain, pinned, the
 #             README's command twice; each must pass the same tests
 #
@@ -47,18 +49,26 @@ setup() {
 }
 
 # run NAME SETTINGS...: one 4-rank job of train_lm.py, its RESULT lines and benchmark calls under $W/NAME
+# NPROC: ranks (4); a job that could not end before ACCEPT_DEADLINE (seconds of this script, with
+# RUN_RESERVE for the job) is skipped and said, so that a short lease still brings its results back.
 run() {
   local name=$1; shift
+  if (( SECONDS + ${RUN_RESERVE:-150} > ${ACCEPT_DEADLINE:-999999} )); then
+    echo "$name: skipped, ${SECONDS} s in, ACCEPT_DEADLINE=${ACCEPT_DEADLINE}"; return 1
+  fi
   rm -rf "$W/$name"; mkdir -p "$W/$name"
   local start=$SECONDS
   local cache=${CACHE:-$W/$name}  # CACHE: compile caches shared between runs (the steady phase)
   env ACCEPT_CALLS="$W/$name" PYTHONPATH="$REPO/scripts/gpu/acceptance/counting" TORCHINDUCTOR_CACHE_DIR="$cache/inductor" \
-    TRITON_CACHE_DIR="$cache/triton" "$@" timeout 420 "$PY" -m torch.distributed.run --standalone --nproc-per-node 4 \
+    TRITON_CACHE_DIR="$cache/triton" "$@" timeout 420 "$PY" -m torch.distributed.run --standalone --nproc-per-node "${NPROC:-4}" \
     scripts/gpu/acceptance/train_lm.py "$STEPS" > "$W/$name/log.txt" 2>&1
   local rc=$?
   echo "$name: exit $rc in $((SECONDS - start)) s; $(grep -c '^RESULT' "$W/$name/log.txt") ranks finished"
   [ $rc = 0 ] || tail -25 "$W/$name/log.txt"
   cp "$W/$name/log.txt" "$OUT/$name.log"
+  if ls "$W/$name"/picks.*.json > /dev/null 2>&1; then  # ACCEPT_PICKS=1: the winners phase's evidence
+    mkdir -p "$OUT/winners/$name" && cp "$W/$name"/picks.*.json "$W/$name"/audit.*.json "$OUT/winners/$name/" 2>/dev/null
+  fi
 }
 
 summary() {  # the runs named, as one table: calls, first step, steady step against plain, hashes
@@ -70,6 +80,7 @@ phase_train() {
   run plain
   mkdir -p "$W/tables" && rm -f "$W/tables"/*
   run readme1 AUTOTUNE_MODE=consensus AUTOTUNE_TABLE_PATH="$W/tables"
+  [ -d "$OUT/winners/readme1" ] && cp "$W/tables"/*.json "$OUT/winners/readme1/"  # a guard job for the winners phase
   run readme2 AUTOTUNE_MODE=consensus AUTOTUNE_TABLE_PATH="$W/tables"
   run pinned AUTOTUNE_MODE=pinned AUTOTUNE_TABLE_PATH="$W/tables"
   cp "$W/tables"/*.json "$OUT/" 2>/dev/null
@@ -120,6 +131,40 @@ print(f"steady step, mean of job medians: plain {statistics.mean(plain)*1e3:.2f}
       f"{sys.argv[2]} {statistics.mean(guarded)*1e3:.2f} ms (jobs {[round(v*1e3, 2) for v in guarded]}): "
       f"{statistics.mean(guarded)/statistics.mean(plain):.3f}x")
 PYEOF
+}
+
+# Winners worth freezing (issue 43), on the training program: WINNERS names the jobs in order, each
+# a 4-rank job with ACCEPT_PICKS (every process's choices, scripts/gpu/acceptance/counting/picks.py):
+#   guard    the README's first run: consensus over an empty table directory of its own
+#   onepass  the same with AUTOTUNE_RETIME_ROUNDS=0 (every candidate timed once: run 1 before issue 43)
+#   plain    no guard: each of the 4 ranks is a cold process drawing Triton's own pick
+#   audit    plain, one rank alone on the GPU, every key's candidates timed carefully (20 rounds)
+# The first job of a kind compiles cold in caches of its kind's own (guard and plain: the train
+# phase's readme1 and plain where it ran); the later ones find them compiled (their timing is still
+# cold: empty tables, fresh processes). The audit compiles in its own. Everything goes under
+# $OUT/winners/<job>/; scripts/gpu/acceptance/winners.py compares them (here, or wherever they land).
+phase_winners() {
+  local -A count=()
+  for kind in ${WINNERS:-guard plain guard onepass guard audit}; do
+    count[$kind]=$(( ${count[$kind]:-0} + 1 ))
+    local name="winners-$kind-${count[$kind]}" settings=(ACCEPT_PICKS=1)
+    case $kind in
+      guard|onepass) rm -rf "$W/wt-$name"; mkdir -p "$W/wt-$name"
+                     settings+=(AUTOTUNE_MODE=consensus AUTOTUNE_TABLE_PATH="$W/wt-$name")
+                     [ "$kind" = onepass ] && settings+=(AUTOTUNE_RETIME_ROUNDS=0) ;;
+      plain) ;;
+      audit) settings+=(ACCEPT_AUDIT=1) ;;
+      *) echo "WINNERS: $kind is not guard, onepass, plain or audit"; return 1 ;;
+    esac
+    # Compile caches: the train phase's where it ran (its readme1 and plain were cold), else the kind's own.
+    local cache="$W/cache-$kind"
+    [ "$kind" = guard ] && [ -d "$W/readme1/inductor" ] && cache="$W/readme1"
+    [ "$kind" = plain ] && [ -d "$W/plain/inductor" ] && cache="$W/plain"
+    CACHE="$cache" NPROC=$([ "$kind" = audit ] && echo 1 || echo 4) run "$name" "${settings[@]}" || continue
+    cp "$W/wt-$name"/*.json "$OUT/winners/$name/" 2>/dev/null
+    "$PY" "$REPO/scripts/gpu/acceptance/summarize.py" "$W" "$name" | sed -n 3p | tee -a "$OUT/summary.txt"
+  done
+  "$PY" "$REPO/scripts/gpu/acceptance/winners.py" "$OUT/winners" | tee -a "$OUT/summary.txt"
 }
 
 record_and_merge() {  # record mode, then its files merged into $W/merged/sm90.json (kept in $OUT)

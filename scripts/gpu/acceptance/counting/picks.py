@@ -1,0 +1,132 @@
+"""What each process of an acceptance job picked, and (one audit job) how good every candidate is.
+
+Measurement only, imported by ``sitecustomize`` when asked:
+
+* ``ACCEPT_PICKS=1``: at exit, ``$ACCEPT_CALLS/picks.<pid>.json`` holds every Triton autotuner's
+  ``cache`` as the guard's tables spell it (``module.function`` -> key text -> config signature),
+  every Inductor kernel tuned down to one launcher (its function name and size hints -> config),
+  and under the guard its choice log (what it launched: a pinned choice is not in ``cache``).
+* ``ACCEPT_AUDIT=1`` (a plain job of one rank, alone on the GPU): each key Triton tunes is timed
+  again carefully with Triton's own ``_bench``: every candidate once, then those within 5 % of the
+  best in ``ACCEPT_AUDIT_ROUNDS`` (20) interleaved rounds, alternating order; the medians go into
+  ``$ACCEPT_CALLS/audit.<pid>.json``. Inductor's kernels are not audited.
+"""
+
+import atexit
+import gc
+import json
+import os
+import statistics
+import sys
+
+AUDIT = {}  # kernel -> key text -> {"first": {sig: ms}, "careful": {sig: ms}, "triton": sig}
+BAND = 1.05
+
+
+def _names():
+    from autotune_guard.core.model import descriptor, key_text, qualified_name, signature
+
+    return (lambda config: signature(descriptor(config))), key_text, qualified_name
+
+
+def _kernel_function(tuner):  # as the guard names it (seam.kernel_function)
+    return getattr(tuner, "base_fn", None) or tuner.fn
+
+
+def _triton_picks():
+    from triton.runtime.autotuner import Autotuner
+
+    sig, key_text, qualified_name = _names()
+    found = {}
+    for tuner in [o for o in gc.get_objects() if issubclass(type(o), Autotuner)]:
+        cache = dict(tuner.cache)
+        if cache and len(tuner.configs) > 1:
+            found.setdefault(qualified_name(_kernel_function(tuner)), {}).update(
+                {key_text(key): sig(config) for key, config in cache.items()})
+    return found
+
+
+def _inductor_picks():
+    heuristics = sys.modules.get("torch._inductor.runtime.triton_heuristics")  # none where nothing compiled
+    if heuristics is None:
+        return {}
+    found = {}
+    for tuner in [o for o in gc.get_objects() if issubclass(type(o), heuristics.CachingAutotuner)]:
+        if len(tuner.configs) > 1 and len(tuner.launchers) == 1:
+            name = f"{getattr(tuner.fn, '__name__', '?')}|{getattr(tuner, 'size_hints', None)}"
+            found[name] = str(tuner.launchers[0].config)
+    return found
+
+
+def _guard_choices():
+    """The guard's own log of this process's choices (``arch|kernel|key`` -> ``signature;how``):
+    under the guard Triton's ``cache`` is not where a pinned choice lives."""
+    if "autotune_guard" not in sys.modules:
+        return {}
+    try:
+        return dict(sys.modules["autotune_guard"].choice_log())
+    except Exception as error:  # not installed in this process (a compile worker)
+        return {"error": repr(error)}
+
+
+def _write_audit():  # after each key: a job killed at its timeout keeps the keys audited so far
+    with open(os.path.join(os.environ["ACCEPT_CALLS"], f"audit.{os.getpid()}.json"), "w") as out:
+        json.dump(AUDIT, out, indent=1)
+
+
+def _write():
+    folder = os.environ["ACCEPT_CALLS"]
+    found = {"rank": os.environ.get("RANK", "0"), "triton": _triton_picks(), "inductor": _inductor_picks(),
+             "guard": _guard_choices()}
+    with open(os.path.join(folder, f"picks.{os.getpid()}.json"), "w") as out:
+        json.dump(found, out, indent=1)
+
+
+def _time(tuner, config, args, kwargs):
+    found = tuner._bench(*args, config=config, **kwargs)
+    return float(found[0] if isinstance(found, (list, tuple)) else found)
+
+
+def _careful(tuner, key, args, kwargs):
+    """Every candidate Triton timed for ``key``, once; the ones within BAND of the best in rounds."""
+    sig, key_text, qualified_name = _names()
+    configs = list(getattr(tuner, "configs_timings", None) or tuner.configs)
+    if len(configs) < 2:
+        return
+    tuner.nargs = dict(zip(tuner.arg_names, args))
+    try:
+        first = {i: _time(tuner, c, args, kwargs) for i, c in enumerate(configs)}
+        best = min(first.values())
+        contenders = [i for i, t in first.items() if t <= best * BAND]
+        rounds = {i: [] for i in contenders}
+        for r in range(int(os.environ.get("ACCEPT_AUDIT_ROUNDS", "20"))):
+            for i in (contenders if r % 2 == 0 else contenders[::-1]):
+                rounds[i].append(_time(tuner, configs[i], args, kwargs))
+    finally:
+        tuner.nargs = None
+    AUDIT.setdefault(qualified_name(_kernel_function(tuner)), {})[key_text(key)] = {
+        "first": {sig(configs[i]): t for i, t in first.items()},
+        "careful": {sig(configs[i]): statistics.median(ts) for i, ts in rounds.items()},
+        "triton": sig(tuner.cache[key])}
+    _write_audit()
+
+
+def _audited(module):
+    original = module.Autotuner.run
+
+    def run(self, *args, **kwargs):
+        before = set(self.cache)
+        result = original(self, *args, **kwargs)
+        for key in [k for k in self.cache if k not in before]:
+            _careful(self, key, args, kwargs)
+        return result
+
+    module.Autotuner.run = run
+
+
+def install():
+    if os.environ.get("ACCEPT_AUDIT") == "1":
+        import wrapt
+
+        wrapt.register_post_import_hook(_audited, "triton.runtime.autotuner")
+    atexit.register(_write)

@@ -1,0 +1,156 @@
+"""Winners worth freezing on the training program (issue 43): what cold first runs of the README's
+command froze, against plain Triton's picks, judged by a careful re-timing.
+
+Reads the jobs of acceptance.sh's winners phase (and the train phase's ``plain`` and ``readme1``),
+each a folder of ``picks.<pid>.json`` (what each process chose), guard jobs also their table
+(``sm*.json``: how each entry was chosen), the audit job ``audit.<pid>.json`` (every candidate once,
+those within 5 % of the best in 20 interleaved rounds, the median). Jobs may come from several leases
+of the same card kind: copy their folders into one. Per Triton key (a real library's kernels):
+
+* guard: the distinct winners over the guard jobs (one rank each; the ranks of a job agree, checked),
+  their regret against the careful best, the verdicts the tables give (``tie`` allows two);
+* onepass: the same for run 1 with one pass (AUTOTUNE_RETIME_ROUNDS=0);
+* plain: the distinct picks over every rank of the plain jobs (each rank a cold process), regrets.
+
+Inductor's own kernels: the guard jobs' frozen entries, same or not across jobs (not audited).
+
+    python scripts/gpu/acceptance/winners.py FOLDER [--json OUT.json]
+"""
+
+import glob
+import json
+import os
+import sys
+
+KINDS = (("guard", ("readme1", "winners-guard-")), ("onepass", ("winners-onepass-",)),
+         ("plain", ("plain", "winners-plain-")), ("audit", ("winners-audit-",)))
+WITHIN = 0.005  # the issue's bar: a frozen winner within 0.5 % of the careful best
+
+
+def kind_of(job: str):
+    for kind, prefixes in KINDS:
+        if any(job == p or (p.endswith("-") and job.startswith(p)) for p in prefixes):
+            return kind
+    return None
+
+
+def load_job(folder):
+    """(picks of each process that chose anything, the table document or None, audits merged)."""
+    picks, audit = [], {}
+    for path in sorted(glob.glob(os.path.join(folder, "picks.*.json"))):
+        found = json.load(open(path))
+        if found.get("triton") or found.get("inductor") or found.get("guard"):  # compile workers choose nothing
+            picks.append(found)
+    for path in glob.glob(os.path.join(folder, "audit.*.json")):
+        for kernel, keys in json.load(open(path)).items():
+            audit.setdefault(kernel, {}).update(keys)
+    tables = glob.glob(os.path.join(folder, "sm*.json"))
+    return picks, (json.load(open(tables[0])) if tables else None), audit
+
+
+def regret(audit_entry, sig):
+    """A pick's regret against the careful best; from the single timing where it was not a contender."""
+    if audit_entry is None:
+        return None
+    careful, first = audit_entry["careful"], audit_entry["first"]
+    best = min(careful.values())
+    if sig in careful:
+        return careful[sig] / best - 1
+    return first[sig] / min(first.values()) - 1 if sig in first else None
+
+
+def choices_of(process, kind):
+    """kernel -> key -> signature of one process: the guard's log in guarded jobs (a pinned choice
+    is not in Triton's cache), Triton's caches in plain ones."""
+    if kind in ("plain", "audit"):
+        return process.get("triton") or {}
+    found = {}
+    for name, text in (process.get("guard") or {}).items():
+        if name != "error":
+            _, kernel, key = name.split("|", 2)
+            found.setdefault(kernel, {})[key] = text.rpartition(";")[0]
+    return found
+
+
+def per_key(jobs):
+    """kernel -> key -> kind -> [(job, rank, sig)], and the guard tables' verdicts by kernel and key."""
+    picks, verdicts = {}, {}
+    for job, kind, (processes, table, _) in jobs:
+        for process in processes:
+            if kind in ("guard", "onepass") and process["rank"] != "0":
+                continue  # one rank of a guarded job; the others are checked to agree below
+            for kernel, keys in choices_of(process, kind).items():
+                for key, sig in keys.items():
+                    picks.setdefault(kernel, {}).setdefault(key, {}).setdefault(kind, []).append((job, process["rank"], sig))
+        for kernel, keys in ((table or {}).get("measured") or {}).items() if kind == "guard" else ():
+            for key, found in keys.items():
+                if isinstance(found, dict):
+                    verdicts.setdefault(kernel, {}).setdefault(key, []).append(found.get("how"))
+    return picks, verdicts
+
+
+def disagreeing_ranks(jobs):
+    """Guarded jobs whose ranks froze different configs for a key (consensus would be broken)."""
+    found = []
+    for job, kind, (processes, _, _) in jobs:
+        if kind not in ("guard", "onepass"):
+            continue
+        seen = {}
+        for process in processes:
+            for kernel, keys in choices_of(process, kind).items():
+                for key, sig in keys.items():
+                    seen.setdefault((kernel, key), set()).add(sig)
+        found += [f"{job}: {kernel} {key}" for (kernel, key), sigs in seen.items() if len(sigs) > 1]
+    return found
+
+
+def describe(kind_picks, audit_entry):
+    sigs = [sig for _, _, sig in kind_picks]
+    regrets = [regret(audit_entry, sig) for sig in sigs]
+    known = [r for r in regrets if r is not None]
+    return {"draws": len(sigs), "distinct": len(set(sigs)), "picks": sigs,
+            "regrets": [None if r is None else round(r, 5) for r in regrets],
+            "within": sum(r <= WITHIN for r in known) if known else None}
+
+
+def main():
+    folder = sys.argv[1]
+    jobs = [(job, kind_of(job), load_job(os.path.join(folder, job))) for job in sorted(os.listdir(folder))
+            if kind_of(job) and os.path.isdir(os.path.join(folder, job))]
+    audit = {}
+    for _, kind, (_, _, found) in jobs:
+        for kernel, keys in found.items():
+            audit.setdefault(kernel, {}).update(keys)
+    picks, verdicts = per_key(jobs)
+    counts = {kind: sum(1 for _, k, _ in jobs if k == kind) for kind, _ in KINDS}
+    print(f"winners: {counts['guard']} guard jobs, {counts['onepass']} one-pass, {counts['plain']} plain "
+          f"(each rank a process), {counts['audit']} audit")
+    print("| kernel | key | guard: distinct / jobs, within 0.5 % | verdicts | one-pass | plain: distinct / processes, within 0.5 % | regrets % (guard; plain) |")
+    print("|---|---|---|---|---|---|---|")
+    result, inductor = {}, {}
+    for kernel, keys in sorted(picks.items()):
+        for key, kinds in sorted(keys.items()):
+            if "plain" not in kinds and kernel not in audit:  # Inductor's own (named by the guard only)
+                inductor[f"{kernel}|{key}"] = [sig for _, _, sig in kinds.get("guard", [])]
+                continue
+            entry = audit.get(kernel, {}).get(key)
+            row = {kind: describe(found, entry) for kind, found in kinds.items()}
+            row["verdicts"] = verdicts.get(kernel, {}).get(key, [])
+            row["careful_ms"] = entry and entry["careful"]
+            result[f"{kernel}|{key}"] = row
+            cell = lambda k: (f"{row[k]['distinct']} / {row[k]['draws']}, {row[k]['within']}" if k in row else "-")
+            spread = lambda k: ("-" if k not in row else
+                                " ".join("?" if r is None else f"{r * 100:.2f}" for r in row[k]["regrets"]))
+            print(f"| {kernel.rpartition('.')[2]} | {key} | {cell('guard')} | {','.join(sorted(set(map(str, row['verdicts']))))} "
+                  f"| {cell('onepass')} | {cell('plain')} | {spread('guard')}; {spread('plain')} |")
+    same = sum(len(set(v)) == 1 for v in inductor.values())
+    print(f"Inductor's kernels (not audited): {same} of {len(inductor)} keys frozen the same in every guard job")
+    broken = disagreeing_ranks(jobs)
+    print("ranks of a guarded job that froze different configs:", broken or "none")
+    if "--json" in sys.argv:
+        with open(sys.argv[sys.argv.index("--json") + 1], "w") as out:
+            json.dump({"keys": result, "inductor": inductor, "rank_disagreements": broken, "jobs": counts}, out, indent=1)
+
+
+if __name__ == "__main__":
+    main()
