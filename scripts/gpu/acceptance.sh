@@ -22,7 +22,7 @@
 #   split     split tuning (AUTOTUNE_CONSENSUS_SPLIT=1) against one rank timing all: 4 ranks, one key of a
 #             real kernel with 8 configs (scripts/gpu/split_proof.py); the ranks share the one GPU
 #   winners   cold first runs of the README's command against plain Triton's picks and a careful
-#             re-timing of every candidate (issue 43): WINNERS="guard plain guard onepass guard audit"
+#             re-timing of every candidate (issue 43): WINNERS="audit plain guard guard guard guard guard onepass"
 #   liger     Liger-Kernel's own tests for autotuned ops, at the installed version: plain, pinned, the
 #             README's command twice; each must pass the same tests
 #
@@ -69,6 +69,7 @@ run() {
   if ls "$W/$name"/picks.*.json > /dev/null 2>&1; then  # ACCEPT_PICKS=1: the winners phase's evidence
     mkdir -p "$OUT/winners/$name" && cp "$W/$name"/picks.*.json "$W/$name"/audit.*.json "$OUT/winners/$name/" 2>/dev/null
   fi
+  return $rc
 }
 
 summary() {  # the runs named, as one table: calls, first step, steady step against plain, hashes
@@ -139,13 +140,14 @@ PYEOF
 #   onepass  the same with AUTOTUNE_RETIME_ROUNDS=0 (every candidate timed once: run 1 before issue 43)
 #   plain    no guard: each of the 4 ranks is a cold process drawing Triton's own pick
 #   audit    plain, one rank alone on the GPU, every key's candidates timed carefully (20 rounds)
-# The first job of a kind compiles cold in caches of its kind's own (guard and plain: the train
-# phase's readme1 and plain where it ran); the later ones find them compiled (their timing is still
-# cold: empty tables, fresh processes). The audit compiles in its own. Everything goes under
+# One compile cache for the phase: its first job compiles every candidate, the later ones find them
+# compiled, so a job costs its timing (still cold: empty tables, fresh processes); Inductor's own
+# kernels then keep the best config Inductor cached, untimed. The train phase's plain and readme1
+# (cold) count too. Put audit first: it compiles alone. Everything goes under
 # $OUT/winners/<job>/; scripts/gpu/acceptance/winners.py compares them (here, or wherever they land).
 phase_winners() {
   local -A count=()
-  for kind in ${WINNERS:-guard plain guard onepass guard audit}; do
+  for kind in ${WINNERS:-audit plain guard guard guard guard guard onepass}; do
     count[$kind]=$(( ${count[$kind]:-0} + 1 ))
     local name="winners-$kind-${count[$kind]}" settings=(ACCEPT_PICKS=1)
     case $kind in
@@ -156,11 +158,7 @@ phase_winners() {
       audit) settings+=(ACCEPT_AUDIT=1) ;;
       *) echo "WINNERS: $kind is not guard, onepass, plain or audit"; return 1 ;;
     esac
-    # Compile caches: the train phase's where it ran (its readme1 and plain were cold), else the kind's own.
-    local cache="$W/cache-$kind"
-    [ "$kind" = guard ] && [ -d "$W/readme1/inductor" ] && cache="$W/readme1"
-    [ "$kind" = plain ] && [ -d "$W/plain/inductor" ] && cache="$W/plain"
-    CACHE="$cache" NPROC=$([ "$kind" = audit ] && echo 1 || echo 4) run "$name" "${settings[@]}" || continue
+    CACHE="$W/cache-winners" NPROC=$([ "$kind" = audit ] && echo 1 || echo 4) run "$name" "${settings[@]}" || continue
     cp "$W/wt-$name"/*.json "$OUT/winners/$name/" 2>/dev/null
     "$PY" "$REPO/scripts/gpu/acceptance/summarize.py" "$W" "$name" | sed -n 3p | tee -a "$OUT/summary.txt"
   done

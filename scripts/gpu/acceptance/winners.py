@@ -7,7 +7,8 @@ each a folder of ``picks.<pid>.json`` (what each process chose), guard jobs also
 those within 5 % of the best in 20 interleaved rounds, the median). Jobs may come from several leases
 of the same card kind: copy their folders into one. Per Triton key (a real library's kernels):
 
-* guard: the distinct winners over the guard jobs (one rank each; the ranks of a job agree, checked),
+* guard: the distinct winners over the guard jobs (each job's table: what later jobs get; the ranks'
+  own logs are checked to agree),
   their regret against the careful best, the verdicts the tables give (``tie`` allows two);
 * onepass: the same for run 1 with one pass (AUTOTUNE_RETIME_ROUNDS=0);
 * plain: the distinct picks over every rank of the plain jobs (each rank a cold process), regrets.
@@ -21,6 +22,8 @@ import glob
 import json
 import os
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", ".."))  # the repo
 
 KINDS = (("guard", ("readme1", "winners-guard-")), ("onepass", ("winners-onepass-",)),
          ("plain", ("plain", "winners-plain-")), ("audit", ("winners-audit-",)))
@@ -59,6 +62,14 @@ def regret(audit_entry, sig):
     return first[sig] / min(first.values()) - 1 if sig in first else None
 
 
+def frozen(table):
+    """kernel -> key -> signature: what a guarded job froze for every later job (its table)."""
+    from autotune_guard.core.model import signature
+
+    return {kernel: {key: signature({"kwargs": {}, **entry}) for key, entry in keys.items()}
+            for kernel, keys in ((table or {}).get("kernels") or {}).items()}
+
+
 def choices_of(process, kind):
     """kernel -> key -> signature of one process: the guard's log in guarded jobs (a pinned choice
     is not in Triton's cache), Triton's caches in plain ones."""
@@ -76,12 +87,12 @@ def per_key(jobs):
     """kernel -> key -> kind -> [(job, rank, sig)], and the guard tables' verdicts by kernel and key."""
     picks, verdicts = {}, {}
     for job, kind, (processes, table, _) in jobs:
-        for process in processes:
-            if kind in ("guard", "onepass") and process["rank"] != "0":
-                continue  # one rank of a guarded job; the others are checked to agree below
-            for kernel, keys in choices_of(process, kind).items():
+        chosen = [("table", frozen(table))] if kind in ("guard", "onepass") else \
+            [(process["rank"], choices_of(process, kind)) for process in processes]
+        for rank, choices in chosen:
+            for kernel, keys in choices.items():
                 for key, sig in keys.items():
-                    picks.setdefault(kernel, {}).setdefault(key, {}).setdefault(kind, []).append((job, process["rank"], sig))
+                    picks.setdefault(kernel, {}).setdefault(key, {}).setdefault(kind, []).append((job, rank, sig))
         for kernel, keys in ((table or {}).get("measured") or {}).items() if kind == "guard" else ():
             for key, found in keys.items():
                 if isinstance(found, dict):
@@ -130,7 +141,7 @@ def main():
     result, inductor = {}, {}
     for kernel, keys in sorted(picks.items()):
         for key, kinds in sorted(keys.items()):
-            if "plain" not in kinds and kernel not in audit:  # Inductor's own (named by the guard only)
+            if kernel.startswith("inductor."):  # Inductor's own: named by the guard only
                 inductor[f"{kernel}|{key}"] = [sig for _, _, sig in kinds.get("guard", [])]
                 continue
             entry = audit.get(kernel, {}).get(key)

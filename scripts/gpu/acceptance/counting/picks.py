@@ -4,7 +4,7 @@ Measurement only, imported by ``sitecustomize`` when asked:
 
 * ``ACCEPT_PICKS=1``: at exit, ``$ACCEPT_CALLS/picks.<pid>.json`` holds every Triton autotuner's
   ``cache`` as the guard's tables spell it (``module.function`` -> key text -> config signature),
-  every Inductor kernel tuned down to one launcher (its function name and size hints -> config),
+  every Inductor kernel down to one launcher (its function name and size hints -> config),
   and under the guard its choice log (what it launched: a pinned choice is not in ``cache``).
 * ``ACCEPT_AUDIT=1`` (a plain job of one rank, alone on the GPU): each key Triton tunes is timed
   again carefully with Triton's own ``_bench``: every candidate once, then those within 5 % of the
@@ -52,9 +52,10 @@ def _inductor_picks():
         return {}
     found = {}
     for tuner in [o for o in gc.get_objects() if issubclass(type(o), heuristics.CachingAutotuner)]:
-        if len(tuner.configs) > 1 and len(tuner.launchers) == 1:
+        launchers = getattr(tuner, "launchers", None) or []  # Inductor drops ``configs`` once tuned
+        if len(launchers) == 1:
             name = f"{getattr(tuner.fn, '__name__', '?')}|{getattr(tuner, 'size_hints', None)}"
-            found[name] = str(tuner.launchers[0].config)
+            found[name] = str(launchers[0].config)
     return found
 
 
