@@ -195,6 +195,40 @@ def test_consensus_without_a_process_group_times_alone(patched, guard):
     assert _entry(kernel) == "XBLOCK=512,num_warps=8,num_stages=3,num_ctas=1;timed"
 
 
+def test_consensus_times_inductors_finalists_again_and_freezes_the_declared_first_of_a_tie(patched, guard, tmp_path):
+    # Inductor's own step times each launcher once and keeps the fastest: with two launchers 0.1 %
+    # apart and 1 % noise a call, cold runs froze either. Timed for the table, the engine times
+    # each launcher with Inductor's bench, the finalists again in rounds: the same one, measured.
+    import random
+
+    from autotune_guard.evidence import table_growth
+
+    costs, frozen = [1.001, 1.0, 1.03], []  # the declared-first of the tie is XBLOCK=1024
+    for seed in range(6):
+        rng = random.Random(seed)
+        tables = tmp_path / str(seed)
+        tables.mkdir()
+        guard({"AUTOTUNE_MODE": "consensus", "AUTOTUNE_TABLE_PATH": str(tables)})
+        kernel = _generated("retimed")
+        launchers = list(kernel.launchers)
+
+        def bench(launcher, *args, **kwargs):
+            kernel.benchmarked += 1
+            return costs[launchers.index(launcher)] * (1 + rng.gauss(0, 0.01))
+
+        kernel.bench = bench
+        launched = kernel.run(X, X, 8192, stream=0).kwargs
+        table_growth.flush()
+        assert len(kernel.launchers) == 1 and kernel.launchers[0].config.kwargs == launched
+        assert kernel.benchmarked > 3  # the finalists timed again
+        (measured,) = json.loads((tables / "interpret.json").read_text())["measured"][
+            names.generated_name(kernel.fn.__name__, kernel.fn.src)].values()
+        assert measured["how"] in ("tie", "clear") and measured["rounds"] >= 3 and len(measured["candidates"]) == 3
+        assert measured["winner"].startswith(f"XBLOCK={launched['XBLOCK']},")
+        frozen.append(launched["XBLOCK"])
+    assert frozen.count(1024) >= 5, frozen
+
+
 def test_a_missing_seam_is_named_or_refused(patched, guard):
     guard({"AUTOTUNE_MODE": "pinned", "AUTOTUNE_ON_MISS": "error"})
     with pytest.raises(SelectionError, match="NOT governed"):

@@ -158,6 +158,8 @@ phase_winners() {
       audit) settings+=(ACCEPT_AUDIT=1) ;;
       *) echo "WINNERS: $kind is not guard, onepass, plain or audit"; return 1 ;;
     esac
+    # Compiled kernels stay; the winners Triton and Inductor cached on disk go (a plain job would read them).
+    find "$W/cache-winners" \( -name '*.autotune.json' -o -name '*.best_config' \) -delete 2>/dev/null
     CACHE="$W/cache-winners" NPROC=$([ "$kind" = audit ] && echo 1 || echo 4) run "$name" "${settings[@]}" || continue
     cp "$W/wt-$name"/*.json "$OUT/winners/$name/" 2>/dev/null
     "$PY" "$REPO/scripts/gpu/acceptance/summarize.py" "$W" "$name" | sed -n 3p | tee -a "$OUT/summary.txt"

@@ -3,8 +3,9 @@ policy says, and note the choice.
 
 The step is a family of the decision engine (``deciding``): :class:`Step` describes one kernel's
 choice for one key (the launchers' configs as eager describes them, so eager and compiled calls of
-a kernel share one pinned rule, one table entry and one consensus decision), and its tuning is
-Inductor's own step, which keeps the winner. The engine carries out the mode; ``autotune`` keeps
+a kernel share one pinned rule, one table entry and one consensus decision). Its tuning is
+Inductor's own step, which keeps the winner; timed for others (consensus, record) the engine times
+each launcher with Inductor's ``bench`` instead, the finalists again in rounds. The engine carries out the mode; ``autotune`` keeps
 the chosen launcher when the engine chose without tuning here (``deciding.first_launch``). A kernel compiled for dynamic
 shapes gets a per-key run (``keyed``), because Inductor drops the key.
 """
@@ -33,6 +34,18 @@ class Step(deciding.Tunable):
         self.kernel, self.tuning = kernel, tuning
         self.key = kernel.choice_key if key is None else key
         self.descriptors = kernel.descriptors
+
+    @property
+    def splits(self) -> bool:
+        """Inductor times one launcher on its own (``CachingAutotuner.bench``): the engine's rounds."""
+        return self.tuning is not None and callable(getattr(self.tuning[0], "bench", None))
+
+    def time_share(self, indices) -> dict:
+        """Each launcher at ``indices`` timed by Inductor's ``bench`` (its clones of mutated args,
+        its resets to zero), in that order; nothing kept: the chosen one is kept by ``autotune``."""
+        autotuner, _, args, kwargs = self.tuning
+        launchers = list(autotuner.launchers)
+        return {i: float(autotuner.bench(launchers[i], *args, **kwargs)) for i in indices}
 
     def tune(self, how: str) -> deciding.Tuned:
         """Inductor's own step: it times every launcher and keeps the fastest."""
