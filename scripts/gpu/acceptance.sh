@@ -137,6 +137,7 @@ PYEOF
 # Winners worth freezing (issue 43), on the training program: WINNERS names the jobs in order, each
 # a 4-rank job with ACCEPT_PICKS (every process's choices, scripts/gpu/acceptance/counting/picks.py):
 #   guard    the README's first run: consensus over an empty table directory of its own
+#   guard1   the same with one rank alone on the GPU (as each rank of a job with a GPU per rank times)
 #   onepass  the same with AUTOTUNE_RETIME_ROUNDS=0 (every candidate timed once: run 1 before issue 43)
 #   plain    no guard: each of the 4 ranks is a cold process drawing Triton's own pick
 #   audit    plain, one rank alone on the GPU, every key's candidates timed carefully (20 rounds)
@@ -151,16 +152,16 @@ phase_winners() {
     count[$kind]=$(( ${count[$kind]:-0} + 1 ))
     local name="winners-$kind-${count[$kind]}" settings=(ACCEPT_PICKS=1)
     case $kind in
-      guard|onepass) rm -rf "$W/wt-$name"; mkdir -p "$W/wt-$name"
+      guard|guard1|onepass) rm -rf "$W/wt-$name"; mkdir -p "$W/wt-$name"
                      settings+=(AUTOTUNE_MODE=consensus AUTOTUNE_TABLE_PATH="$W/wt-$name")
                      [ "$kind" = onepass ] && settings+=(AUTOTUNE_RETIME_ROUNDS=0) ;;
       plain) ;;
       audit) settings+=(ACCEPT_AUDIT=1) ;;
-      *) echo "WINNERS: $kind is not guard, onepass, plain or audit"; return 1 ;;
+      *) echo "WINNERS: $kind is not guard, guard1, onepass, plain or audit"; return 1 ;;
     esac
     # Compiled kernels stay; the winners Triton and Inductor cached on disk go (a plain job would read them).
     find "$W/cache-winners" \( -name '*.autotune.json' -o -name '*.best_config' \) -delete 2>/dev/null
-    CACHE="$W/cache-winners" NPROC=$([ "$kind" = audit ] && echo 1 || echo 4) run "$name" "${settings[@]}" || continue
+    CACHE="$W/cache-winners" NPROC=$(case $kind in audit|guard1) echo 1;; *) echo 4;; esac) run "$name" "${settings[@]}" || continue
     cp "$W/wt-$name"/*.json "$OUT/winners/$name/" 2>/dev/null
     "$PY" "$REPO/scripts/gpu/acceptance/summarize.py" "$W" "$name" | sed -n 3p | tee -a "$OUT/summary.txt"
   done

@@ -10,6 +10,7 @@ of the same card kind: copy their folders into one. Per Triton key (a real libra
 * guard: the distinct winners over the guard jobs (each job's table: what later jobs get; the ranks'
   own logs are checked to agree),
   their regret against the careful best, the verdicts the tables give (``tie`` allows two);
+* alone: the same for guard jobs of one rank (the GPU its own, as in a job with a GPU per rank);
 * onepass: the same for run 1 with one pass (AUTOTUNE_RETIME_ROUNDS=0);
 * plain: the distinct picks over every rank of the plain jobs (each rank a cold process), regrets.
 
@@ -25,7 +26,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", ".."))  # the repo
 
-KINDS = (("guard", ("readme1", "winners-guard-")), ("onepass", ("winners-onepass-",)),
+KINDS = (("guard", ("readme1", "winners-guard-")), ("alone", ("winners-guard1-",)), ("onepass", ("winners-onepass-",)),
          ("plain", ("plain", "winners-plain-")), ("audit", ("winners-audit-",)))
 WITHIN = 0.005  # the issue's bar: a frozen winner within 0.5 % of the careful best
 
@@ -87,13 +88,13 @@ def per_key(jobs):
     """kernel -> key -> kind -> [(job, rank, sig)], and the guard tables' verdicts by kernel and key."""
     picks, verdicts = {}, {}
     for job, kind, (processes, table, _) in jobs:
-        chosen = [("table", frozen(table))] if kind in ("guard", "onepass") else \
+        chosen = [("table", frozen(table))] if kind in ("guard", "alone", "onepass") else \
             [(process["rank"], choices_of(process, kind)) for process in processes]
         for rank, choices in chosen:
             for kernel, keys in choices.items():
                 for key, sig in keys.items():
                     picks.setdefault(kernel, {}).setdefault(key, {}).setdefault(kind, []).append((job, rank, sig))
-        for kernel, keys in ((table or {}).get("measured") or {}).items() if kind == "guard" else ():
+        for kernel, keys in ((table or {}).get("measured") or {}).items() if kind in ("guard", "alone") else ():
             for key, found in keys.items():
                 if isinstance(found, dict):
                     verdicts.setdefault(kernel, {}).setdefault(key, []).append(found.get("how"))
@@ -104,7 +105,7 @@ def disagreeing_ranks(jobs):
     """Guarded jobs whose ranks froze different configs for a key (consensus would be broken)."""
     found = []
     for job, kind, (processes, _, _) in jobs:
-        if kind not in ("guard", "onepass"):
+        if kind not in ("guard", "alone", "onepass"):
             continue
         seen = {}
         for process in processes:
@@ -134,10 +135,11 @@ def main():
             audit.setdefault(kernel, {}).update(keys)
     picks, verdicts = per_key(jobs)
     counts = {kind: sum(1 for _, k, _ in jobs if k == kind) for kind, _ in KINDS}
-    print(f"winners: {counts['guard']} guard jobs, {counts['onepass']} one-pass, {counts['plain']} plain "
-          f"(each rank a process), {counts['audit']} audit")
-    print("| kernel | key | guard: distinct / jobs, within 0.5 % | verdicts | one-pass | plain: distinct / processes, within 0.5 % | regrets % (guard; plain) |")
-    print("|---|---|---|---|---|---|---|")
+    print(f"winners: {counts['guard']} guard jobs, {counts['alone']} of one rank, {counts['onepass']} one-pass, "
+          f"{counts['plain']} plain (each rank a process), {counts['audit']} audit")
+    print("| kernel | key | guard: distinct / jobs, within 0.5 % | verdicts | one rank alone | one-pass | plain: distinct / "
+          "processes, within 0.5 % | regrets % (guard; alone; plain) |")
+    print("|---|---|---|---|---|---|---|---|")
     result, inductor = {}, {}
     for kernel, keys in sorted(picks.items()):
         for key, kinds in sorted(keys.items()):
@@ -153,7 +155,7 @@ def main():
             spread = lambda k: ("-" if k not in row else
                                 " ".join("?" if r is None else f"{r * 100:.2f}" for r in row[k]["regrets"]))
             print(f"| {kernel.rpartition('.')[2]} | {key} | {cell('guard')} | {','.join(sorted(set(map(str, row['verdicts']))))} "
-                  f"| {cell('onepass')} | {cell('plain')} | {spread('guard')}; {spread('plain')} |")
+                  f"| {cell('alone')} | {cell('onepass')} | {cell('plain')} | {spread('guard')}; {spread('alone')}; {spread('plain')} |")
     same = sum(len(set(v)) == 1 for v in inductor.values())
     print(f"Inductor's kernels (not audited): {same} of {len(inductor)} keys frozen the same in every guard job")
     broken = disagreeing_ranks(jobs)
