@@ -5,7 +5,7 @@ Reads the jobs of acceptance.sh's winners phase (and the train phase's ``plain``
 each a folder of ``picks.<pid>.json`` (what each process chose), guard jobs also their table
 (``sm*.json``: how each entry was chosen), the audit job ``audit.<pid>.json`` (every candidate once,
 those within 5 % of the best in 20 interleaved rounds, the median). Jobs may come from several leases
-of the same card kind: copy their folders into one. Per Triton key (a real library's kernels):
+of the same card kind: copy their folders into one, named ``LEASE+JOB`` where names repeat. Per Triton key (a real library's kernels):
 
 * guard: the distinct winners over the guard jobs (each job's table: what later jobs get; the ranks'
   own logs are checked to agree),
@@ -32,6 +32,7 @@ WITHIN = 0.005  # the issue's bar: a frozen winner within 0.5 % of the careful b
 
 
 def kind_of(job: str):
+    job = job.rpartition("+")[2]  # LEASE+JOB: the same job name from several leases
     for kind, prefixes in KINDS:
         if any(job == p or (p.endswith("-") and job.startswith(p)) for p in prefixes):
             return kind
