@@ -1,5 +1,5 @@
 """Start-up: run by ``autotune_guard.pth`` when an ``AUTOTUNE_*`` variable is set, or a
-batch-invariance switch (``VLLM_BATCH_INVARIANT``: ``wakes``).
+batch-invariance switch (``VLLM_BATCH_INVARIANT``, ``TORCHINDUCTOR_BATCH_INVARIANT``: ``wakes``).
 
 It must cost next to nothing and never raise (an exception in a ``.pth`` line is printed and the
 program then runs unguarded; a ``SystemExit`` there kills the interpreter). So it only puts a tiny
@@ -130,10 +130,12 @@ def late(name: str) -> None:
 
 
 def wakes(environ) -> bool:
-    """A batch-invariance switch set (``VLLM_BATCH_INVARIANT`` not 0): it asks for what a
-    determinism request does, so it wakes the guard without an ``AUTOTUNE_*`` setting; the
-    ``.pth`` line makes the same test (``core.switches`` says how it combines with the mode)."""
-    return environ.get("VLLM_BATCH_INVARIANT", "0").strip() not in ("", "0")
+    """A batch-invariance switch set (``VLLM_BATCH_INVARIANT`` not 0, ``TORCHINDUCTOR_BATCH_INVARIANT``
+    1, as each library reads it): it asks for what a determinism request does, so it wakes the guard
+    without an ``AUTOTUNE_*`` setting; the ``.pth`` line makes the same test (``core.switches`` says
+    how it combines with the mode)."""
+    return (environ.get("VLLM_BATCH_INVARIANT", "0").strip() not in ("", "0")
+            or environ.get("TORCHINDUCTOR_BATCH_INVARIANT") == "1")
 
 
 def _name_settings_set_too_late() -> None:

@@ -1,11 +1,11 @@
 """What the batch-invariance wake test costs at interpreter start when nothing is set.
 
-``autotune_guard.pth`` wakes the guard on an ``AUTOTUNE_*`` variable or on
-``VLLM_BATCH_INVARIANT`` not 0 (issue 47). Without either, the line now makes one more
-``os.environ.get`` and compares its text. Two variants of the line, side by side in one run, with
-no ``AUTOTUNE_*`` and no ``VLLM_BATCH_INVARIANT`` in the environment:
+``autotune_guard.pth`` wakes the guard on an ``AUTOTUNE_*`` variable, on ``VLLM_BATCH_INVARIANT``
+not 0 or on ``TORCHINDUCTOR_BATCH_INVARIANT=1`` (issue 47). Without any, the line now makes two
+more ``os.environ.get`` and compares their text. Two variants of the line, side by side in one run,
+with no ``AUTOTUNE_*`` and neither switch in the environment:
 
-* ``before``  the line without the switch test (the shipped line with that clause removed);
+* ``before``  the line without the switch tests (the shipped line with those clauses removed);
 * ``after``   the shipped line.
 
 1. In one process: each line compiled once, then executed ``--reps`` times per round, the rounds
@@ -29,7 +29,9 @@ import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CLAUSE = ' or os.environ.get("VLLM_BATCH_INVARIANT", "0").strip() not in ("", "0")'
+CLAUSE = (' or os.environ.get("VLLM_BATCH_INVARIANT", "0").strip() not in ("", "0")'
+          ' or os.environ.get("TORCHINDUCTOR_BATCH_INVARIANT") == "1"')
+SWITCHES = ("VLLM_BATCH_INVARIANT", "TORCHINDUCTOR_BATCH_INVARIANT")
 COLD = ("import site, sys, time\n"
         "t0 = time.perf_counter_ns(); site.addsitedir(sys.argv[1]); t1 = time.perf_counter_ns()\n"
         "print(t1 - t0)\n")
@@ -85,8 +87,8 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=200000)
     ap.add_argument("--rounds", type=int, default=200)
     args = ap.parse_args()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOTUNE_") and k != "VLLM_BATCH_INVARIANT"}
-    for name in [k for k in os.environ if k.startswith("AUTOTUNE_") or k == "VLLM_BATCH_INVARIANT"]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOTUNE_") and k not in SWITCHES}
+    for name in [k for k in os.environ if k.startswith("AUTOTUNE_") or k in SWITCHES]:
         del os.environ[name]  # this process too: the in-process lines must take the inactive branch
     variants = lines()
     timed = in_process(variants, args.reps)

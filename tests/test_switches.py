@@ -41,7 +41,8 @@ def _run(**env):
                                        "governed (mode pinned)"),
     ("LIGER_FUSED_MOE_AUTOTUNE", "1", "Liger's fused MoE kernels autotune at run time"),
     ("VLLM_BATCH_INVARIANT", "1", "vLLM's batch-invariant kernels: pinned already"),
-], ids=["fla", "helion", "flaggems", "aiter", "liger", "vllm"])
+    ("TORCHINDUCTOR_BATCH_INVARIANT", "1", "Inductor's batch-invariant kernels: pinned already"),
+], ids=["fla", "helion", "flaggems", "aiter", "liger", "vllm", "inductor"])
 def test_each_switch_is_said_at_start_up_and_carried_in_the_evidence(tmp_path, capsys, name, value, words):
     from autotune_guard import report
 
@@ -54,6 +55,18 @@ def test_each_switch_is_said_at_start_up_and_carried_in_the_evidence(tmp_path, c
     capsys.readouterr()
     assert report.main(["show", path]) == 0
     assert f"switches {name}={value}" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_inductors_batch_invariance_switch_alone_wakes_the_guard_and_pins():
+    # Inductor reads TORCHINDUCTOR_BATCH_INVARIANT as == "1": so does the .pth's wake test.
+    result, line = _run(TORCHINDUCTOR_BATCH_INVARIANT="1")  # no AUTOTUNE_* at all
+    assert result["mode"] == "pinned" and result["timer_calls"] == 0, (result, line)
+    assert result["log"] and all(v.endswith(";pinned") for v in result["log"].values())
+    assert ("TORCHINDUCTOR_BATCH_INVARIANT=1 (Inductor's batch-invariant kernels: no AUTOTUNE_MODE: pinned, "
+            "from this request") in line
+    result, line = _run(TORCHINDUCTOR_BATCH_INVARIANT="true")  # not what Inductor reads as on
+    assert result["mode"] is None and line is None
 
 
 @pytest.mark.slow
@@ -78,4 +91,14 @@ def test_which_values_are_in_force():
     assert switches.in_force(env) == {"FLAGGEMS_DB_URL": "sqlite:///x.db", "MOE_TRITON_AUTOTUNE": "1"}
     assert switches.in_force({"VLLM_BATCH_INVARIANT": "2"}) == {"VLLM_BATCH_INVARIANT": "2"}
     assert switches.in_force({"VLLM_BATCH_INVARIANT": "yes"}) == {}  # vLLM reads an integer
+    assert switches.in_force({"TORCHINDUCTOR_BATCH_INVARIANT": "1"}) == {"TORCHINDUCTOR_BATCH_INVARIANT": "1"}
+    assert switches.in_force({"TORCHINDUCTOR_BATCH_INVARIANT": "true"}) == {}  # Inductor reads == "1"
+
+
+def test_the_wake_test_reads_each_switch_as_its_library_does():
+    from autotune_guard import _boot
+
+    assert _boot.wakes({"VLLM_BATCH_INVARIANT": "2"}) and _boot.wakes({"TORCHINDUCTOR_BATCH_INVARIANT": "1"})
+    assert not _boot.wakes({"VLLM_BATCH_INVARIANT": "0", "TORCHINDUCTOR_BATCH_INVARIANT": "0"})
+    assert not _boot.wakes({"TORCHINDUCTOR_BATCH_INVARIANT": "yes"}) and not _boot.wakes({})
     assert switches.shown({"X": "a\nb"}) == "X=a\\nb"

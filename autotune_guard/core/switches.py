@@ -11,11 +11,13 @@ from typing import Mapping
 from .terminal import on_one_line
 
 BATCH_INVARIANT = "VLLM_BATCH_INVARIANT"
+INDUCTOR_BATCH_INVARIANT = "TORCHINDUCTOR_BATCH_INVARIANT"  # Inductor reads it as == "1" (torch/_inductor/config.py)
 OFF = ("", "0", "false", "no", "off")
 AITER_SUFFIX = "_TRITON_AUTOTUNE"  # aiter's <FAMILY>_TRITON_AUTOTUNE: a family's run-time tuning opted in
 # name -> (what it does, how it meets a table the guard pins from)
 KNOWN = {
     BATCH_INVARIANT: ("vLLM's batch-invariant kernels", None),
+    INDUCTOR_BATCH_INVARIANT: ("Inductor's batch-invariant kernels", None),
     "FLA_CACHE_MODE": ("fla's CachedAutotuner reads its configs from its own JSON cache",
                        "those configs bypass the table: logged as library, named in pinned mode "
                        "(refused with AUTOTUNE_ON_MISS=error)"),
@@ -46,6 +48,8 @@ def batch_invariant(value: str) -> bool:
 def _on(name: str, value: str) -> bool:
     if name == BATCH_INVARIANT:
         return batch_invariant(value)
+    if name == INDUCTOR_BATCH_INVARIANT:
+        return value == "1"
     return value.strip().lower() not in OFF
 
 
@@ -59,7 +63,7 @@ def _mode_words(mode: str | None, mode_from: str | None, derived: str) -> str:
 
 def combined(name: str, mode: str | None, mode_from: str | None, derived: str) -> str:
     """How one switch in force combines with the guard's mode, in words."""
-    if name == BATCH_INVARIANT:
+    if name in (BATCH_INVARIANT, INDUCTOR_BATCH_INVARIANT):
         return f"{KNOWN[name][0]}: {_mode_words(mode, mode_from, derived)}"
     if name in KNOWN:
         return f"{KNOWN[name][0]}; {KNOWN[name][1]}"
