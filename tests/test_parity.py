@@ -86,3 +86,11 @@ def test_two_programs_under_other_fp_fusion_are_named(tmp_path, table, capsys):
     assert ADD in line and "A FP fusion on (TRITON_DEFAULT_FP_FUSION=1)" in line
     assert "B FP fusion off (TRITON_DEFAULT_FP_FUSION=0)" in line
     assert "scale_kernel" not in line  # met by the trainer alone: not compared
+    from autotune_guard import report
+
+    page = tmp_path / "diff.html"  # the HTML page says it too, under its summary
+    assert report.main(["diff", "--format", "html", "-o", str(page), str(tmp_path / "trainer" / "c"),
+                        str(tmp_path / "server" / "c")]) == 0
+    said = page.read_text().split('<section id="ag-numerics">', 1)[1].split("</section>", 1)[0]
+    assert "1 kernel met under other numerics (FP fusion)" in said and ADD in said
+    assert "A FP fusion on (TRITON_DEFAULT_FP_FUSION=1); B FP fusion off (TRITON_DEFAULT_FP_FUSION=0)" in said

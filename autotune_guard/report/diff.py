@@ -36,7 +36,8 @@ def run(args, out) -> int:
                 for rank in sorted(set(digests[0]) & set(digests[1]))}
     if args.format == "html":
         out.write(html.diff_page(sides, folds, {(r["arch"], r["kernel"], r["key"]): r["status"] for r in rows},
-                                 details_reader(sides[0] + sides[1], ("record", "choices"), "diff", args.jobs)))
+                                 details_reader(sides[0] + sides[1], ("record", "choices"), "diff", args.jobs),
+                                 numerics))
     elif args.format == "markdown":
         print_diff_markdown(sides, rows, counts, failing, out)
         parity.print_numerics(numerics, out)

@@ -28,10 +28,11 @@ def show_page(sources, rows, details) -> str:
     return render(page, "autotune_guard report", [s.path for s in sources])
 
 
-def diff_page(sides, folds, statuses: dict, details) -> str:
-    """The page for ``report diff``: both runs' ranks in one grid, A's above B's."""
+def diff_page(sides, folds, statuses: dict, details, numerics=()) -> str:
+    """The page for ``report diff``: both runs' ranks in one grid, A's above B's; ``numerics``: the
+    kernels both met under other numerics (``parity.differing``), said under the summary."""
     page = html_model.build([("A", sides[0], folds[0]), ("B", sides[1], folds[1])], statuses, details)
-    return render(page, "autotune_guard diff", [s.path for side in sides for s in side])
+    return render(page, "autotune_guard diff", [s.path for side in sides for s in side], numerics_note(numerics))
 
 
 class Palette:
@@ -57,7 +58,7 @@ class Palette:
                                   ".ag-mix{background:repeating-linear-gradient(45deg,#555 0 3px,#bbb 3px 6px)}"])
 
 
-def render(page: Page, title: str, paths: list) -> str:
+def render(page: Page, title: str, paths: list, note: str = "") -> str:
     order = html_model.ordered_columns(page)
     shown = order[:html_model.MAX_COLUMNS]
     palette = Palette(page, shown)
@@ -66,7 +67,7 @@ def render(page: Page, title: str, paths: list) -> str:
              "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">",
              f"<title>{escape(title)}</title><style>{CSS}{palette.style()}</style></head><body>",
              f"<div id=\"ag-errors\"></div><script>{ERROR_TRAP}</script><main>",
-             f"<h1>{escape(title)}</h1>", summary_line(page), files_list(page, paths),
+             f"<h1>{escape(title)}</h1>", summary_line(page), note, files_list(page, paths),
              legend(palette, _mixed(page, shown)), "<div class=\"ag-wrap\"><div class=\"ag-scroll\">",
              grid(page, shown, groups, palette), "</div>",
              "<aside id=\"ag-detail\"><b>Details</b>Click a cell: its ranks, config, how it was chosen, "
@@ -105,6 +106,16 @@ def summary_line(page: Page) -> str:
     governed = f"<b class=\"bad\">{page.ungoverned:,} not governed</b>" if page.ungoverned else "0 not governed"
     return (f"<p id=\"ag-summary\">{who} \u00b7 {_plural(kernels, 'kernel')} \u00b7 "
             f"{_plural(len(page.columns), 'key')} \u00b7 {verdict} \u00b7 {governed}</p>")
+
+
+def numerics_note(rows) -> str:
+    """The kernels both runs met under other numerics: the same config, other bits (FP fusion)."""
+    if not rows:
+        return ""
+    items = "".join(f"<li><code>{escape(r['kernel'])}</code>: A {escape(' | '.join(r['a']))}; "
+                    f"B {escape(' | '.join(r['b']))}</li>" for r in rows)
+    return (f"<section id=\"ag-numerics\"><p><b class=\"bad\">{_plural(len(rows), 'kernel')} met under other "
+            f"numerics (FP fusion)</b>: the same config gives other bits</p><ul>{items}</ul></section>")
 
 
 def files_list(page: Page, paths: list) -> str:
