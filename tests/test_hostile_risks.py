@@ -61,6 +61,25 @@ def test_an_acl_user_without_eval_or_writes_is_told_what_the_server_said_and_wha
         assert "stopped answering" not in proc.stderr, proc.stderr
 
 
+def test_an_acl_user_refused_ping_alone_is_not_called_down(redis_server, tmp_path):  # noqa: F811
+    # The server answers a user refused PING (NOPERM): up. Before, the job failed at start with
+    # "does not answer", and the report refused the store, though the user could read it.
+    server = redis_server()
+    server.client.execute_command("ACL", "SETUSER", "noping", "on", ">pw-three", "~*", "+@all", "-ping")
+    server.client.hset("autotune_guard:{interpret}:entries", json.dumps([ADD, key_of("add", 1000)]),
+                       json.dumps(BLOCK64))
+    url = _user_url(server, "noping", "pw-three")
+    proc = run_python(PINNED_RUN, env=clean_env(AUTOTUNE_MODE="pinned", AUTOTUNE_TABLE_PATH=url))
+    assert "does not answer" not in proc.stderr, proc.stderr
+    assert last_json(proc.stdout)["log"][f"interpret|{ADD}|{key_of('add', 1000)}"].startswith("BLOCK=64")
+    out = str(tmp_path / "exported")
+    proc = subprocess.run([sys.executable, "-m", "autotune_guard.report", "store-export", url, "-o", out],
+                          capture_output=True, text=True, env=clean_env(), timeout=120)
+    assert proc.returncode == 0 and "does not answer" not in proc.stderr, proc.stderr
+    with open(os.path.join(out, "interpret.json")) as found:
+        assert json.load(found)["kernels"][ADD][key_of("add", 1000)]["kwargs"] == {"BLOCK": 64}
+
+
 # --- split tuning: a rank that never comes costs its keys one join window, not one each ----------
 
 def _keys_wall(ranks, among):

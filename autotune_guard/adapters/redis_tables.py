@@ -135,7 +135,12 @@ class Store:
             raise StoreRefused(f"{type(exc).__name__}: {exc}") from None
 
     def ping(self) -> None:
-        self.call("ping")
+        """Whether the server answers. Any answer counts, a refusal too: an ACL user refused PING
+        itself is up; its reads and writes are judged when made, each refusal named with its grant."""
+        try:
+            self.call("ping")
+        except StoreRefused:
+            pass
 
     def failed(self, exc, grants: str) -> str:
         """What a request that raised ``exc`` met, in words: the server's refusal of this user and
