@@ -312,9 +312,15 @@ class Guard(Lifecycle):
 
     # --- what is said ------------------------------------------------------------------------------
 
-    def warn_once(self, tag: str, message: str, level: int = logging.WARNING, scope: str = "epoch") -> bool:
-        """Log ``message`` once per epoch (or per process) for ``tag``; False when said already."""
+    def warn_once(self, tag: str, message: str, level: int = logging.WARNING, scope: str = "epoch",
+                  name: str | None = None) -> bool:
+        """Log ``message`` once per epoch (or per process) for ``tag``; False when said already.
+        ``name``: a warning a user can silence (``core.warning_names``), said with it, at DEBUG when silenced."""
         said = self.epoch.warned if scope == "epoch" else self.warned
+        if name is not None:
+            message = f"{message} [{name}]"
+            installed = self.epoch.installed
+            level = logging.DEBUG if installed is not None and name in installed.disable_warnings else level
         with self.lock:
             if tag in said:
                 return False
@@ -351,7 +357,7 @@ class Guard(Lifecycle):
                 f"{reason if isinstance(reason, str) else 'a determinism request'} was switched on after the first "
                 f"autotuned launch had settled the mode as {settled.mode} (no AUTOTUNE_MODE was given): this "
                 "process's choices stay timed, not pinned. Set AUTOTUNE_MODE=pinned, or switch it on before the "
-                "first launch"), scope="process")
+                "first launch"), scope="process", name="late-determinism")
 
     # --- forks -------------------------------------------------------------------------------------
 

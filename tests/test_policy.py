@@ -154,6 +154,8 @@ BAD = [
     ({"AUTOTUNE_RETIME_ROUNDS": "500"}, ["AUTOTUNE_RETIME_ROUNDS='500'", "an integer from 0 to 100"]),
     ({"AUTOTUNE_RETIME_BAND": "0"}, ["AUTOTUNE_RETIME_BAND='0'", "a percentage from 0.1 to 50"]),
     ({"AUTOTUNE_RETIME_BAND": "3 percent"}, ["AUTOTUNE_RETIME_BAND='3 percent'", "(like 3 or 3%)"]),
+    ({"AUTOTUNE_DISABLE_WARNINGS": "consensus_alone"}, ["AUTOTUNE_DISABLE_WARNINGS='consensus_alone'",
+                                                       "not a warning that can be silenced", "consensus-alone"]),
     ({"AUTOTUNE_LOG_LEVEL": "verbose"}, ["debug, info, warning, error"]),
     ({"AUTOTUNE_RUN_ID": "two words"}, ["letters, digits"]),
     ({"AUTOTUNE_DISABLE": "maybe"}, ["1/0, true/false"]),

@@ -15,6 +15,7 @@ from typing import Mapping, NamedTuple
 from .envfile import read_env_file
 from .store_url import hide_password, store_urls
 from .errors import PolicyError
+from . import warning_names
 from .settings_values import (parse_block_sizes, parse_bool, parse_switch, parse_choice, parse_file_path, parse_int_at_least,
                               parse_int_between, parse_mode, parse_names, parse_paths, parse_percent, parse_seconds,
                               parse_seconds_or_none, parse_token)
@@ -56,6 +57,7 @@ class AutotunePolicy:
     table_store_down: str = "error"  # AUTOTUNE_TABLE_STORE_DOWN: see docs/shared-store.md
     retime_rounds: int = DEFAULT_RETIME_ROUNDS  # AUTOTUNE_RETIME_ROUNDS: 0 times every candidate once
     retime_band: float = DEFAULT_RETIME_BAND  # AUTOTUNE_RETIME_BAND: which candidates are finalists
+    disable_warnings: tuple[str, ...] = ()  # AUTOTUNE_DISABLE_WARNINGS: names of warnings logged at DEBUG instead
     env_file: str | None = field(default=None, compare=False)
     # Why the mode is what it is (logged at install); "default" means no setting chose it, so a
     # determinism request the program makes later is looked for again at the first launch.
@@ -116,6 +118,7 @@ _VARIABLES = {
     "AUTOTUNE_TABLE_STORE_DOWN": ("table_store_down", lambda var, v: parse_choice(var, v, STORE_DOWN)),
     "AUTOTUNE_RETIME_ROUNDS": ("retime_rounds", lambda var, v: parse_int_between(var, v, 0, 100)),
     "AUTOTUNE_RETIME_BAND": ("retime_band", lambda var, v: parse_percent(var, v, 0.1, 50)),
+    "AUTOTUNE_DISABLE_WARNINGS": ("disable_warnings", warning_names.parse),
     "AUTOTUNE_LOG_LEVEL": ("log_level", lambda var, v: parse_choice(var, v, [l.lower() for l in LOG_LEVELS]).upper()),
 }
 # Read once at start-up (StartupSettings), not policy fields: every rank must count the same barriers.

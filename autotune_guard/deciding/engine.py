@@ -311,7 +311,8 @@ def _known(epoch: Epoch, tunable: Tunable) -> tuple | None:
         return None
     current().warn_once(f"candidates grew {key.text()}", (
         f"{key.what()}: the table's entry was chosen among {len(known)} of today's {len(signatures)} candidates; "
-        f"the {len(signatures) - len(known)} new one(s) are timed against the kept timings"), logging.INFO)
+        f"the {len(signatures) - len(known)} new one(s) are timed against the kept timings"), logging.INFO,
+        name="candidates-grew")
     return known, retime.kept_winner(measured, signatures)
 
 
@@ -326,11 +327,11 @@ def _alone(epoch: Epoch, tunable: Tunable, table: int | None, known: tuple | Non
     if world > 1:  # a distributed job that has not initialized its group yet: choices may differ
         guard.warn_once("consensus: no process group", "AUTOTUNE_MODE=consensus but torch.distributed is not "
                         f"initialized yet (world size {world} from the environment): choices made before "
-                        "init_process_group are this rank's own, timed as in auto mode")
+                        "init_process_group are this rank's own, timed as in auto mode", name="consensus-before-init")
     else:
         guard.warn_once(f"consensus alone: {tunable.noun}", "AUTOTUNE_MODE=consensus without a torch.distributed "
                         f"process group: {tunable.noun} are timed by this process alone, as in auto mode",
-                        logging.INFO, scope="process")
+                        logging.INFO, scope="process", name="consensus-alone")
     if world != 1 or known is None:
         return timed(epoch, tunable, "timed", for_job=world == 1)
     tuned = selected(epoch, tunable, "timed", known)

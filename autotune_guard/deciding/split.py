@@ -162,7 +162,8 @@ def _roster(store, key, slot, world, signatures, what) -> dict:
         current().warn_once("split join window", (
             f"consensus split: {what}: {members} of {world} ranks came to the key's join window ({JOIN_S:g} s); "
             f"the others take no share of it. Later keys wait {STRAGGLER_S:g} s, not {JOIN_S:g} s, once "
-            f"{members} ranks are in (a rank that comes later reads the shares)"), logging.INFO, scope="process")
+            f"{members} ranks are in (a rank that comes later reads the shares)"), logging.INFO, scope="process",
+            name="split-join-window")
     elif isinstance(members, int) and members >= world:
         present.ranks = None
     return roster

@@ -144,5 +144,5 @@ def _warn_if_shared(directory: str) -> None:
                         f"the evidence files go to {directory}, which {who} can write "
                         f"({safe_files.describe_directory(directory)}): another user can put files at their "
                         "names, which are then left alone for names of their own; prefer a directory only you can write",
-                        scope="process")
+                        scope="process", name="shared-directory")
 

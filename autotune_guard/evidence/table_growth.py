@@ -87,7 +87,7 @@ def configure(policy) -> None:
         current().warn_once("table growth: no directory", (
             f"AUTOTUNE_TABLE_PATH={os.pathsep.join(policy.table_path)} names table files only: consensus pins "
             "the keys they hold, but has nowhere to add what this job tunes; name a directory (its <arch>.json "
-            "grows) to keep the winners for the next run"), scope="process")
+            "grows) to keep the winners for the next run"), scope="process", name="table-files-only")
         return
     check_writable(directory, policy.table_path)
     _name_if_shared(directory)

@@ -95,7 +95,7 @@ def autotune(self, inductor_own, args, kwargs) -> None:
 def say_unmatched(function: str, qualified: str) -> None:
     current().warn_once(f"unmatched|{function}", f"torch.compile user kernel {function}: its original "
                         "@triton.autotune kernel was not found among the kernels Dynamo traced; named "
-                        f"{qualified} with key '*'", scope="process")
+                        f"{qualified} with key '*'", scope="process", name="unmatched-user-kernel")
 
 
 def _announce(self, kernel, policy, mode: str) -> None:

@@ -114,7 +114,7 @@ def check_supported(autotuner_module) -> tuple:
         newest = ".".join(map(str, NEWEST_TESTED_TRITON))
         current().warn_once("newer triton", f"Triton {version} is newer than {newest}, the newest release "
                             "autotune_guard is tested with; it is guarded all the same (AUTOTUNE_DISABLE=1 runs "
-                            "unguarded)", scope="process")
+                            "unguarded)", scope="process", name="newer-triton")
     return numbers
 
 

@@ -72,7 +72,7 @@ def _unique_name(autotuner) -> str:
         f"kernel {base}: another autotuned kernel of this name, with other source or candidates, launched first in "
         f"this process (a kernel factory?); this one is logged, recorded and verified as {name}, and a table entry "
         f"for {base} applies to it where the table has none for {name}. Names follow the order of first launch"),
-        scope="process")
+        scope="process", name="shared-name")
     return name
 
 
