@@ -14,7 +14,8 @@ of the same card kind: copy their folders into one, named ``LEASE+JOB`` where na
 * onepass: the same for run 1 with one pass (AUTOTUNE_RETIME_ROUNDS=0);
 * plain: the distinct picks over every rank of the plain jobs (each rank a cold process), regrets.
 
-Inductor's own kernels: the guard jobs' frozen entries, same or not across jobs (not audited).
+Inductor's generated kernels: as Triton's keys where the audit timed them (picks.py audits them too),
+else only whether the guard jobs froze the same entry.
 
     python scripts/gpu/acceptance/winners.py FOLDER [--json OUT.json]
 """
@@ -75,8 +76,9 @@ def frozen(table):
 def choices_of(process, kind):
     """kernel -> key -> signature of one process: the guard's log in guarded jobs (a pinned choice
     is not in Triton's cache), Triton's caches in plain ones."""
-    if kind in ("plain", "audit"):
-        return process.get("triton") or {}
+    if kind in ("plain", "audit"):  # Inductor's kernels by the guard's names (older picks files: by function)
+        inductor = {k: v for k, v in (process.get("inductor") or {}).items() if isinstance(v, dict)}
+        return {**(process.get("triton") or {}), **inductor}
     found = {}
     for name, text in (process.get("guard") or {}).items():
         if name != "error":
@@ -144,7 +146,7 @@ def main():
     result, inductor = {}, {}
     for kernel, keys in sorted(picks.items()):
         for key, kinds in sorted(keys.items()):
-            if kernel.startswith("inductor."):  # Inductor's own: named by the guard only
+            if kernel.startswith("inductor.") and kernel not in audit:  # not audited: agreement only
                 inductor[f"{kernel}|{key}"] = [sig for _, _, sig in kinds.get("guard", [])]
                 continue
             entry = audit.get(kernel, {}).get(key)
@@ -158,7 +160,7 @@ def main():
             print(f"| {kernel.rpartition('.')[2]} | {key} | {cell('guard')} | {','.join(sorted(set(map(str, row['verdicts']))))} "
                   f"| {cell('alone')} | {cell('onepass')} | {cell('plain')} | {spread('guard')}; {spread('alone')}; {spread('plain')} |")
     same = sum(len(set(v)) == 1 for v in inductor.values())
-    print(f"Inductor's kernels (not audited): {same} of {len(inductor)} keys frozen the same in every guard job")
+    print(f"Inductor's kernels not audited: {same} of {len(inductor)} keys frozen the same in every guard job")
     broken = disagreeing_ranks(jobs)
     print("ranks of a guarded job that froze different configs:", broken or "none")
     if "--json" in sys.argv:

@@ -4,12 +4,14 @@ Measurement only, imported by ``sitecustomize`` when asked:
 
 * ``ACCEPT_PICKS=1``: at exit, ``$ACCEPT_CALLS/picks.<pid>.json`` holds every Triton autotuner's
   ``cache`` as the guard's tables spell it (``module.function`` -> key text -> config signature),
-  every Inductor kernel down to one launcher (its function name and size hints -> config),
+  every Inductor kernel down to one launcher (name -> size hints -> config signature),
   and under the guard its choice log (what it launched: a pinned choice is not in ``cache``).
+  Inductor's generated kernels are named as the guard's tables name them (``inductor.<hash>``).
 * ``ACCEPT_AUDIT=1`` (a plain job of one rank, alone on the GPU): each key Triton tunes is timed
   again carefully with Triton's own ``_bench``: every candidate once, then those within 5 % of the
   best in ``ACCEPT_AUDIT_ROUNDS`` (20) interleaved rounds, alternating order; the medians go into
-  ``$ACCEPT_CALLS/audit.<pid>.json``. Inductor's kernels are not audited.
+  ``$ACCEPT_CALLS/audit.<pid>.json``. Inductor's generated kernels the same way, from Inductor's own
+  pass and its ``bench`` (not run on a GPU yet: a failure is kept under ``errors``, never raised).
 """
 
 import atexit
@@ -47,15 +49,19 @@ def _triton_picks():
 
 
 def _inductor_picks():
+    """Inductor's generated kernels down to one launcher, named as the guard's tables name them."""
     heuristics = sys.modules.get("torch._inductor.runtime.triton_heuristics")  # none where nothing compiled
     if heuristics is None:
         return {}
+    from autotune_guard.adapters.inductor import names
+    from autotune_guard.core.model import signature
+
     found = {}
     for tuner in [o for o in gc.get_objects() if issubclass(type(o), heuristics.CachingAutotuner)]:
         launchers = getattr(tuner, "launchers", None) or []  # Inductor drops ``configs`` once tuned
-        if len(launchers) == 1:
-            name = f"{getattr(tuner.fn, '__name__', '?')}|{getattr(tuner, 'size_hints', None)}"
-            found[name] = str(launchers[0].config)
+        if len(launchers) == 1 and not getattr(tuner, "custom_kernel", False):
+            key = names.size_hints_text(getattr(tuner, "size_hints", None))
+            found.setdefault(names.kernel_name(tuner)[0], {})[key] = signature(names.project(launchers[0].config, None))
     return found
 
 
@@ -112,6 +118,46 @@ def _careful(tuner, key, args, kwargs):
     _write_audit()
 
 
+def _careful_inductor(tuner, launchers, timings, args, kwargs):
+    """Inductor's one pass (``timings``), then the launchers within BAND of its best in rounds of
+    Inductor's own ``bench``: as ``_careful`` does for Triton's keys."""
+    from autotune_guard.adapters.inductor import names
+    from autotune_guard.core.model import signature
+
+    if len(launchers) < 2 or getattr(tuner, "custom_kernel", False):
+        return
+    kernel = names.describe(tuner, args, "audit")
+    sigs = [signature(d) for d in kernel.descriptors]
+    first = {i: float(timings[launcher]) for i, launcher in enumerate(launchers)}
+    best = min(first.values())
+    contenders = [i for i, t in first.items() if t <= best * BAND]
+    rounds = {i: [] for i in contenders}
+    for r in range(int(os.environ.get("ACCEPT_AUDIT_ROUNDS", "20"))):
+        for i in (contenders if r % 2 == 0 else contenders[::-1]):
+            rounds[i].append(float(tuner.bench(launchers[i], *args, **kwargs)))
+    AUDIT.setdefault(kernel.choice_key.kernel, {})[kernel.choice_key.key] = {
+        "first": {sigs[i]: t for i, t in first.items()},
+        "careful": {sigs[i]: statistics.median(ts) for i, ts in rounds.items()},
+        "triton": sigs[min(first, key=first.get)]}  # the library's own pick: Inductor's here
+    _write_audit()
+
+
+def _audited_inductor(module):
+    cls = module.CachingAutotuner
+    original = cls.benchmark_all_configs
+
+    def benchmark_all_configs(self, *args, **kwargs):
+        launchers = list(self.launchers)  # before Inductor closes the losers' launchers
+        timings = original(self, *args, **kwargs)
+        try:
+            _careful_inductor(self, launchers, timings, args, kwargs)
+        except Exception as error:  # measurement only: never the program's failure
+            AUDIT.setdefault("errors", {})[getattr(self.fn, "__name__", "?")] = repr(error)
+        return timings
+
+    cls.benchmark_all_configs = benchmark_all_configs
+
+
 def _audited(module):
     original = module.Autotuner.run
 
@@ -130,4 +176,5 @@ def install():
         import wrapt
 
         wrapt.register_post_import_hook(_audited, "triton.runtime.autotuner")
+        wrapt.register_post_import_hook(_audited_inductor, "torch._inductor.runtime.triton_heuristics")
     atexit.register(_write)
