@@ -93,6 +93,7 @@ def test_which_values_are_in_force():
     assert switches.in_force({"VLLM_BATCH_INVARIANT": "yes"}) == {}  # vLLM reads an integer
     assert switches.in_force({"TORCHINDUCTOR_BATCH_INVARIANT": "1"}) == {"TORCHINDUCTOR_BATCH_INVARIANT": "1"}
     assert switches.in_force({"TORCHINDUCTOR_BATCH_INVARIANT": "true"}) == {}  # Inductor reads == "1"
+    assert switches.shown({"X": "a\nb"}) == "X=a\\nb"
 
 
 def test_the_wake_test_reads_each_switch_as_its_library_does():
@@ -101,4 +102,3 @@ def test_the_wake_test_reads_each_switch_as_its_library_does():
     assert _boot.wakes({"VLLM_BATCH_INVARIANT": "2"}) and _boot.wakes({"TORCHINDUCTOR_BATCH_INVARIANT": "1"})
     assert not _boot.wakes({"VLLM_BATCH_INVARIANT": "0", "TORCHINDUCTOR_BATCH_INVARIANT": "0"})
     assert not _boot.wakes({"TORCHINDUCTOR_BATCH_INVARIANT": "yes"}) and not _boot.wakes({})
-    assert switches.shown({"X": "a\nb"}) == "X=a\\nb"

@@ -11,7 +11,7 @@ Measurement only, imported by ``sitecustomize`` when asked:
   again carefully with Triton's own ``_bench``: every candidate once, then those within 5 % of the
   best in ``ACCEPT_AUDIT_ROUNDS`` (20) interleaved rounds, alternating order; the medians go into
   ``$ACCEPT_CALLS/audit.<pid>.json``. Inductor's generated kernels the same way, from Inductor's own
-  pass and its ``bench`` (not run on a GPU yet: a failure is kept under ``errors``, never raised).
+  pass and its ``bench`` (not run on a GPU yet: a failure is said on stderr, never raised).
 """
 
 import atexit
@@ -94,33 +94,40 @@ def _time(tuner, config, args, kwargs):
     return float(found[0] if isinstance(found, (list, tuple)) else found)
 
 
+def _keep(kernel, key, sigs, first, time_one, own):
+    """The audit of one key from its first pass (``first``: index -> ms): the candidates within
+    BAND of the best timed again (``time_one(index)``) in interleaved rounds, alternating order;
+    their medians kept with the first pass and the library's own pick (``own``), and written."""
+    best = min(first.values())
+    contenders = [i for i, t in first.items() if t <= best * BAND]
+    rounds = {i: [] for i in contenders}
+    for r in range(int(os.environ.get("ACCEPT_AUDIT_ROUNDS", "20"))):
+        for i in (contenders if r % 2 == 0 else contenders[::-1]):
+            rounds[i].append(time_one(i))
+    AUDIT.setdefault(kernel, {})[key] = {
+        "first": {sigs[i]: t for i, t in first.items()},
+        "careful": {sigs[i]: statistics.median(ts) for i, ts in rounds.items()},
+        "triton": own}  # the library's own pick (Inductor's, for its kernels)
+    _write_audit()
+
+
 def _careful(tuner, key, args, kwargs):
-    """Every candidate Triton timed for ``key``, once; the ones within BAND of the best in rounds."""
+    """Every candidate Triton timed for ``key``, with Triton's ``_bench``."""
     sig, key_text, qualified_name = _names()
     configs = list(getattr(tuner, "configs_timings", None) or tuner.configs)
     if len(configs) < 2:
         return
     tuner.nargs = dict(zip(tuner.arg_names, args))
     try:
-        first = {i: _time(tuner, c, args, kwargs) for i, c in enumerate(configs)}
-        best = min(first.values())
-        contenders = [i for i, t in first.items() if t <= best * BAND]
-        rounds = {i: [] for i in contenders}
-        for r in range(int(os.environ.get("ACCEPT_AUDIT_ROUNDS", "20"))):
-            for i in (contenders if r % 2 == 0 else contenders[::-1]):
-                rounds[i].append(_time(tuner, configs[i], args, kwargs))
+        time_one = lambda i: _time(tuner, configs[i], args, kwargs)  # noqa: E731
+        _keep(qualified_name(_kernel_function(tuner)), key_text(key), [sig(c) for c in configs],
+              {i: time_one(i) for i in range(len(configs))}, time_one, sig(tuner.cache[key]))
     finally:
         tuner.nargs = None
-    AUDIT.setdefault(qualified_name(_kernel_function(tuner)), {})[key_text(key)] = {
-        "first": {sig(configs[i]): t for i, t in first.items()},
-        "careful": {sig(configs[i]): statistics.median(ts) for i, ts in rounds.items()},
-        "triton": sig(tuner.cache[key])}
-    _write_audit()
 
 
 def _careful_inductor(tuner, launchers, timings, args, kwargs):
-    """Inductor's one pass (``timings``), then the launchers within BAND of its best in rounds of
-    Inductor's own ``bench``: as ``_careful`` does for Triton's keys."""
+    """Inductor's one pass (``timings``) as the first, then rounds of Inductor's own ``bench``."""
     from autotune_guard.adapters.inductor import names
     from autotune_guard.core.model import signature
 
@@ -129,17 +136,8 @@ def _careful_inductor(tuner, launchers, timings, args, kwargs):
     kernel = names.describe(tuner, args, "audit")
     sigs = [signature(d) for d in kernel.descriptors]
     first = {i: float(timings[launcher]) for i, launcher in enumerate(launchers)}
-    best = min(first.values())
-    contenders = [i for i, t in first.items() if t <= best * BAND]
-    rounds = {i: [] for i in contenders}
-    for r in range(int(os.environ.get("ACCEPT_AUDIT_ROUNDS", "20"))):
-        for i in (contenders if r % 2 == 0 else contenders[::-1]):
-            rounds[i].append(float(tuner.bench(launchers[i], *args, **kwargs)))
-    AUDIT.setdefault(kernel.choice_key.kernel, {})[kernel.choice_key.key] = {
-        "first": {sigs[i]: t for i, t in first.items()},
-        "careful": {sigs[i]: statistics.median(ts) for i, ts in rounds.items()},
-        "triton": sigs[min(first, key=first.get)]}  # the library's own pick: Inductor's here
-    _write_audit()
+    _keep(kernel.choice_key.kernel, kernel.choice_key.key, sigs, first,
+          lambda i: float(tuner.bench(launchers[i], *args, **kwargs)), sigs[min(first, key=first.get)])
 
 
 def _audited_inductor(module):
@@ -151,8 +149,8 @@ def _audited_inductor(module):
         timings = original(self, *args, **kwargs)
         try:
             _careful_inductor(self, launchers, timings, args, kwargs)
-        except Exception as error:  # measurement only: never the program's failure
-            AUDIT.setdefault("errors", {})[getattr(self.fn, "__name__", "?")] = repr(error)
+        except Exception as error:  # measurement only: never the program's failure; said in the job's log
+            sys.stderr.write(f"picks.py: could not audit {getattr(self.fn, '__name__', '?')}: {error!r}\n")
         return timings
 
     cls.benchmark_all_configs = benchmark_all_configs
