@@ -26,6 +26,8 @@
 #   liger     Liger-Kernel's own tests for autotuned ops, at the installed version: plain, pinned, the
 #             README's command twice; each must pass the same tests
 #
+# It ends with "PASS" and exit 0, or "FAIL" naming every failed job, proof or missing input, and exit 1.
+#
 # Wheels in .whl/ (no network there): autotune_guard and python-dotenv (scripts/run_gpu_bench.sh),
 # .whl/lib/ (fla-core, liger-kernel), .whl/fg/ (FlagGems), .whl/liger/test (Liger's tests at its tag).
 set -uo pipefail
@@ -37,6 +39,12 @@ PHASES="${PHASES:-train record flaggems split mm liger}"
 STEPS="${TRAIN_STEPS:-30}"
 W=/tmp/accept; mkdir -p "$W"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+FAILED=()  # "phase: what failed", said at the end: a job that fails never passes silently
+
+fail() { echo "FAIL ($PHASE): $*"; FAILED+=("$PHASE: $*"); }
+
+# needs PATH WHAT: a phase's input, present, or the phase fails naming it (it cannot pass by running nothing)
+needs() { compgen -G "$1" > /dev/null || { fail "missing $1 ($2)"; return 1; }; }
 
 setup() {
   echo "=== setup ($(date -u '+%Y-%m-%d %H:%M:%S UTC'))"
@@ -54,7 +62,7 @@ setup() {
 run() {
   local name=$1; shift
   if (( SECONDS + ${RUN_RESERVE:-150} > ${ACCEPT_DEADLINE:-999999} )); then
-    echo "$name: skipped, ${SECONDS} s in, ACCEPT_DEADLINE=${ACCEPT_DEADLINE}"; return 1
+    echo "$name: skipped, ${SECONDS} s in, ACCEPT_DEADLINE=${ACCEPT_DEADLINE}"; return 1  # said, not a failure
   fi
   rm -rf "$W/$name"; mkdir -p "$W/$name"
   local start=$SECONDS
@@ -64,7 +72,7 @@ run() {
     scripts/gpu/acceptance/train_lm.py "$STEPS" > "$W/$name/log.txt" 2>&1
   local rc=$?
   echo "$name: exit $rc in $((SECONDS - start)) s; $(grep -c '^RESULT' "$W/$name/log.txt") ranks finished"
-  [ $rc = 0 ] || tail -25 "$W/$name/log.txt"
+  [ $rc = 0 ] || { tail -25 "$W/$name/log.txt"; fail "job $name exited $rc"; }
   cp "$W/$name/log.txt" "$OUT/$name.log"
   if ls "$W/$name"/picks.*.json > /dev/null 2>&1; then  # ACCEPT_PICKS=1: the winners phase's evidence
     mkdir -p "$OUT/winners/$name" && cp "$W/$name"/picks.*.json "$W/$name"/audit.*.json "$OUT/winners/$name/" 2>/dev/null
@@ -191,11 +199,15 @@ flaggems() {
   env FLAGGEMS_CACHE_DIR="$W/fgc-$name" TRITON_CACHE_DIR="$W/fgc-$name/triton" "$@" timeout 200 "$PY" \
     scripts/gpu/flaggems_worker.py "$OUT/flaggems-$name.json" > "$W/flaggems-$name.log" 2>&1
   local rc=$?
+  [ $rc = 0 ] || fail "flaggems $name exited $rc"
   echo "flaggems $name: exit $rc in $((SECONDS - start)) s: $("$PY" scripts/gpu/acceptance/flaggems_line.py "$OUT/flaggems-$name.json" 2>&1 | tail -1)"
 }
 
 phase_flaggems() {
-  "$PY" -c "import flag_gems" 2>/dev/null || python3 -m pip install -q --no-index --no-deps --target "$SITE" .whl/fg/*.whl
+  if ! "$PY" -c "import flag_gems" 2>/dev/null; then
+    needs ".whl/fg/*.whl" "FlagGems' wheel: pip download --no-deps -d .whl/fg flag-gems" || return
+    python3 -m pip install -q --no-index --no-deps --target "$SITE" .whl/fg/*.whl || { fail "FlagGems did not install"; return; }
+  fi
   mkdir -p "$W/fg-tables" && rm -f "$W/fg-tables"/*
   flaggems plain
   flaggems pinned AUTOTUNE_MODE=pinned
@@ -204,11 +216,11 @@ phase_flaggems() {
 }
 
 phase_split() {
-  timeout 300 "$PY" scripts/gpu/split_proof.py --repeat 2 --out "$OUT/split" 2>&1 | tail -12
+  timeout 300 "$PY" scripts/gpu/split_proof.py --repeat 2 --out "$OUT/split" 2>&1 | tail -12 || fail "split_proof.py"
 }
 
 phase_mm() {
-  timeout 420 "$PY" scripts/gpu/templates_proof.py --processes 2 --out "$OUT/mm" 2>&1 | tail -12
+  timeout 420 "$PY" scripts/gpu/templates_proof.py --processes 2 --out "$OUT/mm" 2>&1 | tail -12 || fail "templates_proof.py"
 }
 
 # liger NAME SETTINGS...: Liger's tests of its autotuned ops, in a fresh Triton cache
@@ -221,9 +233,11 @@ liger() {
   local calls
   calls=$(cat "$W/liger-$name"/calls.*.json 2>/dev/null | "$PY" -c "import json,sys; print(sum(json.loads(l)['do_bench'] for l in sys.stdin.read().replace('}{','}\n{').splitlines() if l.strip()))")
   echo "liger $name: $(cat "$W/liger-$name.txt") | $((SECONDS - start)) s | do_bench calls ${calls:-0}"
+  grep -q " passed" "$W/liger-$name.txt" && ! grep -qE "failed|error" "$W/liger-$name.txt" || fail "Liger's tests, $name"
 }
 
 phase_liger() {
+  needs ".whl/liger/test" "Liger-Kernel's tests at the installed version's tag" || return
   mkdir -p "$W/liger-tables" && rm -f "$W/liger-tables"/*
   for name in plain pinned readme1 readme2; do mkdir -p "$W/liger-$name"; rm -f "$W/liger-$name"/calls.*; done
   liger plain
@@ -234,13 +248,20 @@ phase_liger() {
 
 main() {
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
-  setup || return 1
-  for phase in $PHASES; do
-    echo; echo "=== $phase ($(date -u '+%H:%M:%S UTC'))"
-    "phase_$phase"
+  PHASE=setup
+  setup || { fail "set-up"; return 1; }
+  for PHASE in $PHASES; do
+    echo; echo "=== $PHASE ($(date -u '+%H:%M:%S UTC'))"
+    declare -F "phase_$PHASE" > /dev/null || { fail "no such phase (PHASES=$PHASES)"; continue; }
+    "phase_$PHASE"
   done
+  echo
+  if (( ${#FAILED[@]} )); then printf 'FAIL: %s\n' "${FAILED[@]}"; return 1; fi
+  echo "PASS: $PHASES"
 }
 
 main 2>&1 | tee "$OUT/acceptance.txt"
+status=${PIPESTATUS[0]}
 cp "$OUT/acceptance.txt" "$FINAL/"
 tar czf "$FINAL/acceptance.tgz" -C "$OUT" .  # every log and summary (a device returns a few files only)
+exit "$status"
