@@ -36,6 +36,7 @@ logger = logging.getLogger("autotune_guard")
 
 AUTOTUNER = "triton.runtime.autotuner"
 INDUCTOR_HEURISTICS = "torch._inductor.runtime.triton_heuristics"
+HELION = "helion.runtime.kernel"  # Helion's BoundKernel (adapters/helion.py)
 
 
 def _wrapt_registrar(module: str, hook) -> None:
@@ -63,6 +64,7 @@ def arm() -> None:
     guard.when_imported("torch.distributed", _on_distributed)
     guard.when_imported(INDUCTOR_HEURISTICS, _on_inductor)
     guard.when_imported("triton.testing", triton_adapter.watch_timers)
+    guard.when_imported(HELION, _on_helion)
 
 
 def _on_autotuner(module) -> None:
@@ -95,6 +97,14 @@ def _on_inductor(module) -> None:
     inductor.patch(module)
 
 
+def _on_helion(module) -> None:
+    from .adapters import helion  # noqa: F401  (its family registers at import)
+    from .deciding import families
+
+    for install in families.installers(module.__name__):
+        install(module)
+
+
 def carry_out(policy: AutotunePolicy) -> None:
     if policy.record_path:
         evidence.check_writable(policy.record_path, "AUTOTUNE_RECORD_PATH")
@@ -117,6 +127,7 @@ def carry_out(policy: AutotunePolicy) -> None:
     distributed.on_install(policy)
     # The Inductor patch for a policy installed by the API: at once if Inductor is loaded.
     guard.when_imported(INDUCTOR_HEURISTICS, _on_inductor)
+    guard.when_imported(HELION, _on_helion)
     install_excepthook(policy.mode)
     _started_with(policy, guard)
 

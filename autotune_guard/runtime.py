@@ -236,15 +236,16 @@ class Guard(Lifecycle):
             entry = table_entry(tables, base_name(kernel), key)
         return entry
 
-    def pin(self, epoch: Epoch, key: ChoiceKey, descriptors: list) -> Pick:
+    def pin(self, epoch: Epoch, key: ChoiceKey, descriptors: list, defaults: dict | None = None) -> Pick:
         """The pinned rule for ``key`` among ``descriptors`` under ``epoch`` (table, block sizes,
-        on-miss, chaos); a setting it could not obey is said once. Notes nothing."""
+        on-miss, chaos); a setting it could not obey is said once. Notes nothing. ``defaults``: the
+        fields an entry may omit (None: Triton Config's)."""
         policy = epoch.policy
         entry = self.table_entry(epoch, key.arch, key.kernel, key.key)
         rank = self.facts.get("rank_world")[0] if policy.chaos else 0
         try:
             pick = pinned_pick(descriptors, table_entry=entry, policy=policy, what=key.what(), rank=rank,
-                               defaults=self.facts.get("config_defaults") or {})
+                               defaults=(self.facts.get("config_defaults") or {}) if defaults is None else defaults)
         except SelectionError:
             if key not in epoch.refused:
                 epoch.refused.append(key)

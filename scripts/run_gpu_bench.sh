@@ -45,7 +45,7 @@ PYEOF
 
 if [[ " $STEPS " == *" tests "* ]]; then
   echo; echo "=== GPU test tier"
-  (cd tests && timeout 540 "$PY" -m pytest -p no:cacheprovider -q -rs test_gpu.py test_gpu_compile.py) 2>&1 \
+  (cd tests && timeout 540 "$PY" -m pytest -p no:cacheprovider -q -rs test_gpu.py test_gpu_compile.py test_gpu_helion.py) 2>&1 \
     | tee "$OUT/pytest.txt"
 fi
 if [[ " $STEPS " == *" templates "* ]]; then

@@ -10,7 +10,7 @@
 # Not an AUTOTUNE_* name: the guard refuses AUTOTUNE_* names it does not know.
 VENVS="${GUARD_VENVS:-${XDG_CACHE_HOME:-$HOME/.cache}/autotune_guard/venvs}"
 TORCH="${TORCH:-2.13.0}"
-VENV_DEPS=(numpy pytest pytest-xdist hatchling wrapt python-dotenv redis)
+VENV_DEPS=(numpy pytest pytest-xdist hatchling wrapt python-dotenv redis helion==1.5.1)  # helion: its family's tests
 SKIPPED=3  # guard_venv's status for a pair the index has no wheel for
 PROGRESS_EVERY="${GUARD_PROGRESS_EVERY:-15}"  # seconds between the progress lines of a long step
 

@@ -158,8 +158,21 @@ def test_a_family_is_checked_when_it_registers():
         def run(self, autotuner, original):
             return None
 
+    class NoModule(families.Family):  # a module family names the module whose import installs it
+        name, recognises = "no module", "module"
+
+        def install(self, module):
+            return None
+
+    class InstallsNothing(NoModule):
+        name, module = "bad install", "some.library"
+
+        def install(self):
+            return None
+
     for bad, problem in ((Unnamed(), "its name is '?'"), (Elsewhere(), "it recognises 'helion-kernel'; allowed: "),
-                         (TwoArguments(), "its run takes (autotuner, original)"), (object(), "is not a")):
+                         (TwoArguments(), "its run takes (autotuner, original)"), (object(), "is not a"),
+                         (NoModule(), "its module is ''"), (InstallsNothing(), "its install takes ()")):
         with pytest.raises(FamilyError, match="autotuner family") as raised:
             families.register(bad)
         assert problem in raised.value.problem, raised.value

@@ -35,7 +35,7 @@ def _run(**env):
 @pytest.mark.slow
 @pytest.mark.parametrize("name, value, words", [
     ("FLA_CACHE_MODE", "1", "fla's CachedAutotuner reads its configs from its own JSON cache; those configs bypass the table"),
-    ("HELION_ASSERT_CACHE_HIT", "1", "Helion's kernels are decided by Helion's cache, not by this guard's table"),
+    ("HELION_ASSERT_CACHE_HIT", "1", "Helion's kernels are governed: a table's entry is a hit; a search the mode would run is refused"),
     ("FLAGGEMS_DB_URL", "sqlite:////tmp/tuned.db", "pinned and consensus decide governed keys without reading or writing it"),
     ("GEMM_A8W8_TRITON_AUTOTUNE", "1", "aiter's GEMM_A8W8 kernels autotune at run time through Triton's autotuner; "
                                        "governed (mode pinned)"),

@@ -84,7 +84,8 @@ _OPTION_TYPES = frozenset({int, type(None)})  # an option absent or null is Trit
 
 
 def check_descriptor(path: str, where: str, desc) -> None:
-    """The one config check: an object of ``kwargs`` (numbers, strings, booleans) and integer options."""
+    """The one config check: an object of ``kwargs`` (numbers, strings, booleans, lists of them) and
+    integer options."""
     if not _plain_descriptor(desc):
         _check_descriptor_saying_why(path, where, desc)
 
@@ -98,12 +99,20 @@ def _plain_descriptor(desc) -> bool:
     return False
 
 
+def _plain_value(value, depth: int = 0) -> bool:
+    """A meta-parameter's value: a number, string, boolean or null, or (Helion) a list of such
+    values, lists nested at most three deep."""
+    if type(value) in _KWARG_TYPES:
+        return True
+    return type(value) is list and depth < 3 and all(_plain_value(v, depth + 1) for v in value)
+
+
 def _check_descriptor_saying_why(path: str, where: str, desc) -> None:
     _require(path, isinstance(desc, dict), f"{where}: a config must be an object")
     _require(path, isinstance(desc.get("kwargs", {}), dict), f"{where}: 'kwargs' must be an object")
     for name, value in desc.get("kwargs", {}).items():
-        _require(path, value is None or isinstance(value, (int, float, str)),
-                 f"{where}: meta-parameter {name!r} must be a number, string or boolean")
+        _require(path, _plain_value(value), f"{where}: meta-parameter {name!r} must be a number, string, "
+                 "boolean, or a list of them (lists of lists too, as Helion's configs have)")
     for name in OPTION_FIELDS:
         if name in desc and desc[name] is not None:
             _require(path, isinstance(desc[name], int) and not isinstance(desc[name], bool), f"{where}: {name!r} must be an integer")

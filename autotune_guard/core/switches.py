@@ -22,7 +22,7 @@ KNOWN = {
                        "those configs bypass the table: logged as library, named in pinned mode "
                        "(refused with AUTOTUNE_ON_MISS=error)"),
     "HELION_ASSERT_CACHE_HIT": ("Helion raises on a miss of its own config cache",
-                                "Helion's kernels are decided by Helion's cache, not by this guard's table"),
+                                "Helion's kernels are governed: a table's entry is a hit; a search the mode would run is refused"),
     "FLAGGEMS_DB_URL": ("FlagGems' LibTuner keeps its winners in this database (last write wins)",
                         "pinned and consensus decide governed keys without reading or writing it; "
                         "auto and record hide its earlier winners"),

@@ -73,7 +73,7 @@ class Tunable:
 
     def pick(self, epoch: Epoch) -> Pick:
         """The pinned rule's candidate (table, block sizes, on-miss, chaos)."""
-        return current().pin(epoch, self.key, list(self.descriptors))
+        return current().pin(epoch, self.key, list(self.descriptors), None if self.uses_config_defaults else {})
 
     def tune(self, how: str) -> Tuned | None:
         """Time the candidates here (the family's own tuner); None when the family's tuner deferred

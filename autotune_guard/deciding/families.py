@@ -19,6 +19,13 @@ RECOGNISES = {
     "autotuner-run": "a subclass of Triton's Autotuner that defines its own run (FlagGems' LibTuner)",
     "kernel-interface-run": "a triton.KernelInterface subclass not Triton's with a run of its own "
                             "(GPTQ's custom_autotune)",
+    "module": "a library whose tuner is not Triton's, reached through the module the family names "
+              "(``module``) and patched by its ``install(module)`` when that module is imported (Helion)",
+}
+METHODS = {  # what a family of each kind defines, with its parameters
+    "autotuner-run": (("shaped", ["owner"]), ("run", ["autotuner", "original", "args", "kwargs"])),
+    "kernel-interface-run": (("shaped", ["owner"]), ("run", ["autotuner", "original", "args", "kwargs"])),
+    "module": (("install", ["module"]),),
 }
 HELD = "autotuner families"
 
@@ -27,15 +34,20 @@ class Family:
     """One library's autotuner family. ``recognises``: a key of ``RECOGNISES``; ``shaped(owner)``:
     whether the class ``owner``'s own ``run`` is this family's; ``run(autotuner, original, args,
     kwargs)``: that run under the current policy (``original`` is the library's own run), which
-    decides a key's first launch through ``deciding.first_launch``."""
+    decides a key's first launch through ``deciding.first_launch``. A ``module`` family names the
+    module (``module``) whose import calls its ``install(module)`` instead."""
 
     name = "?"
     recognises = ""
+    module = ""
 
     def shaped(self, owner) -> bool:
         raise NotImplementedError
 
     def run(self, autotuner, original, args, kwargs):
+        raise NotImplementedError
+
+    def install(self, module):
         raise NotImplementedError
 
 
@@ -58,6 +70,8 @@ def verify(family) -> None:
         problem = f"its name is {name!r}; a family names itself (a non-empty string)"
     elif family.recognises not in RECOGNISES:
         problem = f"it recognises {family.recognises!r}; allowed: {', '.join(sorted(RECOGNISES))}"
+    elif family.recognises == "module" and not (isinstance(family.module, str) and family.module):
+        problem = f"its module is {family.module!r}; a module family names the module it patches"
     else:
         problem = _methods_problem(family)
     if problem is not None:
@@ -65,7 +79,7 @@ def verify(family) -> None:
 
 
 def _methods_problem(family) -> str | None:
-    for method, wanted in (("shaped", ["owner"]), ("run", ["autotuner", "original", "args", "kwargs"])):
+    for method, wanted in METHODS[family.recognises]:
         try:
             given = list(inspect.signature(getattr(family, method)).parameters)
         except (TypeError, ValueError):
@@ -81,6 +95,12 @@ def register(family: Family) -> None:
     found = current().held(HELD, Registered).by_kind[family.recognises]
     if all(type(known) is not type(family) for known in found):
         found.append(family)
+
+
+def installers(module_name: str) -> list:
+    """The ``install`` of each registered module family that patches ``module_name``."""
+    found = current().held(HELD, Registered).by_kind["module"]
+    return [family.install for family in found if family.module == module_name]
 
 
 def family_of(owner, kind: str) -> Family | None:

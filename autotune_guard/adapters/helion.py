@@ -1,0 +1,182 @@
+"""Helion (``@helion.kernel``), governed: its ``BoundKernel.autotune`` is the seam.
+
+Helion binds a kernel to its arguments' specialization (dtypes, shapes, ``hl.specialize`` values)
+as a ``BoundKernel``. At its first call with no config set, ``ensure_config_exists`` calls the
+bound kernel's ``autotune``, which searches: a finite search over the kernel's ``configs=[...]``,
+else Helion's full search (minutes a kernel), answered by Helion's own config cache where it can.
+The guard replaces ``autotune`` (one patch, undone with the rest), and the engine decides:
+
+* pinned, a consensus followed, a table's entry: the chosen config is set (``set_config``):
+  nothing searched, Helion's own cache not read;
+* auto: Helion's own autotune, its cache included; record and the consensus claimer: Helion's own
+  search with its cache unread (a decision for others is measured here); the winner is noted.
+
+Candidates: the kernel's ``configs`` (two or more). A full search has no list: its candidates are
+the table's config for the key, where there is one, and Helion's default config (the pinned
+rule's pick on a miss); consensus cannot agree on a config no rank can name beforehand, so a full
+search under consensus is named once and searched by each rank (pin it from a table to agree).
+``HELION_ASSERT_CACHE_HIT=1`` (nothing may be searched) is honoured: a key the guard would have
+Helion search for a decision is refused, naming it; a key decided from the table is a hit.
+A bound kernel keeps its config for its life (as Helion keeps it): a later policy does not re-decide it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import threading
+
+from .. import deciding
+from ..core.errors import SelectionError
+from ..core.model import ChoiceKey, base_name, key_text, provenance, qualified_name, signature
+from ..deciding import families as registered
+from ..runtime import current
+from . import _patching
+
+MODULE = "helion.runtime.kernel"
+ASSERT_HIT = "HELION_ASSERT_CACHE_HIT"
+HELD = "Helion family"
+
+
+class HelionState:
+    """The process's Helion state, held by the Guard: one lock for first launches (Helion's own
+    search is not made for two at once)."""
+
+    def __init__(self):
+        self.lock = threading.RLock()
+
+    def after_fork(self) -> None:
+        self.lock = threading.RLock()
+
+
+class HelionFamily(registered.Family):
+    name = "Helion"
+    recognises = "module"
+    module = MODULE
+
+    def install(self, module) -> None:
+        """Replace ``BoundKernel.autotune`` (the patching idiom: undone by ``uninstall``)."""
+        bound_kernel = module.BoundKernel
+        if _patching.patched(bound_kernel, "autotune") is not None:
+            return
+
+        def autotune(self, args, *, force=True, **kwargs):  # Helion's name: bound methods pickle by it
+            own = _patching.original(bound_kernel, "autotune")
+            return governed(self, own, args, force, kwargs)
+
+        _patching.patch(bound_kernel, "autotune", autotune)
+
+
+def governed(bound, own, args, force: bool, kwargs: dict):
+    """One bound kernel's search, under the policy in force; returns the config set on it."""
+    guard = current()
+    epoch = guard.epoch
+    if epoch.installed is None:
+        return own(bound, args, force=force, **kwargs)
+    qualified = qualified_name(bound.kernel.fn)
+    if epoch.policy.mode == "off" or not epoch.policy.in_scope(base_name(qualified)):
+        return own(bound, args, force=force, **kwargs)
+    listed = [] if force else list(bound.kernel.configs or ())
+    if len(listed) == 1:
+        return own(bound, args, force=force, **kwargs)  # one config: nothing to choose
+    guard.launched(epoch, qualified, ())
+    key = ChoiceKey(guard.facts.get("arch"), qualified, key_text(_key_parts(bound.kernel, args)))
+    full = not listed
+    if full and epoch.policy.mode == "consensus":
+        guard.warn_once(f"helion full {qualified}", (
+            f"Helion kernel {qualified} has no configs=[...] list: its full search cannot be agreed before any rank "
+            "has run it, so each rank searches (consensus agrees on a configs list); record it, merge a table and "
+            "pin it to run one config on every rank"), name="helion-full-search")
+        return own(bound, args, force=force, **kwargs)
+    live = listed or _full_candidates(guard, epoch, bound, key)
+    tunable = HelionKey(epoch, bound, own, args, force, kwargs, key, live, full)
+
+    def apply(index, tuned):
+        if index is not None and (tunable.chosen is None or signature(_descriptor(tunable.chosen))
+                                  != signature(tunable.descriptors[index])):
+            bound.set_config(live[index])
+            tunable.chosen = live[index]
+        return lambda: tunable.chosen if tunable.chosen is not None else bound._config
+
+    return deciding.first_launch(epoch, lambda: tunable, apply, lambda: governed(bound, own, args, force, kwargs),
+                                 gate=guard.held(HELD, HelionState).lock)
+
+
+def _key_parts(kernel, args) -> list:
+    """Helion's specialization of ``args`` (what it binds a kernel by), readable: a tensor as its
+    dtype and shape (``torch.float32[1000]``), anything else as Helion gives it."""
+    parts = []
+    for part in kernel.specialization_key(tuple(args)):
+        if isinstance(part, tuple) and len(part) >= 2 and type(part[0]).__name__ == "dtype":
+            parts.append(f"{part[0]}{list(part[1])}")
+        else:
+            parts.append(part)
+    return parts
+
+
+def _full_candidates(guard, epoch, bound, key: ChoiceKey) -> list:
+    """A full search's candidates: the table's config for the key (where there is one) and
+    Helion's default config."""
+    from helion import Config
+
+    found = []
+    entry = guard.table_entry(epoch, key.arch, key.kernel, key.key)
+    if isinstance(entry, dict) and isinstance(entry.get("kwargs"), dict):
+        found.append(Config(**entry["kwargs"]))
+    default = bound.config_spec.default_config()
+    if not found or signature(_descriptor(found[0])) != signature(_descriptor(default)):
+        found.append(default)
+    return found
+
+
+def _descriptor(config) -> dict:
+    """A Helion Config as plain data: its fields are the descriptor's ``kwargs``."""
+    return {"kwargs": dict(config)}
+
+
+class HelionKey(deciding.Tunable):
+    """One bound kernel's pending choice."""
+
+    noun = "Helion configs"
+    uses_config_defaults = False  # a Helion Config has no Triton fields to default
+
+    def __init__(self, epoch, bound, own, args, force, kwargs, key, live, full: bool):
+        self.epoch, self.bound, self.own, self.args, self.force, self.kwargs = epoch, bound, own, args, force, kwargs
+        self.key, self.live, self.full = key, live, full
+        self.descriptors = [_descriptor(c) for c in live]
+        self.chosen = None  # the config set on the bound kernel here
+
+    def provenance(self) -> dict:
+        facts = current().facts
+        try:
+            source = inspect.getsource(self.bound.kernel.fn)
+        except (OSError, TypeError):
+            source = ""
+        options = {"full_search": self.full, "static_shapes": getattr(self.bound.settings, "static_shapes", None)}
+        every = [] if self.full else self.descriptors  # a full search's candidates are not the kernel's
+        return provenance(source, every, options, facts.get("triton_version"), facts.get("arch"))
+
+    def check_provenance(self) -> None:
+        deciding.check_table_provenance(self.epoch, self.key, self.provenance)
+
+    def tune(self, how: str) -> deciding.Tuned:
+        """Helion's own search, here: in auto its config cache may answer; a decision for others
+        (record, the claimer) reads no cache."""
+        mode = self.epoch.policy.mode
+        if os.environ.get(ASSERT_HIT) == "1" and mode != "auto":
+            raise SelectionError(
+                f"autotune_guard: Helion kernel {self.key.what()}: {ASSERT_HIT}=1 says nothing may be searched, and "
+                f"{mode} mode would have Helion search it here (no table entry decides it); pin it from a table "
+                f"(AUTOTUNE_MODE=pinned), or unset {ASSERT_HIT}", kernel=self.key.kernel, key=self.key.key,
+                arch=self.key.arch)
+        from helion._utils import counters
+
+        hits = counters["autotune"]["cache_hit"]
+        force = self.force or (mode != "auto" and self.full)
+        config = self.own(self.bound, self.args, force=force, **self.kwargs)
+        self.chosen = config
+        said = "cache hit" if counters["autotune"]["cache_hit"] > hits else None
+        return deciding.Tuned(_descriptor(config), config, None, None, said, launched=False)
+
+
+registered.register(HelionFamily())

@@ -1,0 +1,64 @@
+"""Helion kernels for the Helion family's tests (``tests/test_helion_family.py``), run by Triton's
+interpreter on the CPU: ``listed`` has a configs=[...] list (Helion's finite search), ``searched``
+none (its full search). Run as a program, it calls the kernel named by argv[1] once and prints what
+the guard chose, the config Helion set, how often Helion searched, and whether the output is right."""
+
+import json
+import os
+import sys
+
+import helion
+import helion.language as hl
+import torch
+
+CONFIGS = [helion.Config(block_sizes=[16]), helion.Config(block_sizes=[64]), helion.Config(block_sizes=[32])]
+
+
+@helion.kernel(configs=CONFIGS)
+def listed(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    out = torch.empty_like(x)
+    for tile in hl.tile(x.size(0)):
+        out[tile] = x[tile] + y[tile]
+    return out
+
+
+@helion.kernel()
+def searched(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    out = torch.empty_like(x)
+    for tile in hl.tile(x.size(0)):
+        out[tile] = x[tile] * y[tile]
+    return out
+
+
+def main(name: str) -> None:
+    searches = []  # each search Helion ran, by its class
+    search = helion.autotuner.FiniteSearch.autotune
+    full = helion.autotuner.LFBOTreeSearch.autotune
+
+    def counted(original):
+        def autotune(self, *args, **kwargs):
+            searches.append(type(self).__name__)
+            return original(self, *args, **kwargs)
+        return autotune
+
+    helion.autotuner.FiniteSearch.autotune = counted(search)
+    helion.autotuner.LFBOTreeSearch.autotune = counted(full)
+    kernel = {"listed": listed, "searched": searched}[name]
+    device = "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1" else "cpu"
+    x, y = torch.randn(1000, device=device), torch.randn(1000, device=device)
+    out = kernel(x, y)
+    expected = x + y if name == "listed" else x * y
+    import autotune_guard
+
+    print(json.dumps({"right": bool(torch.allclose(out, expected)), "log": autotune_guard.choice_log(),
+                      "config": dict(kernel.bind((x, y))._config), "searches": searches}))
+
+
+if __name__ == "__main__":
+    if "RANK" in os.environ:  # a torchrun job (the GPU tier): the guard's consensus needs the group
+        import torch.distributed as dist
+
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+        if torch.cuda.is_available():
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    main(sys.argv[1])

@@ -1,0 +1,103 @@
+"""The Helion family (``adapters/helion.py``) with real Helion kernels under Triton's interpreter,
+in cold processes. Helion's own search needs a GPU driver (its benchmark asks Triton for one), so
+what searches (auto, record, a consensus claimer) is in the GPU tier (``test_gpu_helion.py``);
+here: what decides without searching, and what refuses to search."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from support import TESTS, clean_env, last_json
+
+pytestmark = pytest.mark.slow
+
+try:
+    import helion  # noqa: F401
+except Exception as exc:  # an old Triton or torch under this Helion
+    pytest.skip(f"Helion cannot be imported here ({exc!r})", allow_module_level=True)
+
+KEY = "torch.float32[1000],torch.float32[1000],cpu,None,False"
+LISTED, SEARCHED = "__main__.listed", "__main__.searched"
+
+
+def run(kernel: str, **settings):
+    return subprocess.run([sys.executable, "-m", "kernels.helion_kernels", kernel], env=clean_env(**settings),
+                          capture_output=True, text=True, timeout=300, cwd=TESTS)
+
+
+def table(tmp_path, kernel: str, config: dict):
+    tables = tmp_path / "tables"
+    tables.mkdir(exist_ok=True)
+    (tables / "interpret.json").write_text(json.dumps({
+        "format": "autotune_guard.table/1", "arch": "interpret", "kernels": {kernel: {KEY: {"kwargs": config}}}}))
+    return tables
+
+
+def test_pinned_sets_the_tables_config_and_helion_searches_nothing(tmp_path):
+    tables = table(tmp_path, LISTED, {"block_sizes": [64]})
+    proc = run("listed", AUTOTUNE_MODE="pinned", AUTOTUNE_TABLE_PATH=tables, AUTOTUNE_ON_MISS="error")
+    assert proc.returncode == 0, proc.stderr
+    found = last_json(proc.stdout)
+    assert found["right"] and found["searches"] == [], found
+    assert found["config"] == {"block_sizes": [64]}
+    assert found["log"] == {f"interpret|{LISTED}|{KEY}": "block_sizes=[64];pinned"}
+    # Without the guard the same program runs Helion's own finite search, which needs a GPU to time
+    # on and fails here (every candidate's benchmark fails): the guard's run above searched nothing.
+    plain = run("listed", AUTOTUNE_DISABLE="1")
+    assert plain.returncode != 0 and "finite_search.py" in plain.stderr, plain.stderr[-2000:]
+
+
+def test_pinned_without_an_entry_follows_on_miss(tmp_path):
+    proc = run("listed", AUTOTUNE_MODE="pinned", AUTOTUNE_ON_MISS="error")
+    assert proc.returncode != 0
+    assert LISTED in proc.stderr and "AUTOTUNE_ON_MISS=error" in proc.stderr, proc.stderr
+    proc = run("listed", AUTOTUNE_MODE="pinned")  # the smallest tile, named as a fallback
+    assert proc.returncode == 0, proc.stderr
+    found = last_json(proc.stdout)
+    assert found["searches"] == [] and found["config"] == {"block_sizes": [16]}
+    assert "fallback" in proc.stderr
+
+
+def test_a_full_search_is_pinned_from_the_table_or_to_helions_default(tmp_path):
+    wanted = {"block_sizes": [128], "num_warps": 2}
+    tables = table(tmp_path, SEARCHED, wanted)
+    proc = run("searched", AUTOTUNE_MODE="pinned", AUTOTUNE_TABLE_PATH=tables, AUTOTUNE_ON_MISS="error")
+    assert proc.returncode == 0, proc.stderr
+    found = last_json(proc.stdout)
+    assert found["right"] and found["searches"] == [] and found["config"] == wanted, found
+    default = run("searched", AUTOTUNE_MODE="pinned")
+    assert default.returncode == 0, default.stderr
+    found = last_json(default.stdout)
+    assert found["right"] and found["searches"] == [] and found["config"]["block_sizes"] == [32], found
+
+
+def test_consensus_follows_the_tables_entry_and_assert_cache_hit_refuses_a_search(tmp_path):
+    tables = table(tmp_path, LISTED, {"block_sizes": [32]})
+    proc = run("listed", AUTOTUNE_MODE="consensus", AUTOTUNE_TABLE_PATH=tables, HELION_ASSERT_CACHE_HIT="1")
+    assert proc.returncode == 0, proc.stderr
+    found = last_json(proc.stdout)
+    assert found["searches"] == [] and found["log"][f"interpret|{LISTED}|{KEY}"] == "block_sizes=[32];pinned", found
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    refused = run("listed", AUTOTUNE_MODE="consensus", AUTOTUNE_TABLE_PATH=empty, HELION_ASSERT_CACHE_HIT="1")
+    assert refused.returncode != 0
+    assert "HELION_ASSERT_CACHE_HIT=1" in refused.stderr and LISTED in refused.stderr, refused.stderr
+    assert "FiniteSearch" not in refused.stdout
+
+
+def test_uninstall_restores_helions_autotune():
+    code = """
+import json, sys, helion
+k = sys.modules["helion.runtime.kernel"]  # helion.runtime.kernel is also Helion's decorator
+own = k.BoundKernel.__dict__["autotune"]
+import autotune_guard
+autotune_guard.install({"AUTOTUNE_MODE": "pinned"})
+patched = k.BoundKernel.__dict__["autotune"]
+autotune_guard.uninstall()
+print(json.dumps([patched is not own, k.BoundKernel.__dict__["autotune"] is own]))
+"""
+    proc = subprocess.run([sys.executable, "-c", code], env=clean_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert last_json(proc.stdout) == [True, True]
