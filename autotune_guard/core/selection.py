@@ -171,9 +171,10 @@ def standing(rounds: Sequence[Mapping[int, float]], alive: Sequence[int], joined
         elif not last:
             kept.append(i)
             open_ = True
-    # The winner is the first declared of those kept: once it is the leader or a tie beyond doubt,
-    # what the rounds would say of candidates declared after it cannot change it.
-    return Standing(tuple(sorted(kept)), best, behind, not open_ or min(kept) in sure)
+    # Settled only when no finalist is open: while one is, it may yet prove faster than the leader
+    # by more than TIE_FLOOR and drop the first declared, even one leading now (a job on the H200
+    # froze a config 2 % behind after 3 rounds when the rounds stopped on "the first declared leads").
+    return Standing(tuple(sorted(kept)), best, behind, not open_)
 
 
 class Verdict(NamedTuple):
