@@ -101,3 +101,68 @@ print(json.dumps([patched is not own, k.BoundKernel.__dict__["autotune"] is own]
     proc = subprocess.run([sys.executable, "-c", code], env=clean_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert last_json(proc.stdout) == [True, True]
+
+
+def searched_once(found) -> bool:
+    return found["right"] and found["searches"] == ["WallClockSearch"]
+
+
+def test_auto_and_record_search_once_and_pinned_from_the_merged_record_searches_nothing(tmp_path):
+    # wall_clock's full search is Helion's own autotuner_fn hook, which the CPU can run
+    auto = run("wall_clock", AUTOTUNE_MODE="auto")
+    assert auto.returncode == 0, auto.stderr
+    found = last_json(auto.stdout)
+    assert searched_once(found) and list(found["log"].values())[0].endswith(";timed"), found
+    prefix = tmp_path / "rec" / "run"
+    recorded = run("wall_clock", AUTOTUNE_RECORD_PATH=prefix)
+    assert recorded.returncode == 0, recorded.stderr
+    recorded = last_json(recorded.stdout)
+    assert searched_once(recorded)
+    tables = tmp_path / "tables"
+    merge = subprocess.run([sys.executable, "-m", "autotune_guard.report", "merge", str(prefix), "-o",
+                            str(tables / "interpret.json")], env=clean_env(), capture_output=True, text=True, timeout=120)
+    assert merge.returncode == 0, merge.stderr
+    pinned = run("wall_clock", AUTOTUNE_MODE="pinned", AUTOTUNE_TABLE_PATH=tables, AUTOTUNE_ON_MISS="error")
+    assert pinned.returncode == 0, pinned.stderr
+    pinned = last_json(pinned.stdout)
+    assert pinned["right"] and pinned["searches"] == [] and pinned["config"] == recorded["config"], pinned
+
+
+def job(tables, nproc: int = 2):
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+                           str(nproc), "-m", "kernels.helion_kernels", "wall_clock"],
+                          env=clean_env(AUTOTUNE_MODE="consensus", AUTOTUNE_TABLE_PATH=tables),
+                          capture_output=True, text=True, timeout=600, cwd=TESTS)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+
+
+def test_the_readme_command_searches_a_full_search_once_for_the_job_and_run_2_nothing(tmp_path):
+    """A full search is open: its winner is none of the candidates any rank can name beforehand.
+    The claimer publishes its config with it, the other rank adopts it, the table keeps it."""
+    tables = tmp_path / "tables"
+    tables.mkdir()
+    first = job(tables)
+    assert len(first) == 2 and sorted(len(rank["searches"]) for rank in first) == [0, 1], first
+    assert first[0]["config"] == first[1]["config"] and all(rank["right"] for rank in first)
+    assert {list(rank["log"].values())[0].split(";")[-1] for rank in first} == {"consensus"}
+    table = json.loads((tables / "interpret.json").read_text())
+    (entry,) = table["kernels"]["__main__.wall_clock"].values()
+    assert entry["kwargs"] == first[0]["config"]
+    second = job(tables)
+    assert [rank["searches"] for rank in second] == [[], []], second
+    assert all(rank["config"] == first[0]["config"] for rank in second)
+    assert {list(rank["log"].values())[0].split(";")[-1] for rank in second} == {"table"}
+
+
+def test_a_published_config_is_adopted_only_as_the_winner_it_claims():
+    from autotune_guard.core import consensus as protocol
+    from autotune_guard.core.errors import ConsensusError
+
+    signatures = ["block_sizes=[32]"]
+    payload = json.loads(protocol.encode_winner(0, "block_sizes=[64]", signatures, {"kwargs": {"block_sizes": [64]}}))
+    adopted = []
+    index = protocol.follow(payload, signatures, "k", adopt=lambda config, sig: adopted.append((config, sig)) or 1)
+    assert index == 1 and adopted == [({"kwargs": {"block_sizes": [64]}}, "block_sizes=[64]")]
+    with pytest.raises(ConsensusError, match="is not a candidate on this rank"):
+        protocol.follow(payload, signatures, "k")  # a closed list: no adoption

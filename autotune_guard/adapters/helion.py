@@ -13,8 +13,8 @@ The guard replaces ``autotune`` (one patch, undone with the rest), and the engin
 
 Candidates: the kernel's ``configs`` (two or more). A full search has no list: its candidates are
 the table's config for the key, where there is one, and Helion's default config (the pinned
-rule's pick on a miss); consensus cannot agree on a config no rank can name beforehand, so a full
-search under consensus is named once and searched by each rank (pin it from a table to agree).
+rule's pick on a miss); it is an open search: under consensus the claimer's search finds the job's
+config, published with its winner, and every other rank adopts it (``deciding.Tunable.adopt``).
 ``HELION_ASSERT_CACHE_HIT=1`` (nothing may be searched) is honoured: a key the guard would have
 Helion search for a decision is refused, naming it; a key decided from the table is a hit.
 A bound kernel keeps its config for its life (as Helion keeps it): a later policy does not re-decide it.
@@ -27,7 +27,7 @@ import os
 import threading
 
 from .. import deciding
-from ..core.errors import SelectionError
+from ..core.errors import ConsensusError, SelectionError
 from ..core.model import ChoiceKey, base_name, key_text, provenance, qualified_name, signature
 from ..deciding import families as registered
 from ..runtime import current
@@ -81,21 +81,14 @@ def governed(bound, own, args, force: bool, kwargs: dict):
         return own(bound, args, force=force, **kwargs)  # one config: nothing to choose
     guard.launched(epoch, qualified, ())
     key = ChoiceKey(guard.facts.get("arch"), qualified, key_text(_key_parts(bound.kernel, args)))
-    full = not listed
-    if full and epoch.policy.mode == "consensus":
-        guard.warn_once(f"helion full {qualified}", (
-            f"Helion kernel {qualified} has no configs=[...] list: its full search cannot be agreed before any rank "
-            "has run it, so each rank searches (consensus agrees on a configs list); record it, merge a table and "
-            "pin it to run one config on every rank"), name="helion-full-search")
-        return own(bound, args, force=force, **kwargs)
     live = listed or _full_candidates(guard, epoch, bound, key)
-    tunable = HelionKey(epoch, bound, own, args, force, kwargs, key, live, full)
+    tunable = HelionKey(epoch, bound, own, args, force, kwargs, key, live, full=not listed)
 
     def apply(index, tuned):
         if index is not None and (tunable.chosen is None or signature(_descriptor(tunable.chosen))
                                   != signature(tunable.descriptors[index])):
-            bound.set_config(live[index])
-            tunable.chosen = live[index]
+            bound.set_config(tunable.live[index])
+            tunable.chosen = tunable.live[index]
         return lambda: tunable.chosen if tunable.chosen is not None else bound._config
 
     return deciding.first_launch(epoch, lambda: tunable, apply, lambda: governed(bound, own, args, force, kwargs),
@@ -142,9 +135,36 @@ class HelionKey(deciding.Tunable):
 
     def __init__(self, epoch, bound, own, args, force, kwargs, key, live, full: bool):
         self.epoch, self.bound, self.own, self.args, self.force, self.kwargs = epoch, bound, own, args, force, kwargs
-        self.key, self.live, self.full = key, live, full
+        self.key, self.live, self.full = key, list(live), full
+        self.open_search = full  # a full search finds configs outside its candidates
         self.descriptors = [_descriptor(c) for c in live]
         self.chosen = None  # the config set on the bound kernel here
+
+    def every(self):
+        """The candidates, and (a full search) the config its search found, which a record must name
+        among them for ``report merge`` to keep it."""
+        found = list(self.descriptors)
+        if self.chosen is not None and _descriptor(self.chosen) not in found:
+            found.append(_descriptor(self.chosen))
+        return found
+
+    def config_of(self, signature_text: str) -> dict | None:
+        if self.chosen is not None and signature(_descriptor(self.chosen)) == signature_text:
+            return _descriptor(self.chosen)
+        return super().config_of(signature_text)
+
+    def adopt(self, config: dict, signature_text: str) -> int:
+        """The job's config, found by the claimer's search: a candidate here (checked: its fields
+        must give the signature the claimer published)."""
+        from helion import Config
+
+        kwargs = config.get("kwargs")
+        if not isinstance(kwargs, dict) or signature({"kwargs": kwargs}) != signature_text:
+            raise ConsensusError(f"autotune_guard consensus: Helion kernel {self.key.what()}: the claimer published "
+                                 f"a config that is not its winner {signature_text} ({str(config)[:200]})")
+        self.live.append(Config(**kwargs))
+        self.descriptors.append({"kwargs": dict(kwargs)})
+        return len(self.live) - 1
 
     def provenance(self) -> dict:
         facts = current().facts

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from .consensus_text import _few, claimer_rank, death_message, describe_claimer, store_lost_message, timeout_message
 from .errors import ConsensusError
@@ -42,11 +42,15 @@ def candidates_hash(signatures: Sequence[str]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def encode_winner(rank: int, signature: str, signatures: Sequence[str]) -> str:
+def encode_winner(rank: int, signature: str, signatures: Sequence[str], config: dict | None = None) -> str:
     """What a claimer publishes after tuning: the winner and the hash of its candidate list; the
-    list itself goes under a key of its own, read only by a rank whose hash differs."""
-    return json.dumps({"format": PAYLOAD_FORMAT, "rank": rank, "winner": signature,
-                       "candidates_hash": candidates_hash(signatures)}, sort_keys=True)
+    list itself goes under a key of its own, read only by a rank whose hash differs. ``config``: the
+    winner's descriptor, where an open search found it outside the list (a follower adopts it)."""
+    payload = {"format": PAYLOAD_FORMAT, "rank": rank, "winner": signature,
+               "candidates_hash": candidates_hash(signatures)}
+    if config is not None:
+        payload["config"] = config
+    return json.dumps(payload, sort_keys=True)
 
 
 def encode_failure(rank: int, error: str, relayed: bool = False) -> str:
@@ -67,7 +71,7 @@ def encode_death(claimer: str, silent_s: float, seen: str = "heartbeat") -> str:
 
 # The fields of a published value a reader uses, and the types each may have.
 _FIELDS = {"rank": (int, str), "winner": (str,), "candidates_hash": (str,), "error": (str,), "claimer": (str,),
-           "died": (int, float), "relayed_by": (int,), "seen": (str,)}
+           "died": (int, float), "relayed_by": (int,), "seen": (str,), "config": (dict,)}
 
 
 def decode(text: str, what: str, key: str = "") -> dict:
@@ -111,10 +115,13 @@ def _found(value) -> str:
     return f"{type(value).__name__} {text[:80]}{'...' if len(text) > 80 else ''}"
 
 
-def follow(payload: dict, signatures: Sequence[str], what: str, theirs: Sequence[str] | None = None) -> int:
+def follow(payload: dict, signatures: Sequence[str], what: str, theirs: Sequence[str] | None = None,
+           adopt: Callable[[dict], int] | None = None) -> int:
     """Index (into ``signatures``, this rank's live candidates after pruning) of the published
     winner; raises ConsensusError when the claimer failed or died, or the candidate lists differ
-    (``theirs``: the claimer's list, when it could be read, to name the differences)."""
+    (``theirs``: the claimer's list, when it could be read, to name the differences). ``adopt(config,
+    signature)``: an open search's (a family whose search finds configs outside any list, Helion's):
+    a published winner outside the list, with its config, becomes a candidate, whose index it returns."""
     claimer = payload.get("rank", "?")
     if "died" in payload:
         raise ConsensusError(death_message(what, payload))
@@ -133,6 +140,8 @@ def follow(payload: dict, signatures: Sequence[str], what: str, theirs: Sequence
             f"{_few(ours - theirs)}; only on rank {claimer}: {_few(theirs - ours)}. The kernel's pruning "
             "(early_config_prune, perf_model/top_k) or its configs must not depend on the rank")
     winner = payload.get("winner")
+    if winner not in signatures and adopt is not None and isinstance(payload.get("config"), dict):
+        return adopt(payload["config"], winner)
     if winner not in signatures:  # equal hashes make this unreachable short of a hash collision
         raise ConsensusError(f"autotune_guard consensus: {what}: rank {claimer}'s winner {winner} is not a "
                              "candidate on this rank")

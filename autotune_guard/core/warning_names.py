@@ -19,7 +19,6 @@ SILENCEABLE = {
     "late-determinism": "a determinism switch turned on after the mode was settled: the choices stay timed",
     "shared-directory": "the evidence files go to a directory other users can write",
     "table-files-only": "consensus with table files only: nowhere to add what the job tunes",
-    "helion-full-search": "consensus over a Helion kernel without a configs list: each rank runs Helion's search",
 }
 
 

@@ -87,7 +87,7 @@ def agree_settings(store, rank: int, split: bool) -> None:
 
 def decide(store, what: str, name: str, rank: int, signatures: Sequence[str], tune: Callable,
            timeout: float | None = None, *, learn: bool = True, dead_after: float = DEFAULT_CONSENSUS_DEAD_AFTER_S,
-           from_table: str | None = None):
+           from_table: str | None = None, open_search=None):
     """One consensus decision: ``(index, tuned_here, tune_result)``.
 
     ``store``: the job's c10d Store.  ``what``: how errors name the decision (kernel, key, arch).
@@ -112,10 +112,13 @@ def decide(store, what: str, name: str, rank: int, signatures: Sequence[str], tu
     claim's one request, and decides for the job untimed; a rank that finds such a claim follows
     it at once (a key the table holds costs one request, as near pinned's none as the job's
     agreement allows).  A rank whose table lacks the key still waits for one that tunes it.
+    ``open_search``: where the tuner searches beyond ``signatures`` (Helion's full search), an object
+    with ``config_of(signature)`` (the config of a winner found here or adopted, published with it)
+    and ``adopt(config, signature)`` (a published winner made a candidate here; its index).
     """
     node = getattr(store, "node_store", None)
     if node is not None and from_table is None:
-        return _for_the_node(store, node, what, name, rank, signatures, tune, timeout, dead_after)
+        return _for_the_node(store, node, what, name, rank, signatures, tune, timeout, dead_after, open_search)
     if node is not None:  # a table's claim waits for nobody: straight to the job's Store (the node's polls)
         store = store.job
     held = state()
@@ -125,7 +128,7 @@ def decide(store, what: str, name: str, rank: int, signatures: Sequence[str], tu
     if known is not None:  # learned in a batch: no request (a differing candidate list asks, to name it)
         payload = decode(known, what, key + "/result")
         if payload.get("candidates_hash") == candidates_hash(signatures):
-            return follow(payload, signatures, what), False, None
+            return follow(payload, signatures, what, adopt=_adopter(open_search)), False, None
     me = claim_value(claimer_identity(rank), None if from_table is None else encode_winner(rank, from_table, signatures))
     try:
         holder = text(store.compare_set(key + "/claim", "", me))
@@ -134,14 +137,20 @@ def decide(store, what: str, name: str, rank: int, signatures: Sequence[str], tu
     if holder == me and from_table is not None:
         return list(signatures).index(from_table), False, None
     if holder == me:
-        return _tune_for_the_job(held, store, what, key, rank, signatures, tune, (prefix, name) if learn else None)
+        return _tune_for_the_job(held, store, what, key, rank, signatures, tune, (prefix, name) if learn else None,
+                                 open_search)
     holder, carried = parse_claim(holder)
     if carried:  # the claimer's table decided it with the claim
-        return follow(decode(carried, what, key + "/claim"), signatures, what), False, None
-    return _follow_the_claimer(held, store, what, (prefix, name, key), holder, signatures, learn, timeout, dead_after)
+        return follow(decode(carried, what, key + "/claim"), signatures, what, adopt=_adopter(open_search)), False, None
+    return _follow_the_claimer(held, store, what, (prefix, name, key), holder, signatures, learn, timeout, dead_after,
+                               open_search)
 
 
-def _follow_the_claimer(held, store, what, where, holder, signatures, learn, timeout, dead_after):
+def _adopter(open_search):
+    return open_search.adopt if open_search is not None else None
+
+
+def _follow_the_claimer(held, store, what, where, holder, signatures, learn, timeout, dead_after, open_search=None):
     """A waiter: the claimer's published value, followed; learned winners read in a batch when
     it was published before this rank asked."""
     prefix, name, key = where
@@ -159,10 +168,10 @@ def _follow_the_claimer(held, store, what, where, holder, signatures, learn, tim
         raise
     except Exception as exc:  # StoreError, or what the Store's client raised
         raise ConsensusError(store_lost_message(what, exc)) from exc
-    return follow(payload, signatures, what, theirs), False, None
+    return follow(payload, signatures, what, theirs, _adopter(open_search)), False, None
 
 
-def _for_the_node(store, node, what, name, rank, signatures, tune, timeout, dead_after):
+def _for_the_node(store, node, what, name, rank, signatures, tune, timeout, dead_after, open_search=None):
     """Node-level fan-in: the node's first rank to reach the decision takes it to the job's Store
     (``store.job``) as one waiter or the claimer; the node's others follow it through the node's
     Store (``node``), where its heartbeat is watched as a claimer's is. They wait as long as it
@@ -171,16 +180,22 @@ def _for_the_node(store, node, what, name, rank, signatures, tune, timeout, dead
     nobody, where the node's FileStore would poll (10 ms a wait)."""
 
     def for_the_node():
-        index, tuned_here, returned = decide(store.job, what, name, rank, signatures, tune, timeout, dead_after=dead_after)
-        winner = signatures[index] if index is not None else (returned if isinstance(returned, str) else returned[0])
+        index, tuned_here, returned = decide(store.job, what, name, rank, signatures, tune, timeout, dead_after=dead_after,
+                                             open_search=open_search)
+        if index is not None and index < len(signatures):
+            winner = signatures[index]
+        elif index is not None:  # adopted from the job's claimer: published to the node with its config
+            winner = open_search.signature_at(index)
+        else:
+            winner = returned if isinstance(returned, str) else returned[0]
         return winner, (index, tuned_here, returned)
 
     index, here, returned = decide(node, what, name, rank, signatures, for_the_node, timeout, learn=False,
-                                   dead_after=dead_after)
+                                   dead_after=dead_after, open_search=open_search)
     return returned[1] if here else (index, False, None)
 
 
-def _tune_for_the_job(held, store, what, key, rank, signatures, tune, announced):
+def _tune_for_the_job(held, store, what, key, rank, signatures, tune, announced, open_search=None):
     try:
         held.beats.start(store, key + "/beat")
     except Exception as exc:
@@ -196,9 +211,10 @@ def _tune_for_the_job(held, store, what, key, rank, signatures, tune, announced)
                 logger.error("consensus: %s: could not tell the other ranks that tuning failed: %s", what, publish_error)
             raise
         signature = returned if isinstance(returned, str) else returned[0]
+        found = open_search.config_of(signature) if open_search is not None and signature not in signatures else None
         try:
             store.set(key + "/candidates", json.dumps(sorted(set(signatures))))
-            store.set(key + "/result", encode_winner(rank, signature, signatures))
+            store.set(key + "/result", encode_winner(rank, signature, signatures, found))
             if announced:
                 batch.announce(store, *announced)
         except Exception as exc:
@@ -207,7 +223,9 @@ def _tune_for_the_job(held, store, what, key, rank, signatures, tune, announced)
     finally:
         held.beats.stop(store, key + "/beat")
     if signature not in signatures:
-        logger.warning("consensus: %s: the tuner's winner %s is not among the candidates after pruning", what, signature)
+        if found is None:
+            logger.warning("consensus: %s: the tuner's winner %s is not among the candidates after pruning", what,
+                           signature)
         return None, True, returned
     return list(signatures).index(signature), True, returned
 

@@ -57,6 +57,9 @@ class Tunable:
     descriptors: Sequence[dict] = ()
     noun = "choices"  # how the engine's messages name this family's choices
     uses_config_defaults = True  # a table entry matches with Triton's Config defaults filled in
+    # An open search finds configs outside its candidates (Helion's full search): consensus
+    # publishes the winner's config with it, and a follower adopts it (``config_of``, ``adopt``).
+    open_search = False
 
     def every(self) -> Sequence[dict]:
         """Every candidate, before pruning: a record's ``candidates``."""
@@ -85,6 +88,18 @@ class Tunable:
         """Whether :meth:`time_share` can time a share of the candidates (split tuning); a family
         that cannot is tuned by one rank for the job (the one-claimer protocol)."""
         return False
+
+    def config_of(self, signature_text: str) -> dict | None:
+        """An open search's: the descriptor of a winner it found or adopted, by its signature."""
+        return next((d for d in self.descriptors if signature(d) == signature_text), None)
+
+    def adopt(self, config: dict, signature_text: str) -> int:
+        """An open search's: the job's winner, found by another rank outside these candidates, made
+        one of them; its index."""
+        raise NotImplementedError(f"{type(self).__name__} is not an open search")
+
+    def signature_at(self, index: int) -> str:
+        return signature(self.descriptors[index])
 
     def time_share(self, indices: Sequence[int]) -> dict[int, float]:
         """Time the candidates at ``indices`` of ``descriptors`` here, each on its own, nothing
@@ -164,7 +179,7 @@ def noted(epoch: Epoch, tunable: Tunable, tuned: Tuned, how: str, for_job: bool 
     if epoch.policy.record_path:
         record = record_entry(tuned.winner, winner_signature, recorded_as or how, tuned.timings,
                               list(tunable.every()), provenance, tuned.measured)
-    if for_job and epoch.policy.table_path and len(tunable.descriptors) > 1:
+    if for_job and epoch.policy.table_path and (len(tunable.descriptors) > 1 or tunable.open_search):
         guard.tuned_for_job(epoch, tunable.key, tuned_winner(tuned.winner, provenance, tuned.measured,
                                                              extends=extends))
     return guard.note(epoch, tunable.key, Choice(winner_signature, how), record)
@@ -255,7 +270,10 @@ def _consensus(epoch: Epoch, tunable: Tunable) -> Decision:
     index, tuned_here, answer = consensus.decide(
         store, key.what(), protocol.decision_name(key.arch, key.kernel, key.key),
         guard.facts.ask("rank_now", (0, 1))[0], signatures, tune, epoch.policy.consensus_timeout,
-        dead_after=epoch.policy.consensus_dead_after, from_table=None if table is None else signatures[table])
+        dead_after=epoch.policy.consensus_dead_after, from_table=None if table is None else signatures[table],
+        open_search=tunable if tunable.open_search else None)
+    if index is not None and index >= len(signatures):  # adopted: an open search's winner from another rank
+        signatures = [signature(d) for d in tunable.descriptors]
     if tuned_here and answer is not None and answer[1] is not None:
         tuned = answer[1]
         return Decision(index, tuned.how or "consensus", tuned,

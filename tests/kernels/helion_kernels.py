@@ -1,6 +1,6 @@
 """Helion kernels for the Helion family's tests (``tests/test_helion_family.py``), run by Triton's
 interpreter on the CPU: ``listed`` has a configs=[...] list (Helion's finite search), ``searched``
-none (its full search). Run as a program, it calls the kernel named by argv[1] once and prints what
+none (its full search), ``wall_clock`` a full search the CPU can run (``WallClockSearch``). Run as a program, it calls the kernel named by argv[1] once and prints what
 the guard chose, the config Helion set, how often Helion searched, and whether the output is right."""
 
 import json
@@ -11,7 +11,36 @@ import helion
 import helion.language as hl
 import torch
 
+from helion.autotuner.base_search import BaseAutotuner
+
 CONFIGS = [helion.Config(block_sizes=[16]), helion.Config(block_sizes=[64]), helion.Config(block_sizes=[32])]
+SEARCHES = []  # each search Helion ran in this process, by its class
+
+
+class WallClockSearch(BaseAutotuner):
+    """A full search the CPU can run, through Helion's own ``autotuner_fn`` hook: Helion's default
+    config with block sizes 16 to 128, each timed by the wall clock over a few calls (Helion's own
+    searches time with a GPU benchmark)."""
+
+    def __init__(self, bound_kernel, args, **kwargs):
+        self.bound, self.args = bound_kernel, args
+
+    def autotune(self, *, skip_cache: bool = False):
+        import time
+
+        SEARCHES.append(type(self).__name__)
+        base = dict(self.bound.config_spec.default_config())
+        candidates = [helion.Config(**{**base, "block_sizes": [size]}) for size in (16, 32, 64, 128)]
+
+        def cost(config):
+            run = self.bound.compile_config(config)
+            run(*self.args)
+            start = time.perf_counter()
+            for _ in range(3):
+                run(*self.args)
+            return time.perf_counter() - start
+
+        return min(candidates, key=cost)
 
 
 @helion.kernel(configs=CONFIGS)
@@ -30,8 +59,16 @@ def searched(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return out
 
 
+@helion.kernel(autotuner_fn=WallClockSearch)
+def wall_clock(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    out = torch.empty_like(x)
+    for tile in hl.tile(x.size(0)):
+        out[tile] = x[tile] - y[tile]
+    return out
+
+
 def main(name: str) -> None:
-    searches = []  # each search Helion ran, by its class
+    searches = SEARCHES
     search = helion.autotuner.FiniteSearch.autotune
     full = helion.autotuner.LFBOTreeSearch.autotune
 
@@ -43,11 +80,11 @@ def main(name: str) -> None:
 
     helion.autotuner.FiniteSearch.autotune = counted(search)
     helion.autotuner.LFBOTreeSearch.autotune = counted(full)
-    kernel = {"listed": listed, "searched": searched}[name]
+    kernel = {"listed": listed, "searched": searched, "wall_clock": wall_clock}[name]
     device = "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1" else "cpu"
     x, y = torch.randn(1000, device=device), torch.randn(1000, device=device)
     out = kernel(x, y)
-    expected = x + y if name == "listed" else x * y
+    expected = {"listed": x + y, "searched": x * y, "wall_clock": x - y}[name]
     import autotune_guard
 
     print(json.dumps({"right": bool(torch.allclose(out, expected)), "log": autotune_guard.choice_log(),
