@@ -25,11 +25,16 @@
 #             re-timing of every candidate (issue 43): WINNERS="audit plain guard guard guard guard guard onepass"
 #   liger     Liger-Kernel's own tests for autotuned ops, at the installed version: plain, pinned, the
 #             README's command twice; each must pass the same tests
+#   helion    Helion kernels (a configs=[...] list and a full search, scripts/gpu/acceptance/helion_job.py)
+#             on NPROC ranks: plain (each rank searches), the README's command twice, pinned from its
+#             table: run 1 searches each kernel once for the job, run 2 and pinned nothing, one hash
 #
 # It ends with "PASS" and exit 0, or "FAIL" naming every failed job, proof or missing input, and exit 1.
 #
 # Wheels in .whl/ (no network there): autotune_guard and python-dotenv (scripts/run_gpu_bench.sh),
-# .whl/lib/ (fla-core, liger-kernel), .whl/fg/ (FlagGems), .whl/liger/test (Liger's tests at its tag).
+# .whl/lib/ (fla-core, liger-kernel), .whl/fg/ (FlagGems), .whl/liger/test (Liger's tests at its tag),
+# .whl/helion/ (helion 1.5.1 and its pure-Python dependencies: rich, markdown-it-py, mdurl, pygments,
+# psutil, filecheck, typing-extensions).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 REPO=$(pwd)
@@ -244,6 +249,50 @@ phase_liger() {
   liger pinned AUTOTUNE_MODE=pinned
   liger readme1 AUTOTUNE_MODE=consensus AUTOTUNE_TABLE_PATH="$W/liger-tables"
   liger readme2 AUTOTUNE_MODE=consensus AUTOTUNE_TABLE_PATH="$W/liger-tables"
+}
+
+# helion NAME SETTINGS...: one job of helion_job.py; its HELION lines under $W/helion-NAME.txt
+helion() {
+  local name=$1; shift
+  local start=$SECONDS
+  env HELION_AUTOTUNER="${HELION_AUTOTUNER:-PatternSearch}" HELION_AUTOTUNE_EFFORT="${HELION_AUTOTUNE_EFFORT:-quick}" \
+    HELION_AUTOTUNE_PROGRESS_BAR=0 "$@" timeout 400 "$PY" -m torch.distributed.run --standalone \
+    --nproc-per-node "${NPROC:-4}" scripts/gpu/acceptance/helion_job.py > "$W/helion-$name.log" 2>&1
+  local rc=$?
+  grep '^HELION ' "$W/helion-$name.log" | cut -c8- > "$W/helion-$name.txt"
+  cp "$W/helion-$name.log" "$OUT/"
+  [ $rc = 0 ] || { tail -20 "$W/helion-$name.log"; fail "helion $name exited $rc"; }
+  echo "helion $name: exit $rc in $((SECONDS - start)) s"
+}
+
+phase_helion() {
+  if ! "$PY" -c "import helion" 2>/dev/null; then
+    needs ".whl/helion/*.whl" "Helion's wheels: pip download --no-deps -d .whl/helion helion==1.5.1 rich markdown-it-py mdurl pygments psutil filecheck typing-extensions" || return
+    python3 -m pip install -q --no-index --no-deps --target "$SITE" .whl/helion/*.whl || { fail "Helion did not install"; return; }
+  fi
+  mkdir -p "$W/helion-tables" && rm -f "$W/helion-tables"/*
+  helion plain AUTOTUNE_DISABLE=1
+  helion readme1 AUTOTUNE_MODE=consensus AUTOTUNE_TABLE_PATH="$W/helion-tables"
+  helion readme2 AUTOTUNE_MODE=consensus AUTOTUNE_TABLE_PATH="$W/helion-tables"
+  helion pinned AUTOTUNE_MODE=pinned AUTOTUNE_TABLE_PATH="$W/helion-tables" AUTOTUNE_ON_MISS=error
+  cp "$W/helion-tables"/*.json "$OUT/" 2>/dev/null
+  "$PY" - "$W" <<'PYEOF' | tee -a "$OUT/summary.txt" || fail "helion: run 1 did not search once a kernel, or a later run searched, or the hashes differ"
+import json, sys
+kernels, ok = 2, True
+print("| job | ranks | Helion searches (job) | first call, s (slowest rank) | output hashes |")
+print("|---|---|---|---|---|")
+for job in ("plain", "readme1", "readme2", "pinned"):
+    try:
+        ranks = [json.loads(line) for line in open(f"{sys.argv[1]}/helion-{job}.txt")]
+    except OSError:
+        ranks = []
+    searches = sum(len(r["searches"]) for r in ranks)
+    hashes = sorted({r["hash"] for r in ranks})
+    print(f"| {job} | {len(ranks)} | {searches} | {max([r['first_s'] for r in ranks] or [0])} | {len(hashes)} {hashes} |")
+    want = {"plain": kernels * len(ranks), "readme1": kernels, "readme2": 0, "pinned": 0}[job]
+    ok &= bool(ranks) and searches == want and (job == "plain" or len(hashes) == 1)
+sys.exit(0 if ok else 1)
+PYEOF
 }
 
 main() {
