@@ -122,6 +122,9 @@ def test_auto_and_record_search_once_and_pinned_from_the_merged_record_searches_
     merge = subprocess.run([sys.executable, "-m", "autotune_guard.report", "merge", str(prefix), "-o",
                             str(tables / "interpret.json")], env=clean_env(), capture_output=True, text=True, timeout=120)
     assert merge.returncode == 0, merge.stderr
+    # Helion compiles Triton: the FP fusion it ran under is kept beside the config, as for Triton's kernels
+    provenance = json.loads((tables / "interpret.json").read_text())["provenance"]["__main__.wall_clock"]
+    assert provenance["fp_fusion"] == "on", provenance
     pinned = run("wall_clock", AUTOTUNE_MODE="pinned", AUTOTUNE_TABLE_PATH=tables, AUTOTUNE_ON_MISS="error")
     assert pinned.returncode == 0, pinned.stderr
     pinned = last_json(pinned.stdout)
