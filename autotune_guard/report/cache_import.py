@@ -87,6 +87,10 @@ def descriptor_of(path: str, where: str, fields) -> dict:
         schema.check_descriptor(path, where, desc)
     except FileFormatError as exc:
         raise CacheError(str(exc), path=path) from None
+    listed = [name for name, value in desc["kwargs"].items() if isinstance(value, list)]
+    if listed:  # tables take lists (Helion's configs); a Triton Config's meta-parameters are scalars
+        raise CacheError(f"{path}: {where}: meta-parameter {listed[0]!r} is a list; a Triton Config's are numbers, "
+                         "strings or booleans", path=path)
     desc["kwargs"] = dict(desc["kwargs"])
     return desc
 
