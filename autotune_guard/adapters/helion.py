@@ -32,7 +32,6 @@ from ..core.model import ChoiceKey, base_name, key_text, provenance, qualified_n
 from ..deciding import families as registered
 from ..runtime import current
 from . import _patching
-from .triton.provenance import fusion_now
 
 MODULE = "helion.runtime.kernel"
 ASSERT_HIT = "HELION_ASSERT_CACHE_HIT"
@@ -175,8 +174,8 @@ class HelionKey(deciding.Tunable):
             source = ""
         options = {"full_search": self.full, "static_shapes": getattr(self.bound.settings, "static_shapes", None)}
         every = [] if self.full else self.descriptors  # a full search's candidates are not the kernel's
-        version = facts.get("triton_version")  # Helion compiles Triton: its FP fusion decides the bits too
-        return provenance(source, every, options, version, facts.get("arch"), fusion_now(None, version))
+        # Helion compiles Triton kernels: the process's FP fusion (the Triton adapter's fact) decides their bits too
+        return provenance(source, every, options, facts.get("triton_version"), facts.get("arch"), facts.ask("numerics"))
 
     def check_provenance(self) -> None:
         deciding.check_table_provenance(self.epoch, self.key, self.provenance)
