@@ -226,11 +226,12 @@ class Guard(Lifecycle):
         need per arch, and what could not be used is said once."""
         tables = epoch.tables.get(arch)
         if tables is None:
+            said = lambda warning: self.warn_once(warning, warning, scope="process")  # noqa: E731
             tables, warnings = load_tables(epoch.installed.table_path, arch, self.facts.versions(),
-                                          self.facts.get("table_store"))  # adapters.redis_tables: URLs
+                                          self.facts.get("table_store"), said)  # adapters.redis_tables: URLs
             epoch.tables[arch] = tables
             for warning in warnings:
-                self.warn_once(warning, warning, scope="process")
+                said(warning)
         entry = table_entry(tables, kernel, key)
         if entry is None and base_name(kernel) != kernel:  # a shared name falls back to the plain one
             entry = table_entry(tables, base_name(kernel), key)

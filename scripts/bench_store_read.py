@@ -1,10 +1,12 @@
 """What a big table store costs the first launch that reads it (issue 44): a real ``redis-server``
 (started here on a free loopback port, stopped after) holding ``--entries`` entries for arch
 ``interpret`` (``--kernels`` kernels, the rest of the entries spread over them, plus the one entry
-the launch needs), and a cold process per repetition: ``AUTOTUNE_MODE=pinned`` with the store in
-``AUTOTUNE_TABLE_PATH``, one launch of ``tests/kernels/demo.py``'s add kernel under
-TRITON_INTERPRET=1. The same launch with an empty store (another key prefix of the same server)
-is the baseline.
+the launch needs), once in each layout under its own key prefix: ``kernel`` (a hash per kernel, as
+this version writes; a job reads the kernels it meets) and ``older`` (one hash for the arch, as
+versions before wrote; read whole, as every store was before). A cold process per repetition and
+layout: ``AUTOTUNE_MODE=pinned`` with the store in ``AUTOTUNE_TABLE_PATH``, one launch of
+``tests/kernels/demo.py``'s add kernel under TRITON_INTERPRET=1. The same launch with an empty
+store (another key prefix of the same server) is the baseline; the three alternate.
 
 Figures (medians over ``--reps``): the first launch's wall time and the process's peak resident
 memory, each against the empty store ("added"); and the longest single command the server ran for
@@ -61,22 +63,26 @@ def _server(directory):
     raise SystemExit(f"redis-server on port {port} did not start")
 
 
-def _fill(client, entries: int, kernels: int) -> None:
-    """``entries`` entries of ``kernels`` kernels (as a grown table holds them), and the launch's own."""
+def _fill(client, entries: int, kernels: int, prefix: str, layout: str) -> None:
+    """``entries`` entries of ``kernels`` kernels (as a grown table holds them), and the launch's own,
+    under ``prefix`` in ``layout``: ``kernel`` (a hash per kernel, as this version writes) or ``older``
+    (one hash for the arch, as versions before issue 44's per-kernel reads wrote)."""
     value = {"entry": {"kwargs": {"BLOCK": 64}, "num_warps": 2, "num_stages": 3},
              "added": {"run_id": "torchelastic:fill", "rank": 0, "host": "node-0", "time": "2026-12-06T00:00:00",
                        "triton": "3.9.0"}}
-    key = "autotune_guard:{interpret}:entries"
-    pipe, batch = client.pipeline(transaction=False), {}
-    for n in range(entries - 1):
-        batch[json.dumps([f"pkg.models.layer{n % kernels}.kernel", f"{n},torch.bfloat16,torch.bfloat16"])] = \
-            json.dumps(dict(value, entry=dict(value["entry"], kwargs={"BLOCK": 16 << (n % 4)})))
-        if len(batch) == 5000:
-            pipe.hset(key, mapping=batch)
+    pipe, batch = client.pipeline(transaction=False), 0
+    names = [(f"pkg.models.layer{n % kernels}.kernel", f"{n},torch.bfloat16,torch.bfloat16") for n in range(entries - 1)]
+    for n, (kernel, key) in enumerate([*names, (ADD, KEY)]):
+        text = json.dumps(value if kernel == ADD else dict(value, entry=dict(value["entry"], kwargs={"BLOCK": 16 << (n % 4)})))
+        if layout == "older":
+            pipe.hset(f"{prefix}{{interpret}}:entries", json.dumps([kernel, key]), text)
+        else:
+            pipe.hset(f"{prefix}{{interpret}}:kernel:{kernel}", key, text)
+            pipe.sadd(f"{prefix}{{interpret}}:kernels", kernel)
+        batch += 1
+        if batch == 5000:
             pipe.execute()
-            batch = {}
-    batch[json.dumps([ADD, KEY])] = json.dumps(value)
-    pipe.hset(key, mapping=batch)
+            batch = 0
     pipe.execute()
 
 
@@ -103,18 +109,20 @@ def main(argv=None) -> dict:
     args = parser.parse_args(argv)
     directory = tempfile.mkdtemp(prefix="bench-store-read-")
     proc, client, port = _server(directory)
+    layouts = ("kernel", "older")
     try:
-        _fill(client, args.entries, args.kernels)
+        for layout in layouts:
+            _fill(client, args.entries, args.kernels, f"{layout}:", layout)
         client.config_set("slowlog-log-slower-than", 0)
         client.config_set("slowlog-max-len", 100_000)
-        runs = {"store": [], "empty": []}
-        held = []
+        runs = {name: [] for name in ("empty", *layouts)}
+        held = {layout: [] for layout in layouts}
         for _ in range(args.reps):
-            for name, prefix in (("empty", "?prefix=empty:"), ("store", "")):
+            for name in runs:
                 client.slowlog_reset()
-                result = _launch(f"redis://127.0.0.1:{port}/0{prefix}")
-                if name == "store":
-                    held.append(_longest_command_ms(client))
+                result = _launch(f"redis://127.0.0.1:{port}/0?prefix={name}:")
+                if name != "empty":
+                    held[name].append(_longest_command_ms(client))
                     assert result["log"][f"interpret|{ADD}|{KEY}"].startswith("BLOCK=64"), result["log"]
                 runs[name].append(result)
     finally:
@@ -123,17 +131,22 @@ def main(argv=None) -> dict:
         shutil.rmtree(directory, ignore_errors=True)
     med = lambda name, field: statistics.median(r[field] for r in runs[name])  # noqa: E731
     figures = {"entries": args.entries, "kernels": args.kernels, "reps": args.reps,
-               "first_launch_s": med("store", "first_launch_s"), "first_launch_empty_s": med("empty", "first_launch_s"),
-               "added_s": med("store", "first_launch_s") - med("empty", "first_launch_s"),
-               "peak_mb": med("store", "peak_mb"), "added_mb": med("store", "peak_mb") - med("empty", "peak_mb"),
-               "longest_command_ms": statistics.median(held)}
+               "first_launch_empty_s": med("empty", "first_launch_s")}
+    for layout in layouts:
+        figures[layout] = {"first_launch_s": med(layout, "first_launch_s"),
+                           "added_s": med(layout, "first_launch_s") - med("empty", "first_launch_s"),
+                           "peak_mb": med(layout, "peak_mb"), "added_mb": med(layout, "peak_mb") - med("empty", "peak_mb"),
+                           "longest_command_ms": statistics.median(held[layout])}
     if args.json:
         print(json.dumps(figures, indent=1))
     else:
-        print(f"{args.entries} entries ({args.kernels} kernels), median of {args.reps}: the first launch took "
-              f"{figures['first_launch_s']:.2f} s (+{figures['added_s']:.2f} s over an empty store), peak memory "
-              f"{figures['peak_mb']:.0f} MB (+{figures['added_mb']:.0f} MB); the longest command held the store "
-              f"{figures['longest_command_ms']:.0f} ms")
+        print(f"{args.entries} entries ({args.kernels} kernels), median of {args.reps}; an empty store's first launch "
+              f"{figures['first_launch_empty_s']:.2f} s")
+        for layout in layouts:
+            f = figures[layout]
+            print(f"  {layout + ' layout':<14} first launch {f['first_launch_s']:.2f} s (+{f['added_s']:.2f} s), peak "
+                  f"memory {f['peak_mb']:.0f} MB (+{f['added_mb']:.0f} MB); the longest command held the store "
+                  f"{f['longest_command_ms']:.1f} ms")
     return figures
 
 

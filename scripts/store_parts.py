@@ -153,7 +153,7 @@ def patch_counting(counts):
 
     def call(self, what, *args):
         if what == "eval":
-            counts.add("store read" if args[0] == redis_tables._READ else "store add")
+            counts.add("store read" if args[0] == redis_tables.client._READ else "store add")
         else:
             counts.add(f"store {what}")
         return store_call(self, what, *args)

@@ -20,6 +20,12 @@ KEYS = 6
 BLOCK64 = {"entry": {"kwargs": {"BLOCK": 64}, "num_warps": 2}, "added": {"run_id": "r1", "rank": 0}}
 
 
+def _plant(client, kernel, key, value):
+    """An entry as the store holds it (``adapters.redis_tables.client``: a hash per kernel, and the arch's set)."""
+    client.hset(f"autotune_guard:{{interpret}}:kernel:{kernel}", key, json.dumps(value))
+    client.sadd("autotune_guard:{interpret}:kernels", kernel)
+
+
 def _user_url(server, user, password):
     return f"redis://{user}:{password}@127.0.0.1:{server.port}/0"
 
@@ -31,8 +37,7 @@ def test_an_acl_user_without_eval_or_writes_is_told_what_the_server_said_and_wha
     acl = server.client.execute_command
     acl("ACL", "SETUSER", "noeval", "on", ">pw-one", "~*", "+@all", "-eval", "-evalsha")
     acl("ACL", "SETUSER", "reader", "on", ">pw-two", "~*", "+@read", "+@connection", "+eval")
-    server.client.hset("autotune_guard:{interpret}:entries", json.dumps([ADD, key_of("add", 1000)]),
-                       json.dumps(BLOCK64))
+    _plant(server.client, ADD, key_of("add", 1000), BLOCK64)
     proc = run_python(PINNED_RUN, env=clean_env(AUTOTUNE_MODE="pinned",
                                                 AUTOTUNE_TABLE_PATH=_user_url(server, "noeval", "pw-one")))
     said = [line for line in proc.stderr.splitlines() if "table store" in line]
@@ -47,7 +52,7 @@ def test_an_acl_user_without_eval_or_writes_is_told_what_the_server_said_and_wha
     said = [line for line in grown.stderr.splitlines() if "table store" in line]
     assert len(said) == 1 and "NOPERM" in said[0] and "user 'reader'" in said[0], grown.stderr
     assert "stopped answering" not in said[0] and "may be read but not added to" in said[0] and "+hset" in said[0], said
-    assert len(server.client.hgetall("autotune_guard:{interpret}:entries")) == 1
+    assert len(server.client.hgetall(f"autotune_guard:{{interpret}}:kernel:{ADD}")) == 1
     # The report says the same: store-import by the reader, store-export by the user without EVAL.
     table = {"format": "autotune_guard.table/1", "arch": "interpret", "kernels": {ADD: {"9": BLOCK64["entry"]}}}
     path = str(tmp_path / "table.json")
@@ -66,8 +71,7 @@ def test_an_acl_user_refused_ping_alone_is_not_called_down(redis_server, tmp_pat
     # "does not answer", and the report refused the store, though the user could read it.
     server = redis_server()
     server.client.execute_command("ACL", "SETUSER", "noping", "on", ">pw-three", "~*", "+@all", "-ping")
-    server.client.hset("autotune_guard:{interpret}:entries", json.dumps([ADD, key_of("add", 1000)]),
-                       json.dumps(BLOCK64))
+    _plant(server.client, ADD, key_of("add", 1000), BLOCK64)
     url = _user_url(server, "noping", "pw-three")
     proc = run_python(PINNED_RUN, env=clean_env(AUTOTUNE_MODE="pinned", AUTOTUNE_TABLE_PATH=url))
     assert "does not answer" not in proc.stderr, proc.stderr
@@ -166,7 +170,7 @@ def test_determinism_switched_on_after_the_first_launch_is_said_once_and_changes
 def test_who_added_a_store_entry_is_shown_as_the_writers_claim(redis_server):  # noqa: F811
     server = redis_server()
     forged = dict(BLOCK64, added={"run_id": "torchelastic:the-other-team", "rank": 0, "host": "h", "time": "t"})
-    server.client.hset("autotune_guard:{interpret}:entries", json.dumps([ADD, key_of("add", 1000)]), json.dumps(forged))
+    _plant(server.client, ADD, key_of("add", 1000), forged)
     proc = subprocess.run([sys.executable, "-m", "autotune_guard.report", "show", server.url()], capture_output=True,
                           text=True, env=clean_env(), timeout=120)
     assert proc.returncode == 0, proc.stderr

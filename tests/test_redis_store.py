@@ -24,7 +24,8 @@ from autotune_guard.core.store_url import hide_password, parse_store_url, split_
 
 PROGS = os.path.join(TESTS, "progs")
 WORKER = os.path.join(PROGS, "consensus_table_worker.py")
-ENTRIES = "autotune_guard:{interpret}:entries"
+ENTRIES = "autotune_guard:{interpret}:entries"  # the layout before per-kernel keys
+KERNELS = "autotune_guard:{interpret}:kernels"
 PROVENANCE = "autotune_guard:{interpret}:provenance"
 
 
@@ -163,10 +164,11 @@ def _finish(proc, out_dir):
 
 
 def _store_entries(client):
+    """(kernel, key) -> value, over the kernels the arch's set names, each its own hash."""
     found = {}
-    for field, value in client.hgetall(ENTRIES).items():
-        kernel, key = json.loads(field)
-        found[(kernel, key)] = json.loads(value)
+    for kernel in client.smembers(KERNELS):
+        for key, value in client.hgetall(f"autotune_guard:{{interpret}}:kernel:{kernel.decode()}").items():
+            found[(kernel.decode(), key.decode())] = json.loads(value)
     return found
 
 
@@ -201,7 +203,7 @@ def test_two_jobs_of_three_ranks_share_one_store_lose_nothing_agree_and_the_next
     provenance = {k.decode(): json.loads(v) for k, v in server.client.hgetall(PROVENANCE).items()}
     assert sorted(provenance) == [ADD, SCALE] and provenance[ADD]["count"] == 8
     # A third job over the union of those keys times nothing, and pins what the store holds,
-    # reading the store once for the node's 3 ranks (one script: two HSCAN; the others read the
+    # reading the store once for the node's 3 ranks (one script per kernel, each one HSCAN; the others read the
     # node's snapshot, core.store_snapshot), never on the launch path.
     server.client.config_resetstat()
     third, err = _finish(_start_job(url, tmp_path / "c", "1000,3000,4000", "500"), tmp_path / "c")
@@ -368,8 +370,8 @@ def test_report_round_trips_tables_between_files_and_the_store(redis_server, tmp
 
 @pytest.mark.slow
 def test_bench_scale_counts_store_requests_per_node_and_key_against_a_directory(tmp_path):
-    # scripts/bench_scale.py's store part at a tiny size: its own redis-server, one read per rank,
-    # the same reads per node and key as a table directory, and a first launch read once.
+    # scripts/bench_scale.py's store part at a tiny size: its own redis-server, one read per rank and
+    # kernel name, the same reads per node and key as a table directory, and a first launch read once.
     _need_server()
     out = tmp_path / "store.json"
     proc = subprocess.run([sys.executable, os.path.join(os.path.dirname(TESTS), "scripts", "bench_scale.py"),
@@ -379,10 +381,14 @@ def test_bench_scale_counts_store_requests_per_node_and_key_against_a_directory(
                           env=clean_env(), capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = {(r["job"], r["where"]): r for r in json.loads(out.read_text())["store"]["requests"]}
-    for job in ("pinned", "consensus"):
-        store, directory = rows[job, "store"], rows[job, "directory"]
-        assert store["reads_per_rank_max"] == directory["reads_per_rank_max"] == 1
-        assert store["reads_per_node_key_p50"] == directory["reads_per_node_key_p50"] == 8 / 4
-        assert store["server_commands"]["eval"] == 16 + (4 if job == "consensus" else 0)
+    # A store is read per kernel name looked up: pinned, one read per rank (the kernel's), as a
+    # directory; consensus on an empty store, at most two (its name, then its bare name, both missing).
+    pinned, consensus = rows["pinned", "store"], rows["consensus", "store"]
+    assert pinned["reads_per_rank_max"] == rows["pinned", "directory"]["reads_per_rank_max"] == 1
+    assert pinned["reads_per_node_key_p50"] == rows["pinned", "directory"]["reads_per_node_key_p50"] == 8 / 4
+    assert pinned["server_commands"]["eval"] == 16 and consensus["reads_per_rank_max"] == 2
+    assert 16 + 4 < consensus["server_commands"]["eval"] <= 2 * 16 + 4  # the reads, and the claimer's 4 adds
+    assert rows["pinned", "snapshot"]["server_commands"]["eval"] == 2  # once per node of 8
     first = {r["table"]: r for r in json.loads(out.read_text())["store"]["first_launch"]}
-    assert first["store E=20"]["store_reads_first"] == 1 and first["store E=20"]["store_reads_second"] == 0
+    # The first launch's kernel is held under its bare name: its qualified name is read first.
+    assert first["store E=20"]["store_reads_first"] == 2 and first["store E=20"]["store_reads_second"] == 0

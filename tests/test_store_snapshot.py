@@ -156,7 +156,7 @@ def test_a_holder_that_does_not_let_go_costs_a_bounded_wait_then_the_process_rea
 @pytest.mark.parametrize("content, said", [
     (b"{\"format\": \"autotune_guard.store_snapshot/1\", \"tab", "is not valid JSON"),
     (b"[" * 5000 + b"]" * 5000, "nests deeper"),
-    (None, "is not the snapshot of this store, arch and job"),
+    (None, "is not the snapshot of this store, arch, kernel and job"),
     ("kwargs", "'kwargs' must be an object"),
     ("provenance", "each provenance must be an object"),
 ])
@@ -263,9 +263,10 @@ def _job(url, env, out_dir, worker=WORKER):
 
 
 def _reads(client, before):
-    """The table reads the server ran since ``before`` (its commandstats): two HSCAN each, for a table under redis_tables.PIECE fields."""
+    """The kernel reads the server ran since ``before`` (its commandstats): one HSCAN each, for a
+    kernel of under redis_tables.PIECE entries."""
     stats = client.info("commandstats")
-    return (stats.get("cmdstat_hscan", {}).get("calls", 0) - before) / 2
+    return stats.get("cmdstat_hscan", {}).get("calls", 0) - before
 
 
 def _hscans(client):
@@ -307,11 +308,13 @@ def test_a_pinned_job_of_three_ranks_reads_the_store_once_and_every_rank_pins_it
     kernels = _fill(server, url)
     before = _hscans(server.client)
     ranks, err = _job(url, _snapshot_env(url, tmp_path, "pinned"), tmp_path / "out")
-    assert _reads(server.client, before) == 1, err[-3000:]
+    assert _reads(server.client, before) == 2, err[-3000:]  # each kernel once for the node's 3 ranks
     _pins_the_store(ranks, kernels)
     snapshots = _snapshots(tmp_path)
-    assert len(snapshots) == 1 and "pw-not-in-files" not in snapshots[0].read_text() + str(snapshots[0])
-    assert json.loads(snapshots[0].read_text())["job"].startswith(ranks[0]["run_id"].split(":", 1)[1] + "/0|")
+    assert sorted(json.loads(s.read_text())["kernel"] for s in snapshots) == [ADD, SCALE]
+    for snapshot in snapshots:
+        assert "pw-not-in-files" not in snapshot.read_text() + str(snapshot)
+        assert json.loads(snapshot.read_text())["job"].startswith(ranks[0]["run_id"].split(":", 1)[1] + "/0|")
 
 
 @pytest.mark.slow
@@ -324,18 +327,24 @@ def test_the_readmes_consensus_command_run_twice_reads_once_per_node_and_times_n
     assert sum(r["timer_calls"] for r in first) > 0
     before = _hscans(server.client)
     second, err = _job(url, env, tmp_path / "two")
-    assert _reads(server.client, before) == 1, err[-3000:]
+    assert _reads(server.client, before) == 2, err[-3000:]  # each kernel once for the node
     assert [r["timer_calls"] for r in second] == [0, 0, 0], err[-3000:]
     for r in second:
         assert {v.rpartition(";")[2] for v in r["choices"].values()} == {"table"}
-    assert len(_snapshots(tmp_path)) == 2  # one per job: a job never reads another's
+    jobs = {}  # a job never reads another's: one snapshot per job and kernel name it looked up
+    for snapshot in _snapshots(tmp_path):
+        written = json.loads(snapshot.read_text())
+        jobs.setdefault(written["job"], []).append(written["kernel"])
+    second_job = [job for job in jobs if job.startswith(second[0]["run_id"].split(":", 1)[1] + "/0|")]
+    assert len(jobs) == 2 and len(second_job) == 1 and sorted(jobs[second_job[0]]) == [ADD, SCALE], jobs
 
 
 PLANTING_WORKER = """
 import os, runpy, sys, time
 from autotune_guard.core import store_snapshot
 
-path = store_snapshot.snapshot_path(store_snapshot.this_node(), os.environ["AUTOTUNE_TABLE_PATH"], "interpret")
+path = store_snapshot.snapshot_path(store_snapshot.this_node(), os.environ["AUTOTUNE_TABLE_PATH"], "interpret",
+                                    "kernels.demo.add_kernel")
 if os.environ["RANK"] == "0":  # planted before any rank needs the table
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
     os.chmod(os.path.dirname(os.path.dirname(path)), 0o700)
@@ -365,10 +374,10 @@ def test_a_corrupt_snapshot_planted_for_the_job_is_named_and_every_rank_pins_fro
                           env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-6000:]
     ranks = [ran_as_tuples(json.load(open(tmp_path / "out" / f"rank{r}.json"))) for r in range(3)]
-    assert _reads(server.client, before) == 3  # each rank read the store itself
+    assert _reads(server.client, before) == 3 + 1  # each rank read the add kernel itself; the scale kernel once
     _pins_the_store(ranks, kernels)
     named = [line for line in proc.stderr.splitlines() if "skipping table store snapshot" in line]
-    planted = _snapshots(tmp_path)
+    planted = [p for p in _snapshots(tmp_path) if '"kernel"' not in p.read_text()]  # the scale kernel's is written
     assert len(planted) == 1 and len(named) == 3, proc.stderr[-3000:]
     assert all(str(planted[0]) in line and "is not valid JSON" in line and "reads the table store" in line
                for line in named), named

@@ -237,3 +237,49 @@ def test_atomic_write_sets_the_mode_through_the_descriptor(tmp_path):
     assert result["mode"] == 0o640 and result["modes"] == [0o640, 0o640]
     assert json.loads(result["text"]) == {"b": 2} and result["files"] == ["t.json"]
     assert result["link"] is False and result["other"] == "untouched"
+
+
+# --- a table store among the files: read per kernel, at its first lookup ---------------------------
+
+class StoreReader:
+    """Pure logic: a table store's reader (as adapters.redis_tables.Stores reads one) that takes
+    ``pause`` seconds and counts what it was asked."""
+
+    def __init__(self, kernels, pause=0.0):
+        self.kernels, self.pause, self.asked = kernels, pause, []
+
+    def read(self, url, arch, kernel):
+        import time
+
+        self.asked.append(kernel)
+        time.sleep(self.pause)
+        found = {kernel: self.kernels[kernel]} if kernel in self.kernels else {}
+        return {"format": schema.TABLE_FORMAT, "arch": arch, "kernels": found}, []
+
+
+def test_a_store_is_read_per_kernel_in_path_order_beside_files(tmp_path, packaged):
+    before = write(tmp_path / "before" / "interpret.json", table({K: {KEY: cfg(16)}, "pkg.ops.all": {"*": cfg(8)}}))
+    after = write(tmp_path / "after" / "interpret.json", table({K: {KEY2: cfg(512)}, "pkg.ops.late": {KEY: cfg(32)}}))
+    store = StoreReader({K: {KEY: cfg(128), KEY2: cfg(256)}, "pkg.ops.all": {KEY: cfg(64)}, "pkg.ops.late": {KEY: cfg(4)}})
+    loaded, warnings = tables.load_tables((os.path.dirname(before), "redis://127.0.0.1:1/0", os.path.dirname(after)),
+                                          "interpret", VERSIONS, store)
+    assert warnings == [] and store.asked == []  # nothing read before a kernel is looked up
+    assert tables.table_entry(loaded, K, KEY) == cfg(16)  # the earlier file wins, entry by entry
+    assert tables.table_entry(loaded, K, KEY2) == cfg(256)  # the store, before the later file
+    assert tables.table_entry(loaded, "pkg.ops.all", KEY) == cfg(8)  # a `*` of an earlier file hides the store's
+    assert tables.table_entry(loaded, "pkg.ops.late", KEY) == cfg(4)
+    assert store.asked == [K, "pkg.ops.all", "pkg.ops.late"]  # each kernel once, however often it is looked up
+
+
+def test_a_kernel_another_thread_is_reading_from_a_store_is_waited_for_never_a_miss(packaged):
+    import threading
+
+    store = StoreReader({K: {KEY: cfg(128)}}, pause=0.3)
+    loaded, _ = tables.load_tables(("redis://127.0.0.1:1/0",), "interpret", VERSIONS, store)
+    found = []
+    threads = [threading.Thread(target=lambda: found.append(tables.table_entry(loaded, K, KEY))) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert found == [cfg(128)] * 4 and store.asked == [K]

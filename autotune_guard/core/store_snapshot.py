@@ -11,9 +11,10 @@ rank started through a wrapper (``torchrun ... bash run.sh``: a parent of its ow
 Where: ``<runtime dir>/autotune_guard`` or ``<tmp>/autotune_guard-<uid>``, then ``store-snapshots``,
 directories only this user can use (``safe_files.private_directory``): one of another user, a
 symlink or a mode others can reach is named and not used. One file per store (its URL without the
-password: scheme, user, host, port, db, prefix), arch and job, named by a hash of those.
+password: scheme, user, host, port, db, prefix), arch, kernel (a job reads the kernels it meets)
+and job, named by a hash of those.
 
-How: the first process of the job on the node to need an arch takes an exclusive ``flock`` on the
+How: the first process of the job on the node to need a kernel takes an exclusive ``flock`` on the
 snapshot's lock file, reads the store, writes the snapshot (atomically, as ``jsonfile`` writes) and lets go;
 the others wait on the lock (at most ``wait_s``) and read the file. What they read is checked as a
 store read is (``schema.check_table``, and provenance and ``added`` as objects); a snapshot that
@@ -88,16 +89,17 @@ def store_identity(url: str) -> str:
     return f"{a.scheme}://{a.username or ''}@{a.host}:{a.port}/{a.db}?prefix={a.prefix}"
 
 
-def snapshot_path(node: Node, url: str, arch: str) -> str:
-    text = json.dumps([store_identity(url), arch, node.job])
+def snapshot_path(node: Node, url: str, arch: str, kernel: str | None = None) -> str:
+    text = json.dumps([store_identity(url), arch, node.job, *([kernel] if kernel is not None else [])])
     return os.path.join(node.directory, f"{hashlib.sha256(text.encode()).hexdigest()[:40]}.json")
 
 
 def read(url: str, arch: str, read_server: ReadServer, wait_s: float, node: Node | None = None,
-         why: Callable[[], str | None] | None = None):
-    """(the arch's table document or None, notes), as ``read_server()`` gives them, read once per
-    job and node: from the snapshot where one is written, else from the store (and written).
-    ``why()``: what the store met when it gave no table (recorded for the node's others)."""
+         why: Callable[[], str | None] | None = None, kernel: str | None = None):
+    """(the arch's table document, or ``kernel``'s part of it, or None; notes), as ``read_server()``
+    gives them, read once per job and node: from the snapshot where one is written, else from the
+    store (and written). ``why()``: what the store met when it gave no table (recorded for the
+    node's others)."""
     node = node if node is not None else this_node()
     if node is None:
         return read_server()
@@ -108,8 +110,8 @@ def read(url: str, arch: str, read_server: ReadServer, wait_s: float, node: Node
     except OSError as exc:
         return _direct(read_server, f"table store snapshots: {_said(exc)}: not used; this process reads the table "
                                    f"store {shown} itself")
-    path = snapshot_path(node, url, arch)
-    expected = {"store": store_identity(url), "arch": arch, "job": node.job}
+    path = snapshot_path(node, url, arch, kernel)
+    expected = {"store": store_identity(url), "arch": arch, "job": node.job, **({"kernel": kernel} if kernel else {})}
     try:
         found = _load(path, expected)
         if found is None:
@@ -118,6 +120,7 @@ def read(url: str, arch: str, read_server: ReadServer, wait_s: float, node: Node
         return _direct(read_server, f"skipping table store snapshot {exc}; this process reads the table store "
                                    f"{shown} itself")
     if found[0] == "none":  # the first reader got no table: this process goes without it too
+        # Not naming the kernel: said once per process however many kernels the node goes without.
         return None, [f"table store {shown} gave this job's first process on this node no table for arch {arch} "
                       f"({found[2] or 'it did not answer, or refused'}); this process goes without it too, so that "
                       "every rank of the node runs from the same view of the store"]
@@ -256,7 +259,7 @@ def _load(path: str, expected: dict):
     snapshot = jsonfile.parse_bytes(path, data)
     _require(path, isinstance(snapshot, dict) and snapshot.get("format") == FORMAT, f"is not a {FORMAT} file")
     _require(path, all(snapshot.get(name) == value for name, value in expected.items()),
-             "is not the snapshot of this store, arch and job")
+             "is not the snapshot of this store, arch, kernel and job")
     notes = snapshot.get("notes")
     _require(path, isinstance(notes, list) and len(notes) <= MAX_NOTES and all(isinstance(n, str) for n in notes),
              "'notes' must be a list of strings")
@@ -267,6 +270,8 @@ def _load(path: str, expected: dict):
         return "none", None, failure
     schema.check_table(path, table)
     _require(path, table["arch"] == expected["arch"], f"holds a table for another arch than {expected['arch']}")
+    _require(path, "kernel" not in expected or set(table["kernels"]) <= {expected["kernel"]},
+             f"holds kernels other than {expected.get('kernel')}")
     for name in ("source", "provenance", "added"):
         _require(path, isinstance(table.get(name, {}), dict), f"'table.{name}' must be an object")
     _require(path, all(isinstance(p, dict) for p in table.get("provenance", {}).values()),

@@ -1,5 +1,5 @@
-"""A table store's values checked (``adapters.redis_tables`` reads them): each entries field is
-``["kernel", "key"]`` as JSON, each value ``{"entry": <config>, "added": {...}}`` as JSON, each
+"""A table store's values checked (``adapters.redis_tables`` reads them): each field of a kernel's
+hash is a tuning key (of the arch's older hash, ``["kernel", "key"]`` as JSON), each value ``{"entry": <config>, "added": {...}}`` as JSON, each
 provenance a JSON object; parsed with the files' bounds (never unpickled or evaluated) and checked
 by ``core.schema``. A value that cannot be used is one note naming the store, key and field, and is
 left out. Standard library only."""
@@ -20,17 +20,31 @@ def new_document(arch: str, shown: str) -> dict:
             "provenance": {}, "added": {}}
 
 
-def absorb(document: dict, entries: tuple, provenance: tuple, notes: list) -> None:
-    """One piece of a read added to ``document``: ``entries`` and ``provenance`` are (where, flat
-    field-value list); a value the read script replaced by its length is an int."""
-    where_entries, flat = entries
+def absorb_kernel(document: dict, kernel: str, entries: tuple, notes: list) -> None:
+    """One piece of a kernel's hash added to ``document``: ``entries`` is (where, flat field-value
+    list), each field a tuning key; a value the read script replaced by its length is an int."""
+    where, flat = entries
     for field, value in pairs(flat):
-        parsed = checked_entry(f"{where_entries} field {said(field)}", field, value, notes)
+        key = _text(field)
+        parsed = checked_config(f"{where} field {said(field)}", value, notes) if key else None
+        if key is None:
+            notes.append(f"skipping {where} field {said(field)}: a tuning key must be non-empty UTF-8 text")
+        if parsed is not None:
+            _put(document, kernel, key, *parsed)
+
+
+def absorb_pairs(document: dict, entries: tuple, notes: list) -> None:
+    """One piece of an arch's older hash (field ``["kernel", "key"]``) added to ``document``."""
+    where, flat = entries
+    for field, value in pairs(flat):
+        parsed = checked_entry(f"{where} field {said(field)}", field, value, notes)
         if parsed is not None:
             (kernel, key), entry, added = parsed
-            document["kernels"].setdefault(kernel, {})[key] = entry
-            if added is not None:
-                document["added"].setdefault(kernel, {})[key] = added
+            _put(document, kernel, key, entry, added)
+
+
+def absorb_provenance(document: dict, provenance: tuple, notes: list) -> None:
+    """Provenance values (where, flat kernel-value list) added to ``document``."""
     where_provenance, flat = provenance
     for field, value in pairs(flat):
         where = f"{where_provenance} field {said(field)}"
@@ -39,6 +53,34 @@ def absorb(document: dict, entries: tuple, provenance: tuple, notes: list) -> No
             document["provenance"][field.decode("utf-8", "replace")] = found
         elif found is not None:
             notes.append(f"skipping {where}: a provenance must be a JSON object")
+
+
+def merge(document: dict, part: dict, kernel: str | None = None) -> dict:
+    """``part``'s entries (``kernel``'s alone where one is named), who added them and provenance,
+    added to ``document`` where it has none: what ``document`` holds already stays."""
+    for name, entries in part["kernels"].items():
+        if kernel is not None and name != kernel:
+            continue
+        for key, entry in entries.items():
+            if key not in document["kernels"].get(name, {}):
+                _put(document, name, key, entry, part["added"].get(name, {}).get(key))
+        if name in part["provenance"]:
+            document["provenance"].setdefault(name, part["provenance"][name])
+    return document
+
+
+def _put(document: dict, kernel: str, key: str, entry, added) -> None:
+    document["kernels"].setdefault(kernel, {})[key] = entry
+    if added is not None:
+        document["added"].setdefault(kernel, {})[key] = added
+
+
+def _text(field: bytes) -> str | None:
+    try:
+        text = field.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return text or None
 
 
 def pairs(flat):
@@ -71,7 +113,7 @@ def checked_value(where: str, value, notes: list):
 
 
 def checked_entry(where: str, field: bytes, value, notes: list):
-    """((kernel, key), config, who added it) of one entries field, checked; None when unusable."""
+    """((kernel, key), config, who added it) of one field of an arch's older hash, checked; None when unusable."""
     try:
         name = json.loads(field.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):
@@ -79,6 +121,12 @@ def checked_entry(where: str, field: bytes, value, notes: list):
     if not (isinstance(name, list) and len(name) == 2 and all(isinstance(n, str) and n for n in name)):
         notes.append(f"skipping {where}: the field is not [\"kernel\", \"key\"] as JSON")
         return None
+    parsed = checked_config(where, value, notes)
+    return None if parsed is None else (tuple(name), *parsed)
+
+
+def checked_config(where: str, value, notes: list):
+    """(config, who added it) of one stored value, checked; None when unusable."""
     found = checked_value(where, value, notes)
     if found is None:
         return None
@@ -88,4 +136,4 @@ def checked_entry(where: str, field: bytes, value, notes: list):
         notes.append(f"skipping {exc} (the value must be {{\"entry\": <config>, \"added\": {{...}}}})")
         return None
     added = found.get("added")
-    return tuple(name), found["entry"], added if isinstance(added, dict) else None
+    return found["entry"], added if isinstance(added, dict) else None

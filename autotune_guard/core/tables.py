@@ -8,10 +8,11 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 from typing import Mapping
 
 from .errors import FileFormatError
-from .model import compact, provenance_differences, provenance_text
+from .model import compact, provenance_differences
 from .numerics import numerics_differences
 from .pinned import entry_matches
 from . import safe_files
@@ -83,61 +84,107 @@ def table_measured(tables: Mapping, qualified: str, key: str):
     return None
 
 
-def load_tables(table_path, arch: str, versions: Mapping[str, str | None], stores=None) -> tuple[dict, list[str]]:
-    """``({kernel: {key: descriptor}}, warnings)`` for ``arch``. Earlier files win, entry by entry,
-    except that a ``*`` entry stands for every key, so it hides what later files have for that
-    kernel. A file that cannot be used is skipped, and a version mismatch (Triton, torch, or a
-    kernel package the table names) noted: each is one warning line, since tables go stale.
-    ``stores``: the registered reader of table stores named by URL (``read(url, arch) ->
-    (document or None, warnings)``)."""
-    merged: dict = {}
-    wildcarded: set = set()
-    warnings = []
+class Tables(dict):
+    """kernel -> KernelEntries, merged from the table candidates in order. Files are read whole at
+    once; a table store one kernel at a time, at that kernel's first lookup (``get``): a job reads
+    of a big store only the kernels it meets. What a store's read says goes to ``said``."""
+
+    def __init__(self, layers: list, arch: str, stores, said):
+        super().__init__()
+        self._layers, self._arch, self._stores, self._said = layers, arch, stores, said
+        self._looked: set = set()
+        self._lock = threading.Lock()  # a thread asking for a kernel being read waits for it, never sees a miss
+
+    def get(self, kernel, default=None):
+        notes: list = []
+        with self._lock:
+            if kernel not in self._looked:
+                self._read(kernel, notes)
+                self._looked.add(kernel)
+        for note in notes:  # said outside the lock: saying takes the Guard's
+            self._said(note)
+        return super().get(kernel, default)
+
+    def _read(self, kernel: str, notes: list) -> None:
+        wildcarded: set = set()
+        for path, document in self._layers:
+            if document is None:  # a store: this kernel's part, read now
+                document, said = read_store(self._stores, path, self._arch, kernel)
+                notes.extend(said)
+                if document is None or _refused(hide_password(path), document, self._arch, {}, notes.append):
+                    continue
+            _absorb(self, wildcarded, document, kernel)
+
+
+def load_tables(table_path, arch: str, versions: Mapping[str, str | None], stores=None,
+                said=None) -> tuple[Tables, list[str]]:
+    """``(Tables, warnings)`` for ``arch``: ``{kernel: {key: descriptor}}`` as ``get`` gives it.
+    Earlier files win, entry by entry, except that a ``*`` entry stands for every key, so it hides
+    what later files have for that kernel. A file that cannot be used is skipped, and a version
+    mismatch (Triton, torch, or a kernel package the table names) noted: each is one warning line,
+    since tables go stale. ``stores``: the registered reader of table stores named by URL
+    (``read(url, arch, kernel) -> (document or None, warnings)``); what it says later goes to
+    ``said`` (default: the warnings list)."""
+    warnings: list = []
+    layers = []  # (path, document); a store's document is None: read per kernel
     for path in table_candidates(table_path, arch):
-        if is_store_url(path):  # --- a table store: its reader checks each value, then the schema the whole
-            document, notes = read_store(stores, path, arch)
-            warnings.extend(notes)
-            if document is None:
-                continue
-            path = hide_password(path)
-        else:
-            try:
-                document = read_document(path, formats=(TABLE_FORMAT,))
-            except FileFormatError as exc:
-                warnings.append(f"skipping table {exc}")
-                continue
-            warnings.extend(trust_notes(path))
-        if document["arch"] != arch:
-            warnings.append(f"skipping table {path}: it is for arch {document['arch']}, this process runs {arch}")
+        if is_store_url(path):
+            layers.append((path, None))
             continue
-        stale = stale_versions(document, versions)
-        if stale:
-            warnings.append(f"table {path} was made with {', '.join(stale)}: its choices may be stale; "
-                            "record and merge it again")
-        logger.debug("using table %s (source: %s)", path, json.dumps(document.get("source"), sort_keys=True))
-        recorded = document.get(PROVENANCE) if isinstance(document.get(PROVENANCE), dict) else {}
-        for kernel, entries in document["kernels"].items():
-            if kernel in wildcarded:
-                continue
-            slot = merged.setdefault(kernel, KernelEntries())
-            if slot.provenance is None and isinstance(recorded.get(kernel), dict):
-                slot.provenance = recorded[kernel]
-            measured = measured_of(document, kernel)
-            for key, entry in entries.items():
-                if key not in slot and key in measured:
-                    slot.measured[key] = measured[key]
-                slot.setdefault(key, entry)
-            if "*" in entries:
-                wildcarded.add(kernel)
-    return merged, warnings
+        try:
+            document = read_document(path, formats=(TABLE_FORMAT,))
+        except FileFormatError as exc:
+            warnings.append(f"skipping table {exc}")
+            continue
+        warnings.extend(trust_notes(path))
+        if not _refused(path, document, arch, versions, warnings.append):
+            layers.append((path, document))
+    tables = Tables(layers, arch, stores, said or warnings.append)
+    if all(document is not None for _, document in layers):  # files alone: merged now
+        wildcarded: set = set()
+        for path, document in layers:
+            tables._looked.update(document["kernels"])
+            _absorb(tables, wildcarded, document)
+    return tables, warnings
 
 
-def read_store(stores, url: str, arch: str) -> tuple[dict | None, list[str]]:
-    """The table a store holds for ``arch``, checked as a table file is; (None, why) without one."""
+def _refused(path: str, document: Mapping, arch: str, versions: Mapping, said) -> bool:
+    """Whether a table is for another arch (said); a stale one is said and used."""
+    if document["arch"] != arch:
+        said(f"skipping table {path}: it is for arch {document['arch']}, this process runs {arch}")
+        return True
+    stale = stale_versions(document, versions)
+    if stale:
+        said(f"table {path} was made with {', '.join(stale)}: its choices may be stale; record and merge it again")
+    logger.debug("using table %s (source: %s)", path, json.dumps(document.get("source"), sort_keys=True))
+    return False
+
+
+def _absorb(merged: dict, wildcarded: set, document: Mapping, only: str | None = None) -> None:
+    """A table's entries (``only``'s, where named) added where ``merged`` has none; a ``*`` entry
+    hides what later tables have for its kernel."""
+    recorded = document.get(PROVENANCE) if isinstance(document.get(PROVENANCE), dict) else {}
+    for kernel, entries in document["kernels"].items():
+        if kernel in wildcarded or (only is not None and kernel != only):
+            continue
+        slot = dict.setdefault(merged, kernel, KernelEntries())
+        if slot.provenance is None and isinstance(recorded.get(kernel), dict):
+            slot.provenance = recorded[kernel]
+        measured = measured_of(document, kernel)
+        for key, entry in entries.items():
+            if key not in slot and key in measured:
+                slot.measured[key] = measured[key]
+            slot.setdefault(key, entry)
+        if "*" in entries:
+            wildcarded.add(kernel)
+
+
+def read_store(stores, url: str, arch: str, kernel: str) -> tuple[dict | None, list[str]]:
+    """``kernel``'s part of the table a store holds for ``arch``, checked as a table file is; (None, why) without one."""
     shown = hide_password(url)
     if stores is None:
         return None, [f"skipping table store {shown}: no reader of table stores is registered in this process"]
-    document, notes = stores.read(url, arch)
+    document, notes = stores.read(url, arch, kernel)
     if document is None:
         return None, notes
     try:
@@ -173,30 +220,6 @@ def table_provenance(tables: Mapping, qualified: str):
         if entries:
             return getattr(entries, "provenance", None)
     return None
-
-
-def provenance_from_records(documents, found: dict | None = None) -> dict:
-    """kernel -> provenance for a merged table (added to ``found``): each kernel's first recorded
-    one (records of one kernel made against other source or candidates: ``provenance_lines``)."""
-    found = {} if found is None else found
-    for document in documents:
-        for kernel, entries in (document.get("kernels") or {}).items():
-            for entry in entries.values():
-                if isinstance(entry, dict) and isinstance(entry.get(PROVENANCE), dict):
-                    found.setdefault(kernel, entry[PROVENANCE])
-    return found
-
-
-def provenance_lines(documents, kernel: str) -> list[str]:
-    """Each distinct provenance the files give ``kernel`` (tables per kernel, records per entry),
-    one line each, for ``report show``."""
-    seen = []
-    for document in documents:
-        table = document.get(PROVENANCE) if isinstance(document.get(PROVENANCE), dict) else {}
-        found = [table.get(kernel)] + [e.get(PROVENANCE) for e in ((document.get("kernels") or {}).get(kernel) or {}).values()
-                                       if isinstance(e, dict)]
-        seen += [p for p in found if isinstance(p, dict) and p not in seen]
-    return [f"    provenance: {provenance_text(p)}" for p in seen]
 
 
 # --- tables that grow: consensus adds what a job tuned --------------------------------------------

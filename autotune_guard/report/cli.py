@@ -11,7 +11,7 @@ from ..core.errors import GuardError
 from . import cache_import, diff, merge, readers, show, store
 from .output import Visible, write_atomically
 
-COMMANDS = ("show", "merge", "diff", "import", "store-export", "store-import")
+COMMANDS = ("show", "merge", "diff", "import", "store-export", "store-import", "store-upgrade")
 
 
 def _prog() -> str:
@@ -28,7 +28,7 @@ def parser() -> argparse.ArgumentParser:
                     "(runs/rec reads runs/rec.rank*.json). Exit status: 0 done, 1 disagreement with --check, "
                     "2 unusable input.")
     top.add_argument("--version", action="version", version=f"autotune_guard {__version__}")
-    commands = top.add_subparsers(dest="command", metavar="{show,merge,diff,import,store-export,store-import}")
+    commands = top.add_subparsers(dest="command", metavar="{show,merge,diff,import,store-export,store-import,store-upgrade}")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--json", action="store_true", help="machine-readable output")
     common.add_argument("--check", action="store_true", help="exit 1 when ranks or runs disagree (a CI gate)")

@@ -242,7 +242,7 @@ class Rows:
                 sum(len(sigs) > 1 for sigs in configs.values()))
 
     def provenance_documents(self, sources) -> list[dict]:
-        """What ``core.tables.provenance_lines`` reads of each file kept, without its entries."""
+        """What ``show.provenance_lines`` reads of each file kept, without its entries."""
         found = []
         for s in sources:
             kernels = {kernel: {str(n): {PROVENANCE: p} for n, p in enumerate(said)}

@@ -8,9 +8,10 @@ import os
 from collections import Counter
 
 from . import html
+from ..core.model import provenance_text
 from ..core.numerics import numerics_text
 from ..core.switches import shown
-from ..core.tables import provenance_lines
+from ..core.tables import PROVENANCE
 from ..core.terminal import on_one_line
 from .output import dump_streamed
 from .reading import Source, label_list, md, read_sources, source_json
@@ -246,3 +247,15 @@ def add_parser(commands, common) -> None:
     show.add_argument("-o", "--output", dest="write_to", metavar="FILE",
                       help="write the output to FILE (atomically) instead of stdout")
     show.set_defaults(run=run)
+
+
+def provenance_lines(documents, kernel: str) -> list[str]:
+    """Each distinct provenance the files give ``kernel`` (tables per kernel, records per entry),
+    one line each, for ``report show``."""
+    seen = []
+    for document in documents:
+        table = document.get(PROVENANCE) if isinstance(document.get(PROVENANCE), dict) else {}
+        found = [table.get(kernel)] + [e.get(PROVENANCE) for e in ((document.get("kernels") or {}).get(kernel) or {}).values()
+                                       if isinstance(e, dict)]
+        seen += [p for p in found if isinstance(p, dict) and p not in seen]
+    return [f"    provenance: {provenance_text(p)}" for p in seen]

@@ -53,7 +53,8 @@ def documents(url: str, stderr) -> list[dict]:
             document["provenance"] = {k: v for k, v in document["provenance"].items() if k in document["kernels"]}
             found.append(document)
     except down as exc:
-        raise InputError(f"{store.shown}: {store.failed(exc, type(store).READ_GRANTS + ' +scan')}") from None
+        grants = f"{store.READ_GRANTS} {store.LIST_GRANTS}"
+        raise InputError(f"{store.shown}: {store.failed(exc, grants)}") from None
     if not found:
         raise InputError(f"{store.shown}: the table store holds no table (prefix {store.address.prefix!r})")
     return found
@@ -110,6 +111,28 @@ def run_import(args, out) -> int:
         print(f"autotune-guard-report: WARNING: {note}", file=out)
     print(f"{hide_password(args.output)}: added {added} entries; {held} were there already (kept: the first "
           "writer wins)", file=out)
+    return 0
+
+
+def run_upgrade(args, out) -> int:
+    """Each arch the store holds in one hash (the layout before per-kernel keys) moved to per-kernel keys."""
+    store, down = _store(args.url)
+    try:
+        archs, refused = store.archs()
+        for note in refused:
+            print(f"autotune-guard-report: WARNING: {note}", file=out)
+        moved = [(arch, *store.upgrade(arch)) for arch in archs if store.call("exists", store.key(arch, "entries"))]
+    except down as exc:
+        grants = f"{store.READ_GRANTS} {store.WRITE_GRANTS} {store.LIST_GRANTS} +rename"
+        raise InputError(f"{store.shown}: {store.failed(exc, grants)}; what was moved before stays moved, run it "
+                         "again for the rest") from None
+    for arch, count, kept_as, notes in moved:
+        for note in notes:
+            print(f"autotune-guard-report: WARNING: {note}", file=out)
+        print(f"{store.shown} arch {arch}: {count} entries now under per-kernel keys; the older hash is kept as "
+              f"{kept_as} (delete it once no job of an earlier version reads it)", file=out)
+    if not moved:
+        print(f"{store.shown}: no arch is held in the older layout; nothing to do", file=out)
     return 0
 
 
@@ -183,3 +206,9 @@ def add_parsers(commands, common) -> None:
     put.add_argument("files", nargs="+", metavar="TABLE.json", help="table files")
     put.add_argument("-o", "--output", required=True, metavar="URL", help="the store: redis://host:port/db")
     put.set_defaults(run=run_import)
+    upgrade = commands.add_parser("store-upgrade", help="move a table store's older one-hash tables to per-kernel keys",
+                                  description="Move each arch a table store holds in one hash (written before "
+                                              "per-kernel keys) to per-kernel keys, which a job reads kernel by "
+                                              "kernel; the older hash is kept under another name.")
+    upgrade.add_argument("url", metavar="URL", help="redis://[user:password@]host:port/db[?prefix=...]")
+    upgrade.set_defaults(run=run_upgrade)

@@ -11,7 +11,7 @@ from array import array
 from functools import partial
 
 from ..core.model import ChoiceKey
-from ..core.tables import provenance_from_records
+from ..core.tables import PROVENANCE
 from .configs import Signatures
 from .reading import Source, natural_key
 from .timings import median_of
@@ -124,3 +124,15 @@ def _combined(a: KeyTally, b: KeyTally) -> KeyTally:
         a.measured.setdefault(sig, array("d")).extend(values)
     a.library = a.library or b.library
     return a
+
+
+def provenance_from_records(documents, found: dict | None = None) -> dict:
+    """kernel -> provenance for a merged table (added to ``found``): each kernel's first recorded
+    one (records of one kernel made against other source or candidates: ``show.provenance_lines``)."""
+    found = {} if found is None else found
+    for document in documents:
+        for kernel, entries in (document.get("kernels") or {}).items():
+            for entry in entries.values():
+                if isinstance(entry, dict) and isinstance(entry.get(PROVENANCE), dict):
+                    found.setdefault(kernel, entry[PROVENANCE])
+    return found

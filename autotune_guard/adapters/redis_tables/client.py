@@ -1,0 +1,323 @@
+"""One table store's client (``AUTOTUNE_TABLE_PATH=redis://...``): the one module that imports the
+``redis`` client (the optional extra ``redis``: ``pip install '.[redis]'``), only when a URL is given.
+
+Layout, per URL prefix and arch (the ``{arch}`` hash tag keeps an arch's keys on one slot):
+- ``<prefix>{<arch>}:kernel:<kernel>``: a hash per kernel, field the tuning key, value
+  ``{"entry": <config>, "added": {"run_id", "rank", "host", "time", "triton"}}`` (JSON);
+- ``<prefix>{<arch>}:kernels``: a set, the kernels the arch holds (for the report);
+- ``<prefix>{<arch>}:provenance``: a hash, field the kernel, value its provenance (JSON);
+- ``<prefix>{<arch>}:entries``: the layout before issue 44's per-kernel reads, one hash for the
+  arch (field ``["kernel", "key"]``): read whole where it is present, never written.
+
+Reading: a job reads only the kernels it meets, each by a server-side script per piece of
+``PIECE`` fields (HSCAN), a value over ``MAX_VALUE_BYTES`` replaced by its length (never sent), so
+a hostile 100 MB value costs nothing and is named, and the server is held one piece at a time.
+Each value is parsed as JSON (never unpickled or evaluated) and checked by ``core.schema``; a bad
+one is named with the URL and key, and skipped. Adding: one server-side script per kernel sets the
+kernel's provenance if absent and each entry with HSETNX, atomically: the first writer wins (an
+entry the arch's older hash holds counts as written), and a job whose kernel version differs from
+the store's adds nothing for it."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+from ...core import store_values
+from ...core.errors import PolicyError
+from ...core.model import compact, provenance_differences
+from ...core.store_values import MAX_VALUE_BYTES, loads_or_none, pairs, said
+from ...core.store_url import ARCH_ALLOWED, hide_password, parse_store_url, safe_arch, store_urls
+
+logger = logging.getLogger("autotune_guard")
+
+MAX_FIELDS = 200_000  # entries of one arch: far above any real table
+TIMEOUT_S = 5.0  # connect and per-request: a store that is slower is as good as down
+
+PIECE = 1000  # fields a read request asks for (HSCAN's COUNT): the server is held for one piece at a time
+
+# One piece of a hash from cursor ARGV[1] (a value over ARGV[2] bytes replaced by its length, never
+# sent); with ARGV[4] set, the kernel ARGV[4]'s provenance (HGET KEYS[2]) and whether the arch's
+# older hash KEYS[3] exists, both in the request that ends the scan: what an entry read was added under.
+_READ = """
+local reply = redis.call('HSCAN', KEYS[1], ARGV[1], 'COUNT', tonumber(ARGV[3]))
+local out = {}
+for i = 1, #reply[2], 2 do
+  local v = reply[2][i + 1]
+  table.insert(out, reply[2][i])
+  if #v > tonumber(ARGV[2]) then table.insert(out, #v) else table.insert(out, v) end
+end
+local provenance, older = false, 0
+if reply[1] == '0' and ARGV[4] ~= '' then
+  provenance = redis.call('HGET', KEYS[2], ARGV[4])
+  if provenance and #provenance > tonumber(ARGV[2]) then provenance = #provenance end
+  older = redis.call('EXISTS', KEYS[3])
+end
+return {reply[1], out, provenance, older}
+"""
+
+# A kernel's entries added, first writer wins: ARGV[1] the kernel, ARGV[2] its provenance, ARGV[3]
+# 'same' where a differing provenance differs only where it does not matter, 'upgrade' where the
+# entries come from the older hash (moved: not found held there); then per entry its key,
+# its field in the older hash, its value. KEYS: the kernel's hash, provenance, the older hash, the set.
+_ADD = """
+local cur = redis.call('HGET', KEYS[2], ARGV[1])
+if cur and ARGV[2] ~= '' and cur ~= ARGV[2] and ARGV[3] == '' then return {'provenance', cur} end
+if (not cur) and ARGV[2] ~= '' then redis.call('HSET', KEYS[2], ARGV[1], ARGV[2]) end
+redis.call('SADD', KEYS[4], ARGV[1])
+local older = ARGV[3] ~= 'upgrade' and redis.call('EXISTS', KEYS[3]) == 1
+local kept = {}
+for i = 4, #ARGV, 3 do
+  local held = older and redis.call('HGET', KEYS[3], ARGV[i + 1])
+  if held then
+    table.insert(kept, ARGV[i]); table.insert(kept, held)
+  elseif redis.call('HSETNX', KEYS[1], ARGV[i], ARGV[i + 2]) == 0 then
+    table.insert(kept, ARGV[i]); table.insert(kept, redis.call('HGET', KEYS[1], ARGV[i]))
+  end
+end
+return {'ok', kept}
+"""
+
+
+class StoreDown(Exception):
+    """The store did not answer (refused, timed out, wrong password): the words say which."""
+
+
+class StoreRefused(StoreDown):
+    """The store answered with an error (a key of another type, a script refused): it is up."""
+
+
+class StoreNoPermission(StoreRefused):
+    """The server's ACL refused this URL's user a command (NOPERM): up, and the user can be granted it."""
+
+
+# What a user needs (Redis 7 checks the commands a script runs against the caller's ACL too).
+READ_GRANTS = "+eval +hscan +hget +exists"
+WRITE_GRANTS = "+eval +hget +hset +hsetnx +sadd +exists"
+LIST_GRANTS = "+scan +sscan"  # the report's, to find the archs and kernels a store holds
+
+
+def _client_module():
+    try:
+        import redis
+    except ImportError:
+        raise PolicyError("AUTOTUNE_TABLE_PATH names a Redis URL, and the redis client is not installed: "
+                          "pip install redis (from a checkout: pip install '.[redis]'), or name table "
+                          "directories instead") from None
+    return redis
+
+
+class Store:
+    """One URL's client and keys; every request raises StoreDown or returns."""
+
+    READ_GRANTS, WRITE_GRANTS, LIST_GRANTS = READ_GRANTS, WRITE_GRANTS, LIST_GRANTS  # for the report
+
+    def __init__(self, url: str):
+        self.url = url
+        self.address = parse_store_url("AUTOTUNE_TABLE_PATH", url)
+        self.shown = self.address.shown
+        redis = _client_module()
+        a = self.address
+        self._errors = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
+                        redis.exceptions.AuthenticationError, OSError)
+        self._refusals = (redis.exceptions.ResponseError,)  # NOAUTH and WRONGPASS are AuthenticationErrors
+        self._no_permission = redis.exceptions.NoPermissionError  # a ResponseError; NOPERM, its prefix cut
+        # No retries (redis-py 6+ retries 3 to 10 times with backoff by default): TIMEOUT_S bounds a
+        # request, as with redis-py 4 and 5; a socket the server closed is still reconnected by the pool.
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+
+        self.client = redis.Redis(host=a.host, port=a.port, db=a.db, username=a.username, password=a.password,
+                                  ssl=a.tls, ssl_check_hostname=a.tls,  # redis-py 4 and 5 default to False
+                                  socket_timeout=TIMEOUT_S, socket_connect_timeout=TIMEOUT_S,
+                                  retry=Retry(NoBackoff(), 0), decode_responses=False)
+
+    def key(self, arch: str, part: str) -> str:
+        """The store's key for ``arch``'s ``part``: ``kernel:<kernel>``, ``kernels``, ``provenance``, ``entries``."""
+        return f"{self.address.prefix}{{{arch}}}:{part}"
+
+    def call(self, what: str, *args):
+        try:
+            return getattr(self.client, what)(*args)
+        except self._errors as exc:
+            raise StoreDown(f"{type(exc).__name__}: {exc}{_tls_hint(exc, self.address.tls)}") from None
+        except self._refusals as exc:
+            # Redis 7.0 refuses a command inside a script with a plain error, not NOPERM.
+            words = str(exc)
+            if isinstance(exc, self._no_permission) or "can't run this command" in words or "NOPERM" in words:
+                raise StoreNoPermission(f"NOPERM: {exc}") from None
+            raise StoreRefused(f"{type(exc).__name__}: {exc}") from None
+
+    def ping(self) -> None:
+        """Whether the server answers. Any answer counts, a refusal too: an ACL user refused PING
+        itself is up; its reads and writes are judged when made, each refusal named with its grant."""
+        try:
+            self.call("ping")
+        except StoreRefused:
+            pass
+
+    def failed(self, exc, grants: str) -> str:
+        """What a request that raised ``exc`` met, in words: the server's refusal of this user and
+        what to grant, else the store having stopped answering."""
+        if isinstance(exc, StoreNoPermission):
+            return self.grant(exc, grants)
+        return f"the table store stopped answering ({exc})"
+
+    def grant(self, exc, grants: str) -> str:
+        """What the server said to this URL's user, and the ACL line that would let it do ``grants``."""
+        user = self.address.username or "default"
+        return (f"the server refused user {user!r} ({exc}); grant it {grants} on the keys {self.address.prefix}* "
+                f"(ACL SETUSER {user} {grants} ~{self.address.prefix}*), or name a user who has them")
+
+    def archs(self) -> tuple[list[str], list[str]]:
+        """(the archs the store holds tables for, one note per key whose arch is not a safe name:
+        an arch names a file where the report writes a table). A scan: for the report, never a job."""
+        found, notes = set(), []
+        for suffix in ("}:kernels", "}:entries"):
+            cursor = 0
+            while True:
+                cursor, names = self.call("scan", cursor, f"{self.address.prefix}{{*{suffix}", 1000)
+                for name in names:
+                    arch = name.decode("utf-8", "replace")[len(self.address.prefix) + 1:-len(suffix)]
+                    if safe_arch(arch):
+                        found.add(arch)
+                    elif len(notes) < 100:
+                        notes.append(f"skipping table store {self.shown} key {said(name)}: its arch {said(arch.encode())} "
+                                     f"is not a plain name ({ARCH_ALLOWED}); it is not read, and names no file")
+                if not cursor:
+                    break
+        return sorted(found), notes
+
+    def kernels(self, arch: str) -> list[str]:
+        """The kernels the arch's set names (the report's whole read), in pieces (SSCAN)."""
+        found, cursor, key = set(), 0, self.key(arch, "kernels")
+        while True:
+            cursor, names = self.call("sscan", key, cursor, None, PIECE)
+            found.update(name.decode("utf-8", "replace") for name in names)
+            if len(found) > MAX_FIELDS:
+                raise StoreDown(f"key {key} names more than {MAX_FIELDS} kernels, more than any table: not read")
+            if not cursor:
+                return sorted(found)
+
+    def read(self, arch: str) -> tuple[dict, list[str]]:
+        """(the arch's whole table document, one line per value that could not be used): the older
+        hash where there is one, then each kernel the set names. For the report; a job reads its kernels."""
+        document, notes = store_values.new_document(arch, self.shown), []
+        if self.call("exists", self.key(arch, "entries")):
+            store_values.merge(document, self.read_older(arch, notes))
+        for kernel in self.kernels(arch):
+            part, _ = self.read_kernel(arch, kernel, notes)
+            store_values.merge(document, part)
+        return document, notes
+
+    def read_kernel(self, arch: str, kernel: str, notes: list) -> tuple[dict, bool]:
+        """(a table document of ``kernel``'s entries and provenance, whether the arch's older hash
+        exists), read in pieces of ``PIECE`` fields, each parsed as it comes; what could not be
+        used is a line in ``notes``. The provenance comes with the last piece: an entry seen has its
+        provenance set (the add script sets both at once)."""
+        document = store_values.new_document(arch, self.shown)
+        hash_key, provenance_key = self.key(arch, f"kernel:{kernel}"), self.key(arch, "provenance")
+        reply = None
+        for reply in self._pieces(hash_key, (provenance_key, self.key(arch, "entries")), kernel):
+            store_values.absorb_kernel(document, kernel, (f"table store {self.shown} key {hash_key}", reply[1]), notes)
+        if reply[2] is not None:
+            store_values.absorb_provenance(document, (f"table store {self.shown} key {provenance_key}",
+                                                      [kernel.encode(), reply[2]]), notes)
+        return document, bool(reply[3])
+
+    def read_older(self, arch: str, notes: list, entries_key: str | None = None) -> dict:
+        """The arch's table as the layout before per-kernel keys holds it: its one ``entries`` hash
+        (or ``entries_key``) read whole, in pieces, then the provenance hash."""
+        document = store_values.new_document(arch, self.shown)
+        for part, key in (("entries", entries_key or self.key(arch, "entries")), ("provenance", self.key(arch, "provenance"))):
+            where = f"table store {self.shown} key {key}"
+            for reply in self._pieces(key):
+                absorb = store_values.absorb_pairs if part == "entries" else store_values.absorb_provenance
+                absorb(document, (where, reply[1]), notes)
+        return document
+
+    def _pieces(self, key: str, tail_keys=("", ""), kernel: str = ""):
+        """The replies of the read script over ``key``'s hash, one request each, until the scan is done."""
+        cursor, fields = b"0", 0
+        while True:
+            reply = self.call("eval", _READ, 3, key, *(tail_keys if kernel else (key, key)), cursor, MAX_VALUE_BYTES,
+                              PIECE, kernel)
+            fields += len(reply[1]) // 2
+            if fields > MAX_FIELDS:  # HSCAN may repeat a field while the hash grows: a bound, not a count
+                raise StoreDown(f"key {key} holds more than {MAX_FIELDS} fields, more than any table: not read")
+            yield reply
+            if reply[0] == b"0":
+                return
+            cursor = reply[0]
+
+    def add(self, arch: str, kernel: str, live_provenance, entries: dict, same: bool | str = False):
+        """Add ``entries`` (key -> (config, who added it)) of ``kernel``, first writer wins.
+        Returns ('ok', [(key, kept entry or None)]) or ('provenance', the store's provenance).
+        ``same``: a differing provenance is the same kernel; ``"upgrade"``: moving the older hash."""
+        keys = [self.key(arch, f"kernel:{kernel}"), self.key(arch, "provenance"), self.key(arch, "entries"),
+                self.key(arch, "kernels")]
+        args = [kernel, json.dumps(live_provenance, sort_keys=True) if live_provenance else "", "upgrade" if same == "upgrade" else "same" if same else ""]
+        for key, (desc, who) in sorted(entries.items()):
+            args += [key, json.dumps([kernel, key]), json.dumps({"entry": compact(desc), "added": who}, sort_keys=True)]
+        status, payload = self.call("eval", _ADD, len(keys), *keys, *args)
+        if status == b"provenance":
+            return "provenance", loads_or_none(payload)
+        kept = []
+        for field, value in pairs(payload):
+            entry = loads_or_none(value)
+            kept.append((field.decode("utf-8", "replace"), entry.get("entry") if isinstance(entry, dict) else None))
+        return "ok", kept
+
+    def upgrade(self, arch: str) -> tuple[int, str, list[str]]:
+        """The arch's older hash moved to per-kernel keys (an entry a kernel's hash holds already
+        stays), renamed, never deleted, and what an earlier version's job added meanwhile moved
+        from the renamed hash: (entries moved, the name it is kept under, notes)."""
+        notes: list[str] = []
+        kept_as = self.key(arch, f"entries-before-upgrade-{int(time.time())}")
+        moved = self._move(arch, self.read_older(arch, notes))
+        self.call("rename", self.key(arch, "entries"), kept_as)
+        moved += self._move(arch, self.read_older(arch, [], kept_as))
+        return moved, kept_as, notes
+
+    def _move(self, arch: str, older: dict) -> int:
+        moved = 0
+        for kernel, entries in sorted(older["kernels"].items()):
+            by = older["added"].get(kernel, {})
+            _, kept = self.add(arch, kernel, older["provenance"].get(kernel),
+                               {key: (entry, by.get(key) or {}) for key, entry in entries.items()}, same="upgrade")
+            moved += len(entries) - len(kept)
+        return moved
+
+    def put_table(self, document: dict, who: dict) -> tuple[int, list[str]]:
+        """A table document's entries added to the store (``report``): (how many added, notes)."""
+        arch, added, notes = document["arch"], 0, []
+        if not safe_arch(arch):  # it would name the store's keys, and a file when the store is read back
+            return 0, [f"{self.shown}: the table's arch {arch!r} is not a plain name ({ARCH_ALLOWED}): its entries are "
+                       "not added"]
+        recorded = document.get("provenance") if isinstance(document.get("provenance"), dict) else {}
+        said = document.get("added") if isinstance(document.get("added"), dict) else {}
+        for kernel, entries in sorted(document["kernels"].items()):
+            by = said.get(kernel) if isinstance(said.get(kernel), dict) else {}  # who the file says added each
+            status, kept = self.add(arch, kernel, recorded.get(kernel),
+                                    {k: (e, by[k] if isinstance(by.get(k), dict) else who) for k, e in entries.items()})
+            if status == "provenance":
+                notes.append(f"{self.shown}: kernel {kernel} is held there against another version of it: "
+                             f"its {len(entries)} entries are not added")
+                continue
+            added += len(entries) - len(kept)
+        return added, notes
+
+
+def _tls_hint(exc, tls: bool) -> str:
+    """What the client's words mean when TLS is the cause: an untrusted certificate, or a URL
+    whose scheme does not match what the port speaks."""
+    text = str(exc)
+    if "certificate verify failed" in text.lower():
+        return ("; the server's TLS certificate failed verification: it must be signed by a CA this machine "
+                "trusts and name the URL's host (a private CA: SSL_CERT_FILE=<its certificate, PEM>)")
+    if tls and "Timeout connecting" in text:
+        return "; with rediss:// the server must speak TLS on that port (redis:// for a plain one)"
+    if not tls and ("reset by peer" in text or "closed by server" in text):
+        return "; a server that speaks only TLS on that port ends plain connections: rediss:// for TLS"
+    return ""
