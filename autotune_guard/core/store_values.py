@@ -1,8 +1,8 @@
 """A table store's values checked (``adapters.redis_tables`` reads them): each field of a kernel's
-hash is a tuning key (of the arch's older hash, ``["kernel", "key"]`` as JSON), each value ``{"entry": <config>, "added": {...}}`` as JSON, each
-provenance a JSON object; parsed with the files' bounds (never unpickled or evaluated) and checked
-by ``core.schema``. A value that cannot be used is one note naming the store, key and field, and is
-left out. Standard library only."""
+hash is a tuning key (of the arch's older one-hash layout, ``["kernel", "key"]`` as JSON), each
+value ``{"entry": <config>, "added": {...}}`` as JSON, each provenance a JSON object; parsed with
+the files' bounds (never unpickled or evaluated) and checked by ``core.schema``. A value that
+cannot be used is one note naming the store, key and field, and is left out. Standard library only."""
 
 from __future__ import annotations
 

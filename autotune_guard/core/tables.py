@@ -180,7 +180,8 @@ def _absorb(merged: dict, wildcarded: set, document: Mapping, only: str | None =
 
 
 def read_store(stores, url: str, arch: str, kernel: str) -> tuple[dict | None, list[str]]:
-    """``kernel``'s part of the table a store holds for ``arch``, checked as a table file is; (None, why) without one."""
+    """``kernel``'s part of the table a store holds for ``arch``, checked as a table file is;
+    (None, why) without one."""
     shown = hide_password(url)
     if stores is None:
         return None, [f"skipping table store {shown}: no reader of table stores is registered in this process"]

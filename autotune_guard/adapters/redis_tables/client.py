@@ -230,7 +230,8 @@ class Store:
         """The arch's table as the layout before per-kernel keys holds it: its one ``entries`` hash
         (or ``entries_key``) read whole, in pieces, then the provenance hash."""
         document = store_values.new_document(arch, self.shown)
-        for part, key in (("entries", entries_key or self.key(arch, "entries")), ("provenance", self.key(arch, "provenance"))):
+        parts = (("entries", entries_key or self.key(arch, "entries")), ("provenance", self.key(arch, "provenance")))
+        for part, key in parts:
             where = f"table store {self.shown} key {key}"
             for reply in self._pieces(key):
                 absorb = store_values.absorb_pairs if part == "entries" else store_values.absorb_provenance
@@ -251,13 +252,13 @@ class Store:
                 return
             cursor = reply[0]
 
-    def add(self, arch: str, kernel: str, live_provenance, entries: dict, same: bool | str = False):
+    def add(self, arch: str, kernel: str, live_provenance, entries: dict, mode: str = ""):
         """Add ``entries`` (key -> (config, who added it)) of ``kernel``, first writer wins.
         Returns ('ok', [(key, kept entry or None)]) or ('provenance', the store's provenance).
-        ``same``: a differing provenance is the same kernel; ``"upgrade"``: moving the older hash."""
+        ``mode``: ``"same"``, a differing provenance is the same kernel; ``"upgrade"``, moving the older hash."""
         keys = [self.key(arch, f"kernel:{kernel}"), self.key(arch, "provenance"), self.key(arch, "entries"),
                 self.key(arch, "kernels")]
-        args = [kernel, json.dumps(live_provenance, sort_keys=True) if live_provenance else "", "upgrade" if same == "upgrade" else "same" if same else ""]
+        args = [kernel, json.dumps(live_provenance, sort_keys=True) if live_provenance else "", mode]
         for key, (desc, who) in sorted(entries.items()):
             args += [key, json.dumps([kernel, key]), json.dumps({"entry": compact(desc), "added": who}, sort_keys=True)]
         status, payload = self.call("eval", _ADD, len(keys), *keys, *args)
@@ -285,7 +286,7 @@ class Store:
         for kernel, entries in sorted(older["kernels"].items()):
             by = older["added"].get(kernel, {})
             _, kept = self.add(arch, kernel, older["provenance"].get(kernel),
-                               {key: (entry, by.get(key) or {}) for key, entry in entries.items()}, same="upgrade")
+                               {key: (entry, by.get(key) or {}) for key, entry in entries.items()}, mode="upgrade")
             moved += len(entries) - len(kept)
         return moved
 

@@ -98,7 +98,7 @@ class Stores:
             status, found = store.add(arch, kernel, live, entries)
             differs = kernel_version_differs(found, live) if status == "provenance" else []
             if status == "provenance" and not differs and isinstance(found, dict):
-                status, found = store.add(arch, kernel, live, entries, same=True)
+                status, found = store.add(arch, kernel, live, entries, mode="same")
         except StoreNoPermission as exc:
             self.no_write.add(url)
             current().warn_once(f"table store no write {url}", (
