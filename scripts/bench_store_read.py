@@ -12,7 +12,13 @@ Figures (medians over ``--reps``): the first launch's wall time and the process'
 memory, each against the empty store ("added"); and the longest single command the server ran for
 the read (its SLOWLOG, every command logged): how long the store was held from every other client.
 
-usage: python scripts/bench_store_read.py [--entries 140000] [--kernels 140] [--reps 3] [--json]"""
+``--many N``: the other end, a job of many kernels against a small store: N kernels of 4 entries,
+read in this process as a job reads them, one kernel at a time (``Stores.read_server``: one
+script each), and through a node's snapshot (the first rank of a node reads the store and writes a
+file per kernel; a later rank of the node reads the files), against one read of the same table
+whole (``Store.read_older`` over the one-hash layout, what a job did before). Medians over --reps.
+
+usage: python scripts/bench_store_read.py [--entries 140000] [--kernels 140] [--reps 3] [--many N] [--json]"""
 
 from __future__ import annotations
 
@@ -100,13 +106,53 @@ def _longest_command_ms(client) -> float:
     return max((entry["duration"] for entry in slow), default=0) / 1000
 
 
+def many_kernels(port: int, client, kernels: int, reps: int) -> dict:
+    """Seconds to read ``kernels`` kernels one by one (directly, through a node's snapshot as its first
+    reader and as a later one) and the same table whole; medians over ``reps``."""
+    from autotune_guard.adapters.redis_tables import Store, Stores
+    from autotune_guard.core.store_snapshot import SUBDIRECTORY, Node
+
+    for layout in ("kernel", "older"):
+        _fill(client, kernels * 4 + 1, kernels, f"many{layout}:", layout)
+    url, older_url = (f"redis://127.0.0.1:{port}/0?prefix=many{layout}:" for layout in ("kernel", "older"))
+    names = [f"pkg.models.layer{k}.kernel" for k in range(kernels)]
+    nodes = tempfile.mkdtemp(prefix="bench-store-nodes-")
+    times: dict = {"per kernel": [], "snapshot, first reader": [], "snapshot, later reader": [], "whole": []}
+    try:
+        for rep in range(reps):
+            stores = Stores()
+            stores.store(url).ping()
+            start = time.perf_counter()
+            assert all(stores.read_server(url, "interpret", name)[0]["kernels"] for name in names)
+            times["per kernel"].append(time.perf_counter() - start)
+            node = Node(f"bench-many-{rep}", os.path.join(nodes, str(rep), SUBDIRECTORY))
+            for reader in ("snapshot, first reader", "snapshot, later reader"):
+                stores = Stores()
+                stores.snapshot_node = node
+                stores.store(url).ping()
+                start = time.perf_counter()
+                assert all(stores.read(url, "interpret", name)[0]["kernels"] for name in names)
+                times[reader].append(time.perf_counter() - start)
+            store = Store(older_url)
+            store.ping()
+            start = time.perf_counter()
+            assert len(store.read_older("interpret", [])["kernels"]) == kernels + 1
+            times["whole"].append(time.perf_counter() - start)
+    finally:
+        shutil.rmtree(nodes, ignore_errors=True)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--entries", type=int, default=140_000)
     parser.add_argument("--kernels", type=int, default=140)
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--many", type=int, default=0, metavar="N")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    if args.many:
+        return _many_main(args)
     directory = tempfile.mkdtemp(prefix="bench-store-read-")
     proc, client, port = _server(directory)
     layouts = ("kernel", "older")
@@ -147,6 +193,24 @@ def main(argv=None) -> dict:
             print(f"  {layout + ' layout':<14} first launch {f['first_launch_s']:.2f} s (+{f['added_s']:.2f} s), peak "
                   f"memory {f['peak_mb']:.0f} MB (+{f['added_mb']:.0f} MB); the longest command held the store "
                   f"{f['longest_command_ms']:.1f} ms")
+    return figures
+
+
+def _many_main(args) -> dict:
+    directory = tempfile.mkdtemp(prefix="bench-store-read-")
+    proc, client, port = _server(directory)
+    try:
+        figures = many_kernels(port, client, args.many, args.reps)
+    finally:
+        proc.kill()
+        proc.wait()
+        shutil.rmtree(directory, ignore_errors=True)
+    if args.json:
+        print(json.dumps(figures, indent=1))
+    else:
+        print(f"{args.many} kernels of 4 entries, median of {args.reps}:")
+        for name, seconds in figures.items():
+            print(f"  {name:<24} {seconds * 1000:8.1f} ms  ({seconds * 1e6 / args.many:.0f} us a kernel)")
     return figures
 
 
