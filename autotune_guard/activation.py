@@ -105,17 +105,16 @@ def _on_helion(module) -> None:
         install(module)
 
 
-def carry_out(policy: AutotunePolicy) -> None:
+def carry_out(guard, policy: AutotunePolicy) -> None:
     if policy.record_path:
         evidence.check_writable(policy.record_path, "AUTOTUNE_RECORD_PATH")
     if policy.digest_path:
         evidence.check_writable(policy.digest_path, "AUTOTUNE_DIGEST_PATH")
-    guard = current()
     # Logging and the rank first: a table store found down below is said on a line tagged with the rank.
     distributed.provide_facts(guard)
     configure_logging(policy.log_level)
     redis_tables.configure(guard, policy)  # a table store that does not answer fails here (or is left out)
-    table_growth.configure(policy)  # a table directory it cannot write fails here, before anything changes
+    table_growth.configure(guard, policy)  # a table directory it cannot write fails here, before anything changes
     module = triton_adapter.loaded_module()
     if module is not None:
         triton_adapter.patch(module)  # raises before changing anything if it cannot
@@ -175,7 +174,7 @@ def on_triton_import(module) -> None:
         configure_logging("INFO")
         logger.info("AUTOTUNE_DISABLE=1 in AUTOTUNE_ENV_FILE=%s: autotune_guard does nothing in this process", env_file)
         return
-    carry_out(policy_from_settings(found, env_file=env_file))
+    carry_out(guard, policy_from_settings(found, env_file=env_file))
 
 
 def configure_logging(level: str) -> None:

@@ -29,8 +29,9 @@ def install(policy: AutotunePolicy | Mapping | None = None, *, deterministic: bo
         new = policy_from_settings(policy, deterministic=deterministic)
     else:
         raise TypeError(f"install() takes an AutotunePolicy, a mapping or None, not {type(policy).__name__}")
-    activation.carry_out(new)
-    _put_back(current().held(UNDONE, list))
+    guard = current()
+    activation.carry_out(guard, new)
+    _put_back(guard.held(UNDONE, list))
     return new
 
 

@@ -212,26 +212,26 @@ def check_table_provenance(epoch: Epoch, key: ChoiceKey, live: Callable[[], dict
     guard = current()
     if guard.table_entry(epoch, key.arch, key.kernel, key.key) is None:
         return
-    recorded = tables.table_provenance(epoch.tables.get(key.arch) or {}, key.kernel)
+    recorded = tables.table_provenance(epoch.tables.get(key.arch, {}), key.kernel)
     now = live() if isinstance(recorded, dict) else None
     differs = provenance_differences(recorded, now) if now is not None else []
     other_numerics = numerics_differences(recorded, now) if now is not None else []
     if other_numerics:  # before the version check: refused, or named once and used (docs/pinned.md)
-        _stale(epoch, key, f"numerics {key.kernel}", numerics_message(key.kernel, other_numerics))
+        _stale(guard, epoch, key, f"numerics {key.kernel}", numerics_message(key.kernel, other_numerics))
     if not differs or (epoch.policy.mode == "consensus" and epoch.policy.on_miss != "error"
                        and _measured_grows(epoch, key, differs)):
         return
-    _stale(epoch, key, f"stale provenance {key.kernel}",
+    _stale(guard, epoch, key, f"stale provenance {key.kernel}",
            f"kernel {key.kernel}: its table entries were recorded against another version of it "
            f"({', '.join(differs)}); record and merge it again (a table consensus grows: delete its entries "
            "there, and the next consensus run tunes and adds them)")
 
 
-def _stale(epoch: Epoch, key: ChoiceKey, once: str, message: str) -> None:
+def _stale(guard, epoch: Epoch, key: ChoiceKey, once: str, message: str) -> None:
     """Refuse a table entry with AUTOTUNE_ON_MISS=error; else name it once per kernel and use it."""
     if epoch.policy.on_miss == "error":
         raise SelectionError(f"autotune_guard: {key.what()}: {message}; refused with AUTOTUNE_ON_MISS=error")
-    current().warn_once(once, message + "; its entries are used where a config still matches")
+    guard.warn_once(once, message + "; its entries are used where a config still matches")
 
 
 def _measured_grows(epoch: Epoch, key: ChoiceKey, differs: list) -> bool:
@@ -239,7 +239,7 @@ def _measured_grows(epoch: Epoch, key: ChoiceKey, differs: list) -> bool:
     candidates against them (``_known``) instead of naming the entry stale (AUTOTUNE_ON_MISS=error
     still refuses it: nothing is tuned that the table was to decide)."""
     return all(d.startswith(tables.CANDIDATES_GREW) for d in differs) and \
-        tables.table_measured(epoch.tables.get(key.arch) or {}, key.kernel, key.key) is not None
+        tables.table_measured(epoch.tables.get(key.arch, {}), key.kernel, key.key) is not None
 
 
 def _consensus(epoch: Epoch, tunable: Tunable) -> Decision:
@@ -248,18 +248,18 @@ def _consensus(epoch: Epoch, tunable: Tunable) -> Decision:
     guard = current()
     key = tunable.key
     table = table_index(epoch, tunable)
-    known = _known(epoch, tunable) if table is not None else None
+    known = _known(guard, epoch, tunable) if table is not None else None
     if known is not None:
         table = None  # the kernel gained candidates since the entry was measured: those are timed
     store = guard.job_store(key)
     if store is None:
-        return _alone(epoch, tunable, table, known)
+        return _alone(guard, epoch, tunable, table, known)
     signatures = [signature(d) for d in tunable.descriptors]
     # settings that change where ranks meet, compared once per process on the job's Store (a node's
     # fan-in store hands compare_set to the job's)
     consensus.agree_settings(store, guard.facts.ask("rank_now", (0, 1))[0], epoch.policy.consensus_split)
     if epoch.policy.consensus_split and table is None and known is None and len(signatures) > 1 and tunable.splits:
-        return _split(epoch, tunable, store, signatures)
+        return _split(guard, epoch, tunable, store, signatures)
 
     def tune():  # on the claimer only, when its table lacks the key
         tuned = selected(epoch, tunable, "consensus", known)
@@ -278,14 +278,14 @@ def _consensus(epoch: Epoch, tunable: Tunable) -> Decision:
         tuned = answer[1]
         return Decision(index, tuned.how or "consensus", tuned,
                         noted(epoch, tunable, tuned, "consensus", for_job=True, extends=known is not None))
-    return _followed(epoch, tunable, index, signatures, "table" if index == table else "consensus")
+    return _followed(guard, epoch, tunable, index, signatures, "table" if index == table else "consensus")
 
 
-def _followed(epoch: Epoch, tunable: Tunable, index: int, signatures: list, how: str,
+def _followed(guard, epoch: Epoch, tunable: Tunable, index: int, signatures: list, how: str,
               timings: dict | None = None, measured: dict | None = None) -> Decision:
     """Note the job's winner, which this rank did not launch: ``how`` is ``table`` where the job
     followed the entry this rank holds too; ``timings``: the job's, where every rank has them (split)."""
-    guard, key = current(), tunable.key
+    key = tunable.key
     record = None
     if epoch.policy.record_path:
         desc = tunable.descriptors[index]
@@ -295,11 +295,11 @@ def _followed(epoch: Epoch, tunable: Tunable, index: int, signatures: list, how:
     return Decision(index, how, None, guard.note(epoch, key, Choice(signatures[index], how), record))
 
 
-def _split(epoch: Epoch, tunable: Tunable, store, signatures: list) -> Decision:
+def _split(guard, epoch: Epoch, tunable: Tunable, store, signatures: list) -> Decision:
     """AUTOTUNE_CONSENSUS_SPLIT=1: the ranks that reach the key each time a share of its candidates
     (``deciding.split``), one rank times the finalists again; the winner is launched afterwards by
     the family, on every rank."""
-    guard, key, policy = current(), tunable.key, epoch.policy
+    key, policy = tunable.key, epoch.policy
     rank, world = guard.facts.ask("rank_now", (0, 1))
     if getattr(store, "node_store", None) is not None:
         store = store.job  # every rank of the job takes a share: the node's fan-in is not used
@@ -315,29 +315,28 @@ def _split(epoch: Epoch, tunable: Tunable, store, signatures: list) -> Decision:
     epoch.split[key] = (timed_here, len(signatures))  # for the exit's one line on what the split saved
     if policy.table_path and rank == 0:  # one rank grows a table directory by it
         guard.tuned_for_job(epoch, key, tuned_winner(tunable.descriptors[index], tunable.provenance(), measured))
-    return _followed(epoch, tunable, index, signatures, "consensus", timings, measured)
+    return _followed(guard, epoch, tunable, index, signatures, "consensus", timings, measured)
 
 
-def _known(epoch: Epoch, tunable: Tunable) -> tuple | None:
+def _known(guard, epoch: Epoch, tunable: Tunable) -> tuple | None:
     """The timings the table kept for the key, where they were measured here (arch, versions) and the
     live candidates include new ones: only those are timed (``retime.known_timings``)."""
     key = tunable.key
-    measured = tables.table_measured(epoch.tables.get(key.arch) or {}, key.kernel, key.key)
+    measured = tables.table_measured(epoch.tables.get(key.arch, {}), key.kernel, key.key)
     signatures = [signature(d) for d in tunable.descriptors]
     known = retime.known_timings(measured, signatures, _measured_on(key.arch))
     if known is None:
         return None
-    current().warn_once(f"candidates grew {key.text()}", (
+    guard.warn_once(f"candidates grew {key.text()}", (
         f"{key.what()}: the table's entry was chosen among {len(known)} of today's {len(signatures)} candidates; "
         f"the {len(signatures) - len(known)} new one(s) are timed against the kept timings"), logging.INFO,
         name="candidates-grew")
     return known, retime.kept_winner(measured, signatures)
 
 
-def _alone(epoch: Epoch, tunable: Tunable, table: int | None, known: tuple | None = None) -> Decision:
+def _alone(guard, epoch: Epoch, tunable: Tunable, table: int | None, known: tuple | None = None) -> Decision:
     """No process group at the moment of choice: the table's entry, else timed here as in auto (a
     job of one process grows the table by it)."""
-    guard = current()
     if table is not None:
         chosen = signature(tunable.descriptors[table])
         return Decision(table, "pinned", None, guard.note(epoch, tunable.key, Choice(chosen, "pinned")))

@@ -105,17 +105,18 @@ def installers(module_name: str) -> list:
 
 def family_of(owner, kind: str) -> Family | None:
     """The registered family of ``kind`` whose autotuner ``owner`` (a class defining ``run``) is."""
-    registered = current().held(HELD, Registered)
+    guard = current()
+    registered = guard.held(HELD, Registered)
     if not registered.entry_points_read:
         registered.entry_points_read = True
-        _read_entry_points()
+        _read_entry_points(guard)
     for family in registered.by_kind[kind]:
         if family.shaped(owner):
             return family
     return None
 
 
-def _read_entry_points() -> None:
+def _read_entry_points(guard) -> None:
     """Third-party families; one that cannot load or register is named, and its autotuners stay
     named as not governed."""
     from importlib import metadata
@@ -125,5 +126,5 @@ def _read_entry_points() -> None:
             found = point.load()
             register(found() if isinstance(found, type) else found)
         except Exception as exc:
-            current().warn_once(f"family {point.name}", f"autotuner family {point.name} = {point.value} (entry "
-                                f"point group {ENTRY_POINTS}) not registered: {exc}", scope="process")
+            guard.warn_once(f"family {point.name}", f"autotuner family {point.name} = {point.value} (entry "
+                            f"point group {ENTRY_POINTS}) not registered: {exc}", scope="process")

@@ -50,8 +50,8 @@ class _Present:
         self.ranks = None
 
 
-def _present() -> _Present:
-    return current().held("deciding.split", _Present)
+def _present(guard) -> _Present:
+    return guard.held("deciding.split", _Present)
 
 
 def decide(store, what: str, name: str, rank: int, world: int, signatures: Sequence[str], time_share: Callable,
@@ -143,7 +143,8 @@ def _roster(store, key, slot, world, signatures, what) -> dict:
     soon as the whole job arrived, by any other rank ``GRACE_S`` later (the first may have died).
     Where a window of this process closed at its end short of the job, its next windows close
     ``STRAGGLER_S`` after as many ranks have come (a later rank takes no share: it reads them)."""
-    roster_key, present = key + "/roster", _present()
+    guard = current()
+    roster_key, present = key + "/roster", _present(guard)
     closes_at = time.monotonic() + JOIN_S + (0 if slot == 1 else GRACE_S)
     pause = 0.01
     while not store.check([roster_key]):
@@ -159,7 +160,7 @@ def _roster(store, key, slot, world, signatures, what) -> dict:
     members = roster.get("members")
     if isinstance(members, int) and 0 < members < world and (present.ranks is None or members > present.ranks):
         present.ranks = members
-        current().warn_once("split join window", (
+        guard.warn_once("split join window", (
             f"consensus split: {what}: {members} of {world} ranks came to the key's join window ({JOIN_S:g} s); "
             f"the others take no share of it. Later keys wait {STRAGGLER_S:g} s, not {JOIN_S:g} s, once "
             f"{members} ranks are in (a rank that comes later reads the shares)"), logging.INFO, scope="process",

@@ -53,10 +53,10 @@ def fix_rank() -> tuple[int, int]:
     return current().facts.get("rank_world") or (0, 1)
 
 
-def entry_author() -> dict:
+def entry_author(guard) -> dict:
     """Who adds a table entry (a table file's or a table store's): the run (the id the evidence
     files carry), rank, host, time, Triton."""
-    facts = current().facts
+    facts = guard.facts
     rank = (facts.peek("rank_world") or facts.ask("rank_now", (0, 1)))[0]
     return {"run_id": run_id(), "rank": rank, "host": socket.gethostname(),
             "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "triton": facts.get("triton_version")}
@@ -153,7 +153,8 @@ def write_files(complete: bool = False) -> None:
         if shell.final_written and not complete:
             return  # the final state is on disk; a late background write must not replace it
         shell.final_written = shell.final_written or complete
-        epoch = current().epoch
+        guard = current()
+        epoch = guard.epoch
         if epoch.installed is None:
             return
         policy = epoch.settled_policy()
@@ -162,7 +163,8 @@ def write_files(complete: bool = False) -> None:
         log, records, arch, packages = epoch.log.snapshot()
         if log or records:  # a process that chose nothing writes nothing
             ended = evidence_signals.ended()
-            _write(policy, *fix_rank(), log, records, arch, packages, complete and not ended, ended, id(epoch.log))
+            _write(guard, policy, *fix_rank(), log, records, arch, packages, complete and not ended, ended,
+                   id(epoch.log))
 
 
 def _save_now(ended: str) -> None:
@@ -174,12 +176,14 @@ def _save_now(ended: str) -> None:
     if not lock.acquire(timeout=2.0):
         return
     try:
-        epoch = current().epoch
+        guard = current()
+        epoch = guard.epoch
         snapshot = epoch.log.snapshot(timeout=2.0)
         if snapshot is not None:
             log, records, arch, packages = snapshot
             if (log or records) and not shell.final_written and epoch.installed is not None:
-                _write(epoch.settled_policy(), *fix_rank(), log, records, arch, packages, False, ended, id(epoch.log))
+                _write(guard, epoch.settled_policy(), *fix_rank(), log, records, arch, packages, False, ended,
+                       id(epoch.log))
     finally:
         lock.release()
 
@@ -214,13 +218,13 @@ def _append_new(log, policy) -> bool:
     return True
 
 
-def _write(policy, rank, world, log, records, arch, packages, complete, ended=None, log_id=None) -> None:
+def _write(guard, policy, rank, world, log, records, arch, packages, complete, ended=None, log_id=None) -> None:
     shell = _files_writer()
     process = {"run_id": run_id(), "attempt": attempt(), "pid": os.getpid(), "host": socket.gethostname(),
                "started": shell.started, "updated": time.time(), "written": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     if ended:
         process["ended"] = ended
-    numerics = current().facts.ask("numerics")
+    numerics = guard.facts.ask("numerics")
     if numerics:  # what decides the bits beside the configs (report diff compares it)
         process["numerics"] = numerics
     found = switches.in_force(os.environ)
@@ -237,7 +241,7 @@ def _write(policy, rank, world, log, records, arch, packages, complete, ended=No
                         "digest": digest_of(log), "count": len(log), "log": log, "complete": complete}
         else:
             document = {"format": RECORD_FORMAT, "arch": arch or _current_arch_name(log), "rank": rank,
-                        "world_size": world, "mode": policy.mode, "versions": current().facts.versions(),
+                        "world_size": world, "mode": policy.mode, "versions": guard.facts.versions(),
                         "packages": packages, "kernels": records, "complete": complete, **process}
         target, size = evidence_paths.write(path, {**document, "journal_id": token})
         state.written_whole(log_id, target, size, token)

@@ -115,7 +115,8 @@ def write(path: str, document: dict) -> tuple[str, int]:
     returns the name written and its size.  Should ``path`` be held by something else (a
     symlink, directory, FIFO or another user's file), it is left alone and the file goes to a
     name with a random part, named once."""
-    _warn_if_shared(os.path.dirname(path))
+    guard = current()
+    _warn_if_shared(guard, os.path.dirname(path))
     instead = _names().instead
     target = instead.get(path, path)
     try:
@@ -125,12 +126,12 @@ def write(path: str, document: dict) -> tuple[str, int]:
             raise
         reason = exc.strerror
     other = instead[path] = f"{path[:-len('.json')]}-{secrets.token_hex(4)}.json"
-    current().warn_once(f"evidence-name:{path}", f"{path} {reason} (another user's, in a shared directory?); it is "
-                        f"left alone and this process's evidence goes to {other} instead", scope="process")
+    guard.warn_once(f"evidence-name:{path}", f"{path} {reason} (another user's, in a shared directory?); it is "
+                    f"left alone and this process's evidence goes to {other} instead", scope="process")
     return other, jsonfile.atomic_write_json(other, document, own_only=True)
 
 
-def _warn_if_shared(directory: str) -> None:
+def _warn_if_shared(guard, directory: str) -> None:
     """Name once a directory other users can write (its group or everyone): they can put files
     at the names this process writes (which are then left alone, see ``write``)."""
     looked_at = _names().looked_at
@@ -140,9 +141,9 @@ def _warn_if_shared(directory: str) -> None:
     who = safe_files.others_can_write(directory)
     if who is None:
         return
-    current().warn_once(f"shared-directory:{directory}",
-                        f"the evidence files go to {directory}, which {who} can write "
-                        f"({safe_files.describe_directory(directory)}): another user can put files at their "
-                        "names, which are then left alone for names of their own; prefer a directory only you can write",
-                        scope="process", name="shared-directory")
+    guard.warn_once(f"shared-directory:{directory}",
+                    f"the evidence files go to {directory}, which {who} can write "
+                    f"({safe_files.describe_directory(directory)}): another user can put files at their "
+                    "names, which are then left alone for names of their own; prefer a directory only you can write",
+                    scope="process", name="shared-directory")
 

@@ -44,36 +44,36 @@ def _state(make: bool = True) -> StoreGrowth | None:
     return held_growth("evidence.store_growth", StoreGrowth, _changed, _at_exit, make)
 
 
-def configure(policy) -> None:
+def configure(guard, policy) -> None:
     """Where ``policy``'s winners are added: the first store URL of its table path, in consensus,
     through the store writer the adapter registered (the ``table_store`` fact: adapters.redis_tables)."""
     urls = store_urls(policy.table_path) if policy is not None and policy.mode == "consensus" else []
     state = _state(make=bool(urls))
     if state is None:
         return
-    stores = current().facts.get("table_store") if urls else None
+    stores = guard.facts.get("table_store") if urls else None
     state.url, state.stores, state.added = (urls[0] if urls and stores is not None else None), stores, 0
 
 
 def flush() -> None:
     """Add this process's winners not added yet to the store, now."""
-    state = _state()
+    state, guard = _state(), current()
     with state.lock:
         url, stores = state.url, state.stores
-        pending = {key: desc for key, desc in list(current().epoch.tuned.items()) if key not in state.written}
+        pending = {key: desc for key, desc in list(guard.epoch.tuned.items()) if key not in state.written}
         if url is None or not pending or url in stores.down:
             return
         grouped: dict = {}
         for key, desc in pending.items():
             grouped.setdefault((key.arch, key.kernel), {})[key.key] = desc
-        who = evidence.entry_author()
+        who = evidence.entry_author(guard)
         for (arch, kernel), entries in sorted(grouped.items()):
-            if url in stores.down or not _add(stores, url, arch, kernel, entries, who):
+            if url in stores.down or not _add(guard, stores, url, arch, kernel, entries, who):
                 return  # said once; what is left is tried again at exit
             state.written.update(k for k in pending if (k.arch, k.kernel) == (arch, kernel))
 
 
-def _add(stores, url: str, arch: str, kernel: str, entries: dict, who: dict) -> bool:
+def _add(guard, stores, url: str, arch: str, kernel: str, entries: dict, who: dict) -> bool:
     """One kernel's new winners added by the server; False when the store did not answer."""
     live = next((getattr(d, "provenance", None) for d in entries.values() if getattr(d, "provenance", None)), None)
     answer = stores.add_kernel(url, arch, kernel, live, {k: (d, who) for k, d in entries.items()})
@@ -82,14 +82,14 @@ def _add(stores, url: str, arch: str, kernel: str, entries: dict, who: dict) -> 
     status, found, differs = answer
     shown = hide_password(url)
     if status == "provenance":
-        current().warn_once(f"store growth stale: {url}|{arch}|{kernel}", (
+        guard.warn_once(f"store growth stale: {url}|{arch}|{kernel}", (
             f"table store {shown} holds entries for kernel {kernel} recorded against another version of it "
             f"({', '.join(differs) or 'its provenance there is unreadable'}): this job's {len(entries)} new "
             "winners for it are not added (a table keeps one version of a kernel)"), scope="process")
         return True
     for key, kept in found:
         if kept is not None and signature({"kwargs": {}, **kept}) != signature(entries[key]):
-            current().warn_once(f"store growth differs: {url}|{arch}|{kernel}|{key}", (
+            guard.warn_once(f"store growth differs: {url}|{arch}|{kernel}|{key}", (
                 f"table store {shown} holds {signature({'kwargs': {}, **kept})} for kernel {kernel} key ({key}) arch "
                 f"{arch}; this job tuned {signature(entries[key])}: the store's entry is kept (the first writer "
                 "wins)"), scope="process")

@@ -68,7 +68,7 @@ def _growth(make: bool = True) -> TableGrowth | None:
     return held_growth("evidence.table_growth", TableGrowth, _changed, _at_exit, make)
 
 
-def configure(policy) -> None:
+def configure(guard, policy) -> None:
     """Called as ``policy`` is installed: where its table grows, if anywhere. A table directory
     that cannot be written fails here, before any kernel runs; table files alone are said once."""
     growth = _growth(make=False)
@@ -76,7 +76,7 @@ def configure(policy) -> None:
         growth.directory = None
         growth.added.clear()  # what the exit says is this policy's
         growth.written.clear()  # a new policy's epoch tunes anew, perhaps for another directory
-    store_growth.configure(policy)  # a table store (a Redis URL) grows instead; a policy without one stops it
+    store_growth.configure(guard, policy)  # a table store (a Redis URL) grows instead; a policy without one stops it
     if policy is not None and store_urls(policy.table_path):
         return
     if policy is None or policy.mode != "consensus" or not policy.table_path:
@@ -84,21 +84,21 @@ def configure(policy) -> None:
     growth = _growth()
     directory = tables.writable_table_dir(policy.table_path)
     if directory is None:
-        current().warn_once("table growth: no directory", (
+        guard.warn_once("table growth: no directory", (
             f"AUTOTUNE_TABLE_PATH={os.pathsep.join(policy.table_path)} names table files only: consensus pins "
             "the keys they hold, but has nowhere to add what this job tunes; name a directory (its <arch>.json "
             "grows) to keep the winners for the next run"), scope="process", name="table-files-only")
         return
     check_writable(directory, policy.table_path)
-    _name_if_shared(directory)
+    _name_if_shared(guard, directory)
     growth.directory = directory
 
 
-def _name_if_shared(directory: str) -> None:
+def _name_if_shared(guard, directory: str) -> None:
     """Say once that others can write the table directory (the words ``tables.load_tables`` uses)."""
     note = tables.shared_directory_note(directory)
     if note is not None:
-        current().warn_once(note, note, scope="process")
+        guard.warn_once(note, note, scope="process")
 
 
 def check_writable(directory: str, table_path) -> None:
@@ -115,9 +115,10 @@ def check_writable(directory: str, table_path) -> None:
 def flush() -> None:
     """Add this process's winners not written yet to the table, now."""
     growth = _growth()
+    guard = current()
     with growth.lock:
         directory = growth.directory
-        epoch = current().epoch
+        epoch = guard.epoch
         pending = {key: desc for key, desc in list(epoch.tuned.items()) if key not in growth.written}
         if directory is None or not pending:
             return
@@ -129,8 +130,8 @@ def flush() -> None:
                 if not _grow(directory, arch, additions):
                     continue  # its lock is held by another: tried again at exit, without waiting
             except (OSError, FileFormatError) as exc:
-                current().warn_once(f"table growth: {directory} {arch}", f"could not add this job's winners to the "
-                                    f"table in {directory}: {exc}; the next run tunes them again", scope="process")
+                guard.warn_once(f"table growth: {directory} {arch}", f"could not add this job's winners to the "
+                                f"table in {directory}: {exc}; the next run tunes them again", scope="process")
                 continue
             growth.written.update(key for key in pending if key.arch == arch)
 
@@ -138,20 +139,21 @@ def flush() -> None:
 def _grow(directory: str, arch: str, additions: dict) -> bool:
     """Under the table's lock: re-read it, add what it lacks, rename the whole file over it.
     False when the lock could not be had (``LOCK_WAIT_S``)."""
+    guard = current()
     path = os.path.join(directory, f"{arch}.json")
     fd = _locked(os.path.join(directory, f".{arch}.lock"))
     if fd is None:
         return False
     try:
-        document = _read_table(path)
+        document = _read_table(guard, path)
         if document is not None and document["arch"] != arch:
             raise FileFormatError(f"{path}: is a table for arch {document['arch']}, not {arch}")
-        grown, differing, count, stale = tables.grow_table(document, arch, additions, evidence.entry_author(),
-                                                           current().facts.get("config_defaults") or {},
+        grown, differing, count, stale = tables.grow_table(document, arch, additions, evidence.entry_author(guard),
+                                                           guard.facts.get("config_defaults") or {},
                                                            _kernel_provenance(additions))
         if count:
             if document is None:
-                grown.update({name: value for name, value in current().facts.versions().items() if value})
+                grown.update({name: value for name, value in guard.facts.versions().items() if value})
                 grown["source"] = {**grown["source"], "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
             jsonfile.atomic_write_json(path, grown)
             logger.debug("added %d entr%s to the table %s", count, "y" if count == 1 else "ies", path)
@@ -159,7 +161,7 @@ def _grow(directory: str, arch: str, additions: dict) -> bool:
             added[path] = added.get(path, 0) + count
     finally:
         os.close(fd)  # releases the lock
-    _said_differing(path, arch, additions, grown, differing, stale)
+    _said_differing(guard, path, arch, additions, grown, differing, stale)
     return True
 
 
@@ -185,7 +187,7 @@ def _locked(lock: str) -> int | None:
     return None
 
 
-def _read_table(path: str):
+def _read_table(guard, path: str):
     """The table at ``path`` (None where there is none yet): a symlink is refused (growth would
     turn it into this user's file holding whatever it pointed at); another user's file is named once."""
     try:
@@ -197,19 +199,19 @@ def _read_table(path: str):
                               "(make it a regular file to let consensus add to it)", path)
     if safe_files.foreign_owner(info) is not None:
         for note in tables.trust_notes(path):  # the words the table's reading said, if it was read
-            current().warn_once(note, note, scope="process")
+            guard.warn_once(note, note, scope="process")
     return read_document(path, formats=(TABLE_FORMAT,))
 
 
-def _said_differing(path, arch, additions, grown, differing, stale) -> None:
+def _said_differing(guard, path, arch, additions, grown, differing, stale) -> None:
     for kernel, key, kept in differing:
         tuned = signature(additions[kernel][key])
-        current().warn_once(f"table growth differs: {arch}|{kernel}|{key}", (
+        guard.warn_once(f"table growth differs: {arch}|{kernel}|{key}", (
             f"table {path} holds {signature({'kwargs': {}, **kept})} for kernel {kernel} key ({key}) arch {arch} "
             f"({tables.added_by(grown, kernel, key) or 'from an earlier table'}); this job tuned {tuned}: the "
             "table's entry is kept (the first writer wins)"), scope="process")
     for kernel, differs, left_out in stale:
-        current().warn_once(f"table growth stale: {path}|{kernel}", (
+        guard.warn_once(f"table growth stale: {path}|{kernel}", (
             f"table {path} holds entries for kernel {kernel} recorded against another version of it "
             f"({', '.join(differs)}): this job's {left_out} new winner{'' if left_out == 1 else 's'} for it "
             f"{'is' if left_out == 1 else 'are'} not added (a table keeps one version of a kernel); delete the "

@@ -62,7 +62,8 @@ def fanned(job_store):
     node = node_of_this_process()
     if node is None:
         return job_store
-    made = current().held(NODE_STORES, ByStore)
+    guard = current()
+    made = guard.held(NODE_STORES, ByStore)
     found = made.get(job_store)
     if found is not None:
         return found
@@ -71,7 +72,7 @@ def fanned(job_store):
     try:
         safe_files.private_directory(os.path.dirname(path))
         store = FannedStore(job_store, sys.modules["torch.distributed"].FileStore(path, -1), path)
-        current().on_exit(functools.partial(_leave, store, os.getpid()), EXIT_NODE)
+        guard.on_exit(functools.partial(_leave, store, os.getpid()), EXIT_NODE)
     except Exception as exc:
         logger.warning("consensus: the node's Store %s could not be made (%s): this rank asks the job's Store itself",
                        path, exc)

@@ -76,10 +76,10 @@ def seam_missing(what: str) -> None:
     guard.note_ungoverned("torch.compile", "this torch's Inductor has no seam autotune_guard knows")
 
 
-def ungoverned(name: str, why: str, policy) -> None:
+def ungoverned(guard, name: str, why: str, policy) -> None:
     """A choice made in this process that the guard did not govern: named once, counted at exit,
     refused with ``AUTOTUNE_ON_MISS=error``."""
-    if not current().note_ungoverned(name, why):
+    if not guard.note_ungoverned(name, why):
         return
     message = f"torch.compile kernel {name}: {why}; autotune_guard did not govern this choice"
     if policy.on_miss == "error":
@@ -109,21 +109,22 @@ def _retuner_of(cls, method: str, flag: str, what: str):
 
     def retune(self, launcher, *args, **kwargs):
         own = _patching.original(cls, method)
-        epoch = current().epoch
+        guard = current()
+        epoch = guard.epoch
         if epoch.installed is None:
             return own(self, launcher, *args, **kwargs)
         policy = epoch.policy
         name, unmatched = names.kernel_name(self)
         if unmatched:
-            step.say_unmatched(unmatched, name)
+            step.say_unmatched(guard, unmatched, name)
         if not policy.in_scope(name) or templates.timing_now():  # (a template candidate timed for a selection)
             return own(self, launcher, *args, **kwargs)
         if policy.mode == "pinned":
             setattr(launcher.config, flag, True)
-            current().warn_once(f"skip|{what}|{name}", f"torch.compile kernel {name}: {what} skipped, pinned mode "
-                                "does not time", logging.INFO, scope="process")
+            guard.warn_once(f"skip|{what}|{name}", f"torch.compile kernel {name}: {what} skipped, pinned mode "
+                            "does not time", logging.INFO, scope="process")
             return launcher
-        ungoverned(name, f"{what} re-timed it after its config was chosen", policy)
+        ungoverned(guard, name, f"{what} re-timed it after its config was chosen", policy)
         return own(self, launcher, *args, **kwargs)
 
     return retune
@@ -131,14 +132,15 @@ def _retuner_of(cls, method: str, flag: str, what: str):
 
 def _read_best_of(cache_cls):
     def read_best(self, inductor_meta, configs):
-        policy = current().epoch.policy
+        guard = current()
+        policy = guard.epoch.policy
         if policy is not None and policy.mode in ("pinned", "consensus", "record"):
             return None  # the policy decides, not a winner some earlier process timed
         best = _patching.original(cache_cls, "read_best")(self, inductor_meta, configs)
         if best is not None and policy is not None:
             name = (inductor_meta or {}).get("kernel_name", "?")
-            ungoverned(f"inductor cache:{name}", "Inductor's .best_config cache chose its config (not timed, not "
-                       "observed in this process)", policy)
+            ungoverned(guard, f"inductor cache:{name}", "Inductor's .best_config cache chose its config (not timed, "
+                       "not observed in this process)", policy)
         return best
 
     return read_best

@@ -69,11 +69,11 @@ def autotune(self, inductor_own, args, kwargs) -> None:
         return inductor_own(self, *args, **kwargs)
     kernel = names.describe(self, args, guard.facts.get("arch"))
     if kernel.unmatched:
-        say_unmatched(kernel.unmatched, kernel.qualified)
+        say_unmatched(guard, kernel.unmatched, kernel.qualified)
     guard.launched(epoch, kernel.qualified, kernel.parameters())
     policy = epoch.policy  # settled here: a late determinism request selects pinned
     mode = policy.mode if policy.in_scope(kernel.qualified) else "off"
-    _announce(self, kernel, policy, mode)
+    _announce(guard, self, kernel, policy, mode)
     if mode == "off":
         return inductor_own(self, *args, **kwargs)
     if kernel.key_of is not None and names.one_key_in_program(self, kernel.key_of[0]):
@@ -92,14 +92,13 @@ def autotune(self, inductor_own, args, kwargs) -> None:
     return deciding.first_launch(epoch, lambda: step, apply, lambda: autotune(self, inductor_own, args, kwargs))
 
 
-def say_unmatched(function: str, qualified: str) -> None:
-    current().warn_once(f"unmatched|{function}", f"torch.compile user kernel {function}: its original "
-                        "@triton.autotune kernel was not found among the kernels Dynamo traced; named "
-                        f"{qualified} with key '*'", scope="process", name="unmatched-user-kernel")
+def say_unmatched(guard, function: str, qualified: str) -> None:
+    guard.warn_once(f"unmatched|{function}", f"torch.compile user kernel {function}: its original "
+                    "@triton.autotune kernel was not found among the kernels Dynamo traced; named "
+                    f"{qualified} with key '*'", scope="process", name="unmatched-user-kernel")
 
 
-def _announce(self, kernel, policy, mode: str) -> None:
-    guard = current()
+def _announce(guard, self, kernel, policy, mode: str) -> None:
     if not templates.governed() and (self.inductor_meta.get("max_autotune")
                                      or self.inductor_meta.get("max_autotune_pointwise")):
         guard.warn_once("max-autotune", "torch.compile max-autotune: Inductor's template selection "

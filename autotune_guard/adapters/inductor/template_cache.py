@@ -26,10 +26,11 @@ def patch_codecache(module) -> list:
     cls = getattr(module, "FxGraphHashDetails", None)
     bypass = getattr(module, "BypassFxGraphCache", None)
     if cls is None or bypass is None:
-        current().warn_once("no fx cache seam", "torch.compile: this torch's FX graph cache has no seam autotune_guard "
-                            "knows: a max-autotune graph it serves keeps the template choices it was compiled with",
-                            scope="process")
-        current().note_ungoverned("torch.compile FX graph cache", "its graphs' template choices are not checked")
+        guard = current()
+        guard.warn_once("no fx cache seam", "torch.compile: this torch's FX graph cache has no seam autotune_guard "
+                        "knows: a max-autotune graph it serves keeps the template choices it was compiled with",
+                        scope="process")
+        guard.note_ungoverned("torch.compile FX graph cache", "its graphs' template choices are not checked")
         return []
     return [_patching.patch(cls, "__init__", _details_of(cls, bypass))]
 
@@ -50,7 +51,8 @@ def _details_of(cls, bypass):
 def cache_tag() -> str | None:
     """What a compile's cache key gets: None (no policy, no max-autotune, selection out of scope or
     not governed: the key as Inductor makes it), ``bypass``, or the pinned rule's fingerprint."""
-    epoch = current().epoch
+    guard = current()
+    epoch = guard.epoch
     if epoch.installed is None:
         return None
     from torch._inductor import config
@@ -64,9 +66,9 @@ def cache_tag() -> str | None:
     if not templates.governed() or not policy.in_scope(tc.kernel_name("mm")):
         return None
     if policy.mode != "pinned":
-        current().warn_once("fx cache bypass", f"torch.compile max-autotune, {policy.mode} mode: Inductor's FX graph "
-                            "and AOTAutograd caches are bypassed, so that each template selection is made (and logged) "
-                            "in this process", logging.INFO, scope="process")
+        guard.warn_once("fx cache bypass", f"torch.compile max-autotune, {policy.mode} mode: Inductor's FX graph "
+                        "and AOTAutograd caches are bypassed, so that each template selection is made (and logged) "
+                        "in this process", logging.INFO, scope="process")
         return "bypass"
-    rank = (current().facts.get("rank_world") or (0, 1))[0] if policy.chaos else None
+    rank = (guard.facts.get("rank_world") or (0, 1))[0] if policy.chaos else None
     return f"pinned|{policy.on_miss}|chaos={rank}|{tc.tables_fingerprint(policy.table_path)}"

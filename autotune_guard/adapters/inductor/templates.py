@@ -233,7 +233,7 @@ def select(self, own, call, args, kwargs):
     call = (name, offered, input_nodes, layout)
     if len(offered) < 2:  # nothing to choose: Inductor's own path (and its error for none)
         return own(self, *call, *args, **kwargs)
-    selection = _describe(kernel, offered, input_nodes, layout)
+    selection = _describe(guard, kernel, offered, input_nodes, layout)
     guard.launched(epoch, kernel, ())
     if policy.enumerate:
         logger.info("torch.compile template selection %s: %d choices, %s", selection.key.what(), len(offered),
@@ -248,14 +248,14 @@ def select(self, own, call, args, kwargs):
     return deciding.first_launch(epoch, lambda: template, apply, lambda: select(self, own, given, args, kwargs))
 
 
-def _describe(kernel: str, offered, input_nodes, layout) -> Selection:
+def _describe(guard, kernel: str, offered, input_nodes, layout) -> Selection:
     from torch._inductor import select_algorithm as inductor
 
     externs = [isinstance(c, inductor.ExternKernelCaller) for c in offered]
     texts = [tc.choice_text(str(getattr(c, "name", "?")), str(getattr(c, "description", "") or ""), extern)
              for c, extern in zip(offered, externs)]
     device = getattr(getattr(layout, "device", None), "type", "?")
-    key = ChoiceKey(tc.arch_of(device, current().facts.get("arch") if device == "cuda" else None), kernel,
+    key = ChoiceKey(tc.arch_of(device, guard.facts.get("arch") if device == "cuda" else None), kernel,
                     inductor.create_inputs_key(input_nodes))
     return Selection(key, offered, tc.descriptors(texts), externs)
 

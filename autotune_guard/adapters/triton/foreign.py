@@ -67,17 +67,18 @@ def _wrap_if_foreign(cls) -> None:
 
     @functools.wraps(original)
     def run(self, *args, **kwargs):
-        epoch = current().epoch
+        guard = current()
+        epoch = guard.epoch
         if epoch.installed is not None and self.__dict__.get(PROBED_ATTR) != epoch.generation:
             self.__dict__[PROBED_ATTR] = epoch.generation
-            _first_launch(self, epoch.settled_policy())
+            _first_launch(guard, self, epoch.settled_policy())
         return original(self, *args, **kwargs)
 
     run._autotune_guard = True
     _patching.patch(cls, "run", run)
 
 
-def _first_launch(autotuner, policy) -> None:
+def _first_launch(guard, autotuner, policy) -> None:
     configs = candidates(autotuner)
     if len(configs) < 2:
         return
@@ -85,16 +86,15 @@ def _first_launch(autotuner, policy) -> None:
     message = (f"kernel {kernel}: its autotuner {kind} is a triton.KernelInterface of its own, not Triton's Autotuner, "
                f"and chooses among {len(configs)} configs itself; autotune_guard ({policy.mode} mode) neither sees "
                "nor governs that choice, and it is not in the choice log")
-    name_ungoverned(kernel, f"{kind} chooses its configs itself", message, policy)
+    name_ungoverned(guard, kernel, f"{kind} chooses its configs itself", message, policy)
 
 
-def name_ungoverned(kernel: str, why: str, message: str, policy) -> None:
+def name_ungoverned(guard, kernel: str, why: str, message: str, policy) -> None:
     """Count ``kernel`` as not governed and say so once; refused in pinned mode with on_miss=error."""
     if not policy.in_scope(kernel):  # left to its own tuning by AUTOTUNE_MODULES/CONFIG_INVARIANT
         return
     if policy.mode == "pinned" and policy.on_miss == "error":
         raise SelectionError(f"autotune_guard: {message}; refused with AUTOTUNE_ON_MISS=error")
-    guard = current()
     guard.note_ungoverned(kernel, why)
     guard.warn_once(f"ungoverned {kernel}", message)
 
@@ -135,9 +135,10 @@ def watch_timers(testing_module) -> None:
 def _sentinel(original, timer: str):
     @functools.wraps(original)
     def sentinel(*args, **kwargs):
-        epoch = current().epoch
+        guard = current()
+        epoch = guard.epoch
         if epoch.installed is not None:
-            attribute(caller_frame(), timer, epoch.settled_policy())
+            attribute(guard, caller_frame(), timer, epoch.settled_policy())
         return original(*args, **kwargs)
 
     sentinel._autotune_guard = True
@@ -152,7 +153,7 @@ ACCOUNTED = ("autotune_guard.adapters.triton.guarded", "autotune_guard.adapters.
 TEMPLATE_SELECTION = "torch._inductor.select_algorithm"
 
 
-def attribute(frame, timer: str, policy) -> None:
+def attribute(guard, frame, timer: str, policy) -> None:
     """Who called the timer: nothing to say for a timing the guard runs or accounts for, else the
     autotuner-like object or the frame holding the candidates, else the plain caller."""
     frames = []
@@ -163,21 +164,21 @@ def attribute(frame, timer: str, policy) -> None:
         frames.append((frame, module))
         frame = outer_frame(frame)
     if any(module == TEMPLATE_SELECTION for _, module in frames):
-        return _name_template_selection(frames, timer, policy)
+        return _name_template_selection(guard, frames, timer, policy)
     for frame, module in frames:
         names = frame_locals(frame)
         owner = names.get("self")
         if owner is not None and len(candidates(owner)) >= 2:
-            return _name_tuner(owner, frame, timer, policy)
+            return _name_tuner(guard, owner, frame, timer, policy)
         held = [v for v in names.values() if isinstance(v, (list, tuple)) and len(v) >= 2
                 and all(isinstance(c, registry().config_class) for c in v)]
         if held:
-            return _name_function(frame, timer, policy, len(held[0]))
+            return _name_function(guard, frame, timer, policy, len(held[0]))
     caller = next((f for f, module in frames if not module.startswith(("triton.", "autotune_guard"))), None)
     if caller is not None:
         where = _where(caller)
-        current().warn_once(f"timer {where}", f"{timer} called from {where}, outside any autotuner: a measurement, "
-                            "not a config choice; autotune_guard leaves it alone", level=logging.INFO)
+        guard.warn_once(f"timer {where}", f"{timer} called from {where}, outside any autotuner: a measurement, "
+                        "not a config choice; autotune_guard leaves it alone", level=logging.INFO)
 
 
 def _governed_autotuner(owner) -> bool:
@@ -187,13 +188,14 @@ def _governed_autotuner(owner) -> bool:
     return isinstance(state, TunerState) and state.is_current()
 
 
-def _name_template_selection(frames, timer, policy) -> None:
+def _name_template_selection(guard, frames, timer, policy) -> None:
     op = next((frame_locals(f).get("name") for f, module in frames if module == TEMPLATE_SELECTION
                and isinstance(frame_locals(f).get("name"), str)), "?")
     kernel = f"torch.compile template selection:{op}"
     message = (f"{kernel}: Inductor's max-autotune template selection times its choices with {timer}; autotune_guard "
                f"({policy.mode} mode) does not govern that choice, and it is not in the choice log")
-    name_ungoverned(kernel, "Inductor's template selection (select_algorithm) times its choices", message, policy)
+    name_ungoverned(guard, kernel, "Inductor's template selection (select_algorithm) times its choices", message,
+                    policy)
 
 
 def _names_of(owner) -> tuple[str, str]:
@@ -202,19 +204,19 @@ def _names_of(owner) -> tuple[str, str]:
     return kind, kernel_of(owner) or kind
 
 
-def _name_tuner(owner, frame, timer, policy) -> None:
+def _name_tuner(guard, owner, frame, timer, policy) -> None:
     kind, kernel = _names_of(owner)
     message = (f"kernel {kernel}: {kind} times its {len(candidates(owner))} configs with {timer} (called from "
                f"{_where(frame)}) and chooses among them itself; autotune_guard ({policy.mode} mode) does not govern "
                "that choice, and it is not in the choice log")
-    name_ungoverned(kernel, f"{kind} times its configs with {timer}", message, policy)
+    name_ungoverned(guard, kernel, f"{kind} times its configs with {timer}", message, policy)
 
 
-def _name_function(frame, timer, policy, count) -> None:
+def _name_function(guard, frame, timer, policy, count) -> None:
     where = _where(frame)
     message = (f"{where} times {count} triton.Config candidates with {timer} and chooses among them itself; "
                f"autotune_guard ({policy.mode} mode) does not govern that choice, and it is not in the choice log")
-    name_ungoverned(where, f"times configs with {timer}", message, policy)
+    name_ungoverned(guard, where, f"times configs with {timer}", message, policy)
 
 
 def _where(frame) -> str:

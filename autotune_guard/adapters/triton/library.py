@@ -43,10 +43,11 @@ def wrap_overriding_run(cls) -> None:
 
     @functools.wraps(original)
     def run(self, *args, **kwargs):
-        epoch = current().epoch
+        guard = current()
+        epoch = guard.epoch
         if epoch.installed is None or self.__dict__.get(PROBED_ATTR) == epoch.generation:
             return original(self, *args, **kwargs)
-        return _probe_first_launch(self, original, owner, args, kwargs)
+        return _probe_first_launch(guard, self, original, owner, args, kwargs)
 
     run._autotune_guard = True
     run._autotune_guard_wraps = original
@@ -60,7 +61,7 @@ class _Probe:
     generation = -1
 
 
-def _probe_first_launch(autotuner, original, owner, args, kwargs):
+def _probe_first_launch(guard, autotuner, original, owner, args, kwargs):
     attrs = autotuner.__dict__
     previous = attrs.get(STATE_ATTR, MISSING)
     probe = attrs[STATE_ATTR] = _Probe()
@@ -73,14 +74,14 @@ def _probe_first_launch(autotuner, original, owner, args, kwargs):
                 attrs.pop(STATE_ATTR, None)
             else:
                 attrs[STATE_ATTR] = previous
-    epoch = current().epoch
+    epoch = guard.epoch  # read again: the launch may have installed another policy
     attrs[PROBED_ATTR] = epoch.generation
     if not reached:
-        _never_reaches_triton(autotuner, owner, epoch.settled_policy())
+        _never_reaches_triton(guard, autotuner, owner, epoch.settled_policy())
     return result
 
 
-def _never_reaches_triton(autotuner, owner, policy) -> None:
+def _never_reaches_triton(guard, autotuner, owner, policy) -> None:
     name = kernel_name(autotuner)
     cls = f"{owner.__module__}.{owner.__qualname__}"
     message = (f"kernel {name}: its autotuner class {cls} overrides run() and never calls Triton's Autotuner.run, "
@@ -88,7 +89,6 @@ def _never_reaches_triton(autotuner, owner, policy) -> None:
                "in the choice log")
     if policy.mode == "pinned" and policy.on_miss == "error" and policy.in_scope(base_name(name)):
         raise SelectionError(f"autotune_guard: {message} (AUTOTUNE_ON_MISS=error)")
-    guard = current()
     guard.note_ungoverned(name, f"{cls}.run never calls Triton's Autotuner.run")
     guard.warn_once(message, message)
 
