@@ -219,7 +219,7 @@ class Store:
         document = store_values.new_document(arch, self.shown)
         hash_key, provenance_key = self.key(arch, f"kernel:{kernel}"), self.key(arch, "provenance")
         reply = None
-        for reply in self._pieces(hash_key, (provenance_key, self.key(arch, "entries")), kernel):
+        for reply in self._pieces(hash_key, kernel, (provenance_key, self.key(arch, "entries"))):
             store_values.absorb_kernel(document, kernel, (f"table store {self.shown} key {hash_key}", reply[1]), notes)
         if reply[2] is not None:
             store_values.absorb_provenance(document, (f"table store {self.shown} key {provenance_key}",
@@ -238,11 +238,12 @@ class Store:
                 absorb(document, (where, reply[1]), notes)
         return document
 
-    def _pieces(self, key: str, tail_keys=("", ""), kernel: str = ""):
-        """The replies of the read script over ``key``'s hash, one request each, until the scan is done."""
+    def _pieces(self, key: str, kernel: str = "", tail_keys: tuple | None = None):
+        """The replies of the read script over ``key``'s hash, one request each, until the scan is done;
+        with ``kernel``, its provenance and whether the older hash exists (``tail_keys``) in the last."""
         cursor, fields = b"0", 0
         while True:
-            reply = self.call("eval", _READ, 3, key, *(tail_keys if kernel else (key, key)), cursor, MAX_VALUE_BYTES,
+            reply = self.call("eval", _READ, 3, key, *(tail_keys or (key, key)), cursor, MAX_VALUE_BYTES,
                               PIECE, kernel)
             fields += len(reply[1]) // 2
             if fields > MAX_FIELDS:  # HSCAN may repeat a field while the hash grows: a bound, not a count
