@@ -145,7 +145,9 @@ def torchrun(tmp_path, *flags, **settings):
 def test_consensus_compiled_one_rank_times(tmp_path):
     proc, ranks = torchrun(tmp_path, AUTOTUNE_MODE="consensus")
     assert proc.returncode == 0 and len(ranks) == 2, proc.stderr[-4000:]
-    assert sum(r["inductor_bench"] for r in ranks) == 10  # one rank timed for the job
+    # One rank timed for the job: every candidate once, then the finalists again in rounds
+    timed = [r["inductor_bench"] for r in ranks if r["inductor_bench"]]
+    assert len(timed) == 1 and timed[0] >= 10, [r["inductor_bench"] for r in ranks]
     logs = [entries(r["log"]) for r in ranks]
     assert logs[0][KEY].split(";")[0] == logs[1][KEY].split(";")[0]
     assert {v.split(";")[1] for v in (logs[0][KEY], logs[1][KEY])} == {"consensus"}

@@ -62,7 +62,10 @@ def test_the_readme_command_searches_once_for_the_job_and_run_2_nothing(tmp_path
     tables = tmp_path / "tables"
     tables.mkdir()
     first = job(2, AUTOTUNE_MODE="consensus", AUTOTUNE_TABLE_PATH=tables)
-    assert len(first) == 2 and sum(len(rank["searches"]) for rank in first) == 1, first
+    # one search for the job: the claimer's, or (a kernel Helion searches across ranks, as under
+    # torch 2.11) one search every rank takes part in
+    together = first[0]["collective"] if first else False
+    assert len(first) == 2 and sum(len(rank["searches"]) for rank in first) == (2 if together else 1), first
     assert first[0]["config"] == first[1]["config"] and all(rank["right"] for rank in first)
     second = job(2, AUTOTUNE_MODE="consensus", AUTOTUNE_TABLE_PATH=tables)
     assert [rank["searches"] for rank in second] == [[], []], second

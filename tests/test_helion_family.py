@@ -131,12 +131,14 @@ def test_auto_and_record_search_once_and_pinned_from_the_merged_record_searches_
     assert pinned["right"] and pinned["searches"] == [] and pinned["config"] == recorded["config"], pinned
 
 
-def job(tables, nproc: int = 2):
+def job(tables, nproc: int = 2, kernel: str = "wall_clock", said: list | None = None, **settings):
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-                           str(nproc), "-m", "kernels.helion_kernels", "wall_clock"],
-                          env=clean_env(AUTOTUNE_MODE="consensus", AUTOTUNE_TABLE_PATH=tables),
-                          capture_output=True, text=True, timeout=600, cwd=TESTS)
+                           str(nproc), "-m", "kernels.helion_kernels", kernel],
+                          env=clean_env(AUTOTUNE_MODE="consensus", AUTOTUNE_TABLE_PATH=tables, **settings),
+                          capture_output=True, text=True, timeout=180, cwd=TESTS)  # a hang fails
     assert proc.returncode == 0, proc.stderr[-3000:]
+    if said is not None:
+        said.append(proc.stderr)
     return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
 
 
@@ -155,6 +157,28 @@ def test_the_readme_command_searches_a_full_search_once_for_the_job_and_run_2_no
     second = job(tables)
     assert [rank["searches"] for rank in second] == [[], []], second
     assert all(rank["config"] == first[0]["config"] for rank in second)
+    assert {list(rank["log"].values())[0].split(";")[-1] for rank in second} == {"table"}
+
+
+def test_a_search_helion_runs_across_ranks_is_joined_by_every_rank_then_agreed(tmp_path):
+    """torch 2.11 (the GPU's) cannot tell a symmetric-memory tensor, so Helion 1.5 counts every kernel
+    in a process with a process group as distributed, and its search gathers timings across the
+    ranks. The claimer searching alone waited for the others inside Helion's search while they
+    waited for its answer: the H100's run 1 hung. Every rank joins that one search; run 2 none."""
+    tables = tmp_path / "tables"
+    tables.mkdir()
+    said = []
+    first = job(tables, kernel="collective", said=said, HELION_KERNELS_AS_TORCH_2_11="1")
+    assert len(first) == 2 and all(rank["collective"] and rank["right"] for rank in first), first
+    assert [rank["searches"] for rank in first] == [["CollectiveSearch"]] * 2, first
+    assert first[0]["config"] == first[1]["config"]
+    assert {list(rank["log"].values())[0].split(";")[-1] for rank in first} == {"consensus"}
+    assert "helion-collective-search" in said[0] and "__main__.collective" in said[0], said[0][-2000:]
+    (entry,) = json.loads((tables / "interpret.json").read_text())["kernels"]["__main__.collective"].values()
+    assert entry["kwargs"] == first[0]["config"]
+    second = job(tables, kernel="collective", HELION_KERNELS_AS_TORCH_2_11="1")
+    assert [rank["searches"] for rank in second] == [[], []], second
+    assert all(rank["config"] == first[0]["config"] and rank["right"] for rank in second)
     assert {list(rank["log"].values())[0].split(";")[-1] for rank in second} == {"table"}
 
 

@@ -23,6 +23,7 @@ A bound kernel keeps its config for its life (as Helion keeps it): a later polic
 from __future__ import annotations
 
 import inspect
+import logging
 import os
 import threading
 
@@ -91,8 +92,21 @@ def governed(bound, own, args, force: bool, kwargs: dict):
             tunable.chosen = tunable.live[index]
         return lambda: tunable.chosen if tunable.chosen is not None else bound._config
 
-    return deciding.first_launch(epoch, lambda: tunable, apply, lambda: governed(bound, own, args, force, kwargs),
+    def pending():
+        if epoch.policy.mode == "consensus" and _collective(bound) and deciding.table_index(epoch, tunable) is None:
+            tunable.search_together(guard)  # every rank, before the engine picks one to search
+        return tunable
+
+    return deciding.first_launch(epoch, pending, apply, lambda: governed(bound, own, args, force, kwargs),
                                  gate=guard.held(HELD, HelionState).lock)
+
+
+def _collective(bound) -> bool:
+    """Whether Helion searches ``bound`` across ranks: it counts the kernel as distributed (the kernel
+    takes a process group, or this torch cannot tell a symmetric-memory tensor, as torch 2.11 cannot,
+    with a process group initialized), and its searches then gather and broadcast timings over that
+    group. No rank can search such a kernel alone: the others must be searching too."""
+    return getattr(getattr(bound, "env", None), "process_group_name", None) is not None
 
 
 def _key_parts(kernel, args) -> list:
@@ -139,6 +153,7 @@ class HelionKey(deciding.Tunable):
         self.open_search = full  # a full search finds configs outside its candidates
         self.descriptors = [_descriptor(c) for c in live]
         self.chosen = None  # the config set on the bound kernel here
+        self.together = None  # Helion's collective search's result, found on every rank (search_together)
 
     def every(self):
         """The candidates, and (a full search) the config its search found, which a record must name
@@ -180,9 +195,23 @@ class HelionKey(deciding.Tunable):
     def check_provenance(self) -> None:
         deciding.check_table_provenance(self.epoch, self.key, self.provenance)
 
+    def search_together(self, guard) -> None:
+        """A collective search (``_collective``) under consensus: every rank takes part in Helion's one
+        search, whose timings its rank 0 broadcasts; the claimer's ``tune`` is then its result, and
+        the consensus agrees it as for any key (the others follow it)."""
+        guard.warn_once(f"helion collective {self.key.kernel}", (
+            f"Helion kernel {self.key.what()}: Helion searches it across the job's ranks together (it counts the "
+            "kernel as distributed), so every rank takes part in that one search, not the claimer alone; the "
+            "consensus agrees its result and the table answers later runs"), logging.INFO,
+            name="helion-collective-search")
+        self.together = self.tune("consensus")
+
     def tune(self, how: str) -> deciding.Tuned:
         """Helion's own search, here: in auto its config cache may answer; a decision for others
-        (record, the claimer) reads no cache."""
+        (record, the claimer) reads no cache. After ``search_together``, its result, not searched again."""
+        if self.together is not None:
+            found, self.together = self.together, None
+            return found
         mode = self.epoch.policy.mode
         if os.environ.get(ASSERT_HIT) == "1" and mode != "auto":
             raise SelectionError(

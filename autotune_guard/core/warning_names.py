@@ -19,6 +19,7 @@ SILENCEABLE = {
     "late-determinism": "a determinism switch turned on after the mode was settled: the choices stay timed",
     "shared-directory": "the evidence files go to a directory other users can write",
     "table-files-only": "consensus with table files only: nowhere to add what the job tunes",
+    "helion-collective-search": "Helion searches a kernel across the job's ranks: every rank takes part in one search",
 }
 
 

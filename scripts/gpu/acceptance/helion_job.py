@@ -90,9 +90,10 @@ def matmul(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 def main() -> None:
     if "RANK" in os.environ:
-        dist.init_process_group("gloo" if CPU else "nccl")
+        # gloo: the ranks may share one GPU (NCCL refuses two ranks on one device)
+        dist.init_process_group("gloo")
         if not CPU:
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
     device = "cpu" if CPU else "cuda"
     size, dtype = (64, torch.float32) if CPU else (4096, torch.float16)
     torch.manual_seed(0)
@@ -105,10 +106,13 @@ def main() -> None:
         torch.cuda.synchronize()
     seconds = time.perf_counter() - start
     digest = hashlib.sha256(b"".join(o.float().cpu().numpy().tobytes() for o in outputs)).hexdigest()[:16]
-    configs = {name: str(kernel.bind(args)._config) for name, kernel, args in
-               (("gelu", gelu, (flat,)), ("matmul", matmul, (x, y)))}
+    bound = {name: kernel.bind(args) for name, kernel, args in (("gelu", gelu, (flat,)), ("matmul", matmul, (x, y)))}
+    configs = {name: str(b._config) for name, b in bound.items()}
+    # a kernel Helion counts as distributed is searched by every rank together (torch 2.11: all of them)
+    collective = sorted(name for name, b in bound.items() if b.env.process_group_name is not None)
     print("HELION " + json.dumps({"rank": int(os.environ.get("RANK", "0")), "searches": SEARCHES,
-                                  "first_s": round(seconds, 3), "hash": digest, "configs": configs}), flush=True)
+                                  "first_s": round(seconds, 3), "hash": digest, "configs": configs,
+                                  "collective": collective}), flush=True)
     if dist.is_initialized():
         dist.destroy_process_group()
 
