@@ -3,8 +3,10 @@ auto searches once and notes it; record -> merge -> pinned searches nothing and 
 config; the README's command on 2 ranks searches once for the job, and its run 2 nothing."""
 
 import json
+import os
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -31,11 +33,13 @@ def run(**settings):
 
 
 def job(nproc: int, **settings):
+    results = tempfile.mkdtemp()  # a file a rank: their stdout lines can interleave
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-                           str(nproc), "-m", "kernels.helion_kernels", "listed"], env=env(**settings),
+                           str(nproc), "-m", "kernels.helion_kernels", "listed"],
+                          env=env(HELION_KERNELS_RESULTS=results, **settings),
                           capture_output=True, text=True, timeout=600, cwd=TESTS)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    return [json.loads(open(os.path.join(results, f"rank{rank}.json")).read()) for rank in range(nproc)]
 
 
 def test_auto_searches_once_and_record_merge_pinned_searches_nothing(tmp_path):

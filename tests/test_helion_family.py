@@ -4,8 +4,10 @@ what searches (auto, record, a consensus claimer) is in the GPU tier (``test_gpu
 here: what decides without searching, and what refuses to search."""
 
 import json
+import os
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -132,14 +134,16 @@ def test_auto_and_record_search_once_and_pinned_from_the_merged_record_searches_
 
 
 def job(tables, nproc: int = 2, kernel: str = "wall_clock", said: list | None = None, **settings):
+    results = tempfile.mkdtemp(dir=tables.parent)  # a file a rank: their stdout lines can interleave
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
                            str(nproc), "-m", "kernels.helion_kernels", kernel],
-                          env=clean_env(AUTOTUNE_MODE="consensus", AUTOTUNE_TABLE_PATH=tables, **settings),
+                          env=clean_env(AUTOTUNE_MODE="consensus", AUTOTUNE_TABLE_PATH=tables,
+                                        HELION_KERNELS_RESULTS=results, **settings),
                           capture_output=True, text=True, timeout=180, cwd=TESTS)  # a hang fails
     assert proc.returncode == 0, proc.stderr[-3000:]
     if said is not None:
         said.append(proc.stderr)
-    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    return [json.loads(open(os.path.join(results, f"rank{rank}.json")).read()) for rank in range(nproc)]
 
 
 def test_the_readme_command_searches_a_full_search_once_for_the_job_and_run_2_nothing(tmp_path):
@@ -160,6 +164,11 @@ def test_the_readme_command_searches_a_full_search_once_for_the_job_and_run_2_no
     assert {list(rank["log"].values())[0].split(";")[-1] for rank in second} == {"table"}
 
 
+OLD_INTERPRETER = tuple(int(part) for part in __import__("triton").__version__.split(".")[:2]) < (3, 4)
+
+
+@pytest.mark.skipif(OLD_INTERPRETER, reason="Triton 3.3's interpreter cannot run the persistent program Helion "
+                    "generates for a kernel it counts as distributed (TypeError: only 0-dimensional arrays...)")
 def test_a_search_helion_runs_across_ranks_is_joined_by_every_rank_then_agreed(tmp_path):
     """torch 2.11 (the GPU's) cannot tell a symmetric-memory tensor, so Helion 1.5 counts every kernel
     in a process with a process group as distributed, and its search gathers timings across the
