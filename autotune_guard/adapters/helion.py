@@ -15,6 +15,8 @@ Candidates: the kernel's ``configs`` (two or more). A full search has no list: i
 the table's config for the key, where there is one, and Helion's default config (the pinned
 rule's pick on a miss); it is an open search: under consensus the claimer's search finds the job's
 config, published with its winner, and every other rank adopts it (``deciding.Tunable.adopt``).
+A kernel Helion searches across ranks (``_collective``: under torch 2.11, every kernel of a job) is
+searched by every rank together before the claim, and the consensus agrees that search's result.
 ``HELION_ASSERT_CACHE_HIT=1`` (nothing may be searched) is honoured: a key the guard would have
 Helion search for a decision is refused, naming it; a key decided from the table is a hit.
 A bound kernel keeps its config for its life (as Helion keeps it): a later policy does not re-decide it.
