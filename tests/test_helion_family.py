@@ -10,6 +10,7 @@ import sys
 import tempfile
 
 import pytest
+import triton
 
 from support import TESTS, clean_env, last_json
 
@@ -164,7 +165,7 @@ def test_the_readme_command_searches_a_full_search_once_for_the_job_and_run_2_no
     assert {list(rank["log"].values())[0].split(";")[-1] for rank in second} == {"table"}
 
 
-OLD_INTERPRETER = tuple(int(part) for part in __import__("triton").__version__.split(".")[:2]) < (3, 4)
+OLD_INTERPRETER = tuple(int(part) for part in triton.__version__.split(".")[:2]) < (3, 4)
 
 
 @pytest.mark.skipif(OLD_INTERPRETER, reason="Triton 3.3's interpreter cannot run the persistent program Helion "

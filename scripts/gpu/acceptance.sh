@@ -290,13 +290,12 @@ for job in ("plain", "readme1", "readme2", "pinned"):
         ranks = []
     searches = sum(len(r["searches"]) for r in ranks)
     hashes = sorted({r["hash"] for r in ranks})
-    across = ", ".join(ranks[0].get("collective", [])) if ranks else ""
-    print(f"| {job} | {len(ranks)} | {searches} | {across or '-'} | {max([r['first_s'] for r in ranks] or [0])} "
-          f"| {len(hashes)} {hashes} |")
+    together = ranks[0].get("collective", []) if ranks else []
+    print(f"| {job} | {len(ranks)} | {searches} | {', '.join(together) or '-'} "
+          f"| {max([r['first_s'] for r in ranks] or [0])} | {len(hashes)} {hashes} |")
     # run 1 searches each kernel once for the job: by one rank, or (a kernel Helion searches across
     # ranks, as under torch 2.11) by every rank in that one search
-    together = len(ranks[0].get("collective", [])) if ranks else 0
-    once = kernels - together + together * len(ranks)
+    once = kernels - len(together) + len(together) * len(ranks)
     want = {"plain": kernels * len(ranks), "readme1": once, "readme2": 0, "pinned": 0}[job]
     ok &= bool(ranks) and searches == want and (job == "plain" or len(hashes) == 1)
 sys.exit(0 if ok else 1)

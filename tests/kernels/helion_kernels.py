@@ -29,21 +29,23 @@ class WallClockSearch(BaseAutotuner):
         self.bound, self.args = bound_kernel, args
 
     def autotune(self, *, skip_cache: bool = False):
+        SEARCHES.append(type(self).__name__)
+        candidates = self.candidates()
+        return min(candidates, key=self.cost)
+
+    def candidates(self) -> list:
+        base = dict(self.bound.config_spec.default_config())
+        return [helion.Config(**{**base, "block_sizes": [size]}) for size in (16, 32, 64, 128)]
+
+    def cost(self, config) -> float:
         import time
 
-        SEARCHES.append(type(self).__name__)
-        base = dict(self.bound.config_spec.default_config())
-        candidates = [helion.Config(**{**base, "block_sizes": [size]}) for size in (16, 32, 64, 128)]
-
-        def cost(config):
-            run = self.bound.compile_config(config)
+        run = self.bound.compile_config(config)
+        run(*self.args)
+        start = time.perf_counter()
+        for _ in range(3):
             run(*self.args)
-            start = time.perf_counter()
-            for _ in range(3):
-                run(*self.args)
-            return time.perf_counter() - start
-
-        return min(candidates, key=cost)
+        return time.perf_counter() - start
 
 
 class CollectiveSearch(WallClockSearch):
@@ -55,20 +57,10 @@ class CollectiveSearch(WallClockSearch):
         from helion._dist_utils import sync_object
 
         SEARCHES.append(type(self).__name__)
-        base = dict(self.bound.config_spec.default_config())
-        sizes = (16, 32, 64, 128)
-        costs = sync_object([self._cost(helion.Config(**{**base, "block_sizes": [size]})) for size in sizes],
+        candidates = self.candidates()
+        costs = sync_object([self.cost(config) for config in candidates],
                             process_group_name=self.bound.env.process_group_name)
-        return helion.Config(**{**base, "block_sizes": [sizes[costs.index(min(costs))]]})
-
-    def _cost(self, config):
-        import time
-
-        run = self.bound.compile_config(config)
-        run(*self.args)
-        start = time.perf_counter()
-        run(*self.args)
-        return time.perf_counter() - start
+        return candidates[costs.index(min(costs))]
 
 
 def as_torch_2_11():
