@@ -202,7 +202,7 @@ class HelionKey(deciding.Tunable):
         search, whose timings its rank 0 broadcasts; the claimer's ``tune`` is then its result, and
         the consensus agrees it as for any key (the others follow it)."""
         guard.warn_once(f"helion collective {self.key.kernel}", (
-            f"Helion kernel {self.key.what()}: Helion searches it across the job's ranks together (it counts the "
+            f"Helion {self.key.what()}: Helion searches it across the job's ranks together (it counts the "
             "kernel as distributed), so every rank takes part in that one search, not the claimer alone; the "
             "consensus agrees its result and the table answers later runs"), logging.INFO,
             name="helion-collective-search")

@@ -125,6 +125,7 @@ def describe(kind_picks, audit_entry):
     known = [r for r in regrets if r is not None]
     return {"draws": len(sigs), "distinct": len(set(sigs)), "picks": sigs,
             "regrets": [None if r is None else round(r, 5) for r in regrets],
+            "single": [audit_entry is not None and sig not in audit_entry["careful"] for sig in sigs],
             "within": sum(r <= WITHIN for r in known) if known else None}
 
 
@@ -143,11 +144,14 @@ def main():
     print("| kernel | key | guard: distinct / jobs, within 0.5 % | verdicts | one rank alone | one-pass | plain: distinct / "
           "processes, within 0.5 % | regrets % (guard; alone; plain) |")
     print("|---|---|---|---|---|---|---|---|")
-    result, inductor = {}, {}
+    result, inductor, elsewhere = {}, {}, []
     for kernel, keys in sorted(picks.items()):
         for key, kinds in sorted(keys.items()):
             if kernel.startswith("inductor.") and kernel not in audit:  # not audited: agreement only
-                inductor[f"{kernel}|{key}"] = [sig for _, _, sig in kinds.get("guard", [])]
+                if kinds.get("guard"):
+                    inductor[f"{kernel}|{key}"] = [sig for _, _, sig in kinds["guard"]]
+                else:
+                    elsewhere.append(f"{kernel} {key}")
                 continue
             entry = audit.get(kernel, {}).get(key)
             row = {kind: describe(found, entry) for kind, found in kinds.items()}
@@ -155,12 +159,15 @@ def main():
             row["careful_ms"] = entry and entry["careful"]
             result[f"{kernel}|{key}"] = row
             cell = lambda k: (f"{row[k]['distinct']} / {row[k]['draws']}, {row[k]['within']}" if k in row else "-")
-            spread = lambda k: ("-" if k not in row else
-                                " ".join("?" if r is None else f"{r * 100:.2f}" for r in row[k]["regrets"]))
+            spread = lambda k: ("-" if k not in row else " ".join(
+                "?" if r is None else f"{r * 100:.2f}{'*' if one else ''}" for r, one in zip(row[k]["regrets"], row[k]["single"])))
             print(f"| {kernel.rpartition('.')[2]} | {key} | {cell('guard')} | {','.join(sorted(set(map(str, row['verdicts']))))} "
                   f"| {cell('alone')} | {cell('onepass')} | {cell('plain')} | {spread('guard')}; {spread('alone')}; {spread('plain')} |")
+    print("(* a regret from the audit's single timing: the pick was outside its rounds)")
     same = sum(len(set(v)) == 1 for v in inductor.values())
     print(f"Inductor's kernels not audited: {same} of {len(inductor)} keys frozen the same in every guard job")
+    if elsewhere:
+        print(f"Inductor keys met outside the guard jobs only (neither audited nor frozen): {', '.join(elsewhere)}")
     broken = disagreeing_ranks(jobs)
     print("ranks of a guarded job that froze different configs:", broken or "none")
     if "--json" in sys.argv:
