@@ -3,8 +3,13 @@
 #
 #   FLA_TESTS=DIR bash scripts/gpu/fla_tests.sh     # after acceptance.sh's setup (its venv, fla-core installed)
 #
-# DIR holds fla's tests/conftest.py and tests/ops/test_gla.py (from fla-org/flash-linear-attention) and an
-# empty pytest.ini (so that this repo's pytest settings stay out). Each run has a cold Triton cache:
+# DIR holds fla's tests/conftest.py and tests/ops/test_gla.py and an empty pytest.ini (so that this repo's
+# pytest settings stay out); from a clone of fla-org/flash-linear-attention (bc3b101d was used), kept in
+# .whl/ so that it travels to the device:
+#   mkdir -p .whl/flatests/tests/ops && printf '[pytest]\n' > .whl/flatests/pytest.ini
+#   git -C FLA show bc3b101d:tests/conftest.py > .whl/flatests/tests/conftest.py
+#   git -C FLA show bc3b101d:tests/ops/test_gla.py > .whl/flatests/tests/ops/test_gla.py
+# Each run has a cold Triton cache:
 #   run1    the README's command (consensus, a table directory) on test_fused_recurrent's 8 cases
 #   run2    the README's command again from run 1's table, on the whole file, for WINDOW seconds
 #   pinned  pinned without a table (every key the fallback config, nothing timed), the same window

@@ -11,8 +11,9 @@ Measurement only, imported by ``sitecustomize`` when asked:
   again carefully with Triton's own ``_bench``: every candidate once, then those within 5 % of the
   best in ``ACCEPT_AUDIT_ROUNDS`` (20) interleaved rounds, alternating order; the medians go into
   ``$ACCEPT_CALLS/audit.<pid>.json``. Inductor's generated kernels from Inductor's own pass and its
-  ``bench``, every launcher in the rounds (a few µs-long launchers a key: cheap, and a single timing
-  put a config 7-12 % behind that the rounds put within 4 %); a failure is said on stderr, never raised.
+  ``bench``, every launcher in the rounds (a few µs-long launchers a key: cheap; judged on a single
+  timing, a config the guard's rounds put ahead or tied came out 7-12 % behind); a failure is said on
+  stderr, never raised.
 """
 
 import atexit
