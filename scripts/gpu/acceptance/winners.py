@@ -167,7 +167,7 @@ def main():
     same = sum(len(set(v)) == 1 for v in inductor.values())
     print(f"Inductor's kernels not audited: {same} of {len(inductor)} keys frozen the same in every guard job")
     if elsewhere:
-        print(f"Inductor keys met outside the guard jobs only (neither audited nor frozen): {', '.join(elsewhere)}")
+        print(f"Inductor keys in no guard job's table (no choice there to freeze) and not audited: {', '.join(elsewhere)}")
     broken = disagreeing_ranks(jobs)
     print("ranks of a guarded job that froze different configs:", broken or "none")
     if "--json" in sys.argv:
