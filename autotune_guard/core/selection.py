@@ -89,8 +89,9 @@ def _estimate(differences: Sequence[float], per_call: float | None) -> tuple[flo
     """(the mean of the paired differences, its standard error), leaving out spikes: those more than
     OUTLIER robust deviations from their median. Another process sharing the GPU slows a timing now
     and then by 40-100 % (4 ranks on an H100); kept, such spikes in 1 call of 20 froze a config
-    4.5 % behind in 41 % of simulated cold runs (11 % without them). The error is the larger of the pair's own and the one the pooled per-call noise
-    gives: a few rounds of one pair can look far quieter than they are."""
+    4.5 % behind in 41 % of simulated cold runs (6 % without spikes). The error is the larger of the
+    pair's own and the one the pooled per-call noise gives: a few rounds of one pair can look far
+    quieter than they are."""
     ordered = sorted(differences)
     centre = statistics.median(ordered)
     scale = MAD_TO_SD * statistics.median(abs(d - centre) for d in ordered)
