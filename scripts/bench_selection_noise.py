@@ -36,6 +36,8 @@ SCENARIOS = {
     "the Inductor key, 1 call in 6 spiked": ([1.045, 1.0], 0.03, 1 / 6),
     "a clear best of 10 (next 15 % behind), 1 % noise, 1 call in 20 spiked": ([1.15, 1.0] + [1.3] * 8, 0.01, 1 / 20),
     "the clear best of 10, 1 call in 6 spiked": ([1.15, 1.0] + [1.3] * 8, 0.01, 1 / 6),
+    "an Inductor key as 4 ranks timed it, 2 launchers 6 % apart, 6 % noise, 1 call in 10 spiked":
+        ([1.0, 1.06], 0.06, 1 / 10),
 }
 
 

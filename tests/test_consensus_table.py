@@ -281,7 +281,7 @@ def test_compiled_kernels_under_consensus_grow_the_table_and_then_pin_from_it(in
 
     guard({"AUTOTUNE_MODE": "consensus", "AUTOTUNE_TABLE_PATH": str(tmp_path)})
     kernel = _generated("grown")
-    assert kernel.run(X, X, 8192, stream=0).kwargs == {"XBLOCK": 512} and kernel.benchmarked == 3  # Inductor timed
+    assert kernel.run(X, X, 8192, stream=0).kwargs == {"XBLOCK": 512} and kernel.benchmarked == 5  # Inductor timed (a lone finalist confirmed)
     table_growth.flush()
     name = names.generated_name(kernel.fn.__name__, kernel.fn.src)
     assert read_table(tmp_path)["kernels"][name]["x=8192"] == {"kwargs": {"XBLOCK": 512}, "num_warps": 8,

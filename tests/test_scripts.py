@@ -199,3 +199,28 @@ def test_test_sh_without_tritons_tests_the_newest_and_names_the_ci_command(tmp_p
     assert sorted(s[2] for s in started) == ["3.9.0", "3.9.0"], started  # the session and the claimer's
     assert 'CI also tests the oldest: TRITONS="3.9.0 3.3.1" bash scripts/test.sh' in proc.stdout, proc.stdout
     assert 'TRITONS="3.9.0 3.3.1" exec bash scripts/test.sh' in open(os.path.join(REPO, ".ci", "run")).read()
+
+
+def _train_log(folder, hashes, first=20.0):
+    """A train_lm.py job folder as acceptance.sh leaves it: each rank's RESULT line, calls per process."""
+    folder.mkdir(parents=True)
+    lines = [f'RESULT {{"first_step_s": {first}, "step_s": {[0.03] * 12}, "params": "{h}"}}' for h in hashes]
+    (folder / "log.txt").write_text("\n".join(lines) + "\n")
+
+
+def test_the_acceptance_summary_fails_a_run_that_should_time_nothing_and_names_one_that_did_not_run(tmp_path):
+    # The train phase once said PASS with its pinned job skipped and the summary crashed on the missing log.
+    script = os.path.join(REPO, "scripts", "gpu", "acceptance", "summarize.py")
+    _train_log(tmp_path / "plain", ["a", "b"], 100.0)
+    _train_log(tmp_path / "readme2", ["a", "a"])
+    (tmp_path / "readme2" / "calls.1.json").write_text('{"do_bench": 3}')
+    run = lambda *names: subprocess.run(["python3", script, str(tmp_path), *names], capture_output=True, text=True)  # noqa: E731
+    found = run("plain", "readme2", "pinned", "--untimed", "readme2,pinned")
+    assert found.returncode == 1, found.stderr
+    assert "pinned: not run (no log)" in found.stdout and "| readme2 | 2 | 3 + 0 | 20.0 | 0.20x" in found.stdout
+    assert "CHECK FAILED: pinned: did not run" in found.stdout
+    assert "CHECK FAILED: readme2: 3 + 0 benchmark calls, 1 hashes (expected 0 + 0 and 1)" in found.stdout
+    (tmp_path / "readme2" / "calls.1.json").write_text('{"do_bench": 0}')
+    _train_log(tmp_path / "pinned", ["a", "a"])
+    found = run("plain", "readme2", "pinned", "--untimed", "readme2,pinned")
+    assert found.returncode == 0 and "CHECK FAILED" not in found.stdout, found.stdout

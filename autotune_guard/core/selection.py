@@ -1,6 +1,7 @@
 """Choosing a winner worth freezing from noisy timings: pure rules over plain numbers.
 
-A first pass times every candidate once. The finalists (those within ``band`` of the best, or
+A first pass times every candidate once (a lone finalist and its runner-up twice, the lower
+timing of each counting). The finalists (those within ``band`` of the best, or
 within the noise the rounds measure) are then timed again in rounds, the order alternating
 from round to round, and compared in pairs within each round, so that a drift of the device's
 clock between rounds cancels. A finalist is dropped once it is slower than the leader by more
@@ -60,6 +61,17 @@ def finalists(first: Mapping[int, float], band: float) -> list[int]:
     if len(chosen) == 1 and len(ranked) > 1 and finite[ranked[1]] <= best * (1 + SCREEN_MOST * band):
         chosen.add(ranked[1])
     return sorted(chosen)
+
+
+def to_confirm(first: Mapping[int, float], alive: Sequence[int]) -> list[int]:
+    """A lone finalist and the first pass's runner-up, to be timed once more (the lower of each one's
+    two timings then screens): another process slowing one first-pass timing 1.4-2x can push the true
+    best out of the band, and no round would time it again (2 of 6 four-rank jobs on an H100 froze a
+    launcher 4.5-6 % behind so). Empty where there are several finalists or no runner-up."""
+    if len(alive) != 1:
+        return []
+    others = sorted((t, i) for i, t in first.items() if i not in alive and math.isfinite(t) and t > 0)
+    return [alive[0], others[0][1]] if others else []
 
 
 def round_order(alive: Sequence[int], round_number: int) -> list[int]:
@@ -227,9 +239,11 @@ def _round_medians(rounds: Sequence[Mapping[int, float]]) -> dict[int, float]:
     return {i: statistics.median(ts) for i, ts in timed.items()}
 
 
-def summary(first: Mapping[int, Sample], rounds: Sequence[Mapping[int, float]]) -> dict[int, dict]:
+def summary(first: Mapping[int, Sample], rounds: Sequence[Mapping[int, float]],
+            confirmed: Sequence[int] = ()) -> dict[int, dict]:
     """What a table keeps of each candidate: its median and relative spread (over the rounds where it
-    was re-timed, else the first pass's), and how many timings that is."""
+    was re-timed, else the first pass's), and how many timings that is (2 for a ``confirmed`` one:
+    the lower of its two first-pass timings)."""
     kept = {}
     by_round: dict[int, list] = {}
     for r in rounds:
@@ -243,5 +257,5 @@ def summary(first: Mapping[int, Sample], rounds: Sequence[Mapping[int, float]]) 
             kept[i] = {"median": middle, "spread": spread, "n": len(values)}
         else:
             kept[i] = {"median": sample.median if math.isfinite(sample.median) else None,
-                       "spread": sample.spread, "n": 1}
+                       "spread": sample.spread, "n": 2 if i in confirmed else 1}
     return kept

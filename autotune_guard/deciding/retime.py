@@ -5,6 +5,7 @@ finalists in rounds of alternating order, each timing the autotuner's own (Trito
 its ``do_bench``, with its warm-up and the median of its repetitions), until the winner is clear,
 a tie is declared or the rounds run out. ``time_each(indices)`` times the candidates at
 ``indices`` in that order and returns ``{index: timing}`` (a number, or ``[median, p20, p80]``).
+A lone finalist and the runner-up are timed once more before it is believed (``selection.to_confirm``).
 
 With ``known`` (timings a table kept, by index, measured on this kind of device with these
 versions), the first pass times only the candidates it lacks.
@@ -25,13 +26,15 @@ logger = logging.getLogger("autotune_guard")
 
 class Retimed(NamedTuple):
     """What the selection measured: the verdict, the first pass (by index), the rounds (index ->
-    median, one dict a round), how many timings this process made, and the seconds it took."""
+    median, one dict a round), how many timings this process made, the seconds it took, and the
+    candidates whose first pass was timed twice (a lone finalist and its runner-up)."""
 
     verdict: selection.Verdict
     first: dict
     rounds: list
     timed: int
     seconds: float
+    confirmed: tuple = ()
 
 
 def select(time_each: Callable[[Sequence[int]], Mapping], indices: Sequence[int], band: float, max_rounds: int,
@@ -49,9 +52,16 @@ def select(time_each: Callable[[Sequence[int]], Mapping], indices: Sequence[int]
         others = [t for i, t in medians.items() if i != kept and math.isfinite(t)]
         margin = min(others) / medians[kept] - 1 if others and medians.get(kept) else None
         return Retimed(selection.Verdict(kept, "kept", (), margin, 0), first, [], timed, time.monotonic() - started)
+    confirmed = tuple(selection.to_confirm(medians, alive)) if max_rounds > 0 else ()
+    if confirmed:  # the runner-up first: a spike on the lone finalist's own timing is caught too
+        again = _timed(time_each, confirmed[::-1])
+        timed += len(again)
+        first.update({i: min(first[i], again[i], key=lambda sample: sample.median) for i in confirmed})
+        medians = {i: s.median for i, s in first.items()}
+        alive = selection.finalists(medians, band)
     if max_rounds <= 0 or len(alive) <= 1:
         verdict = selection.verdict(medians, [], alive, retimed=max_rounds > 0)
-        return Retimed(verdict, first, [], timed, time.monotonic() - started)
+        return Retimed(verdict, first, [], timed, time.monotonic() - started, confirmed)
     rounds, joined, limit, number = [], {i: 0 for i in alive}, max_rounds, 0
     while number < limit:
         timed_now = _timed(time_each, selection.round_order(alive, number))
@@ -70,7 +80,7 @@ def select(time_each: Callable[[Sequence[int]], Mapping], indices: Sequence[int]
             if len(alive) == 1 or standing.settled:
                 break
     verdict = selection.verdict(medians, rounds, alive, retimed=True)
-    return Retimed(verdict, first, rounds, timed, time.monotonic() - started)
+    return Retimed(verdict, first, rounds, timed, time.monotonic() - started, confirmed)
 
 
 def _timed(time_each, indices: Sequence[int]) -> dict[int, Sample]:
@@ -85,7 +95,7 @@ def summary(retimed: Retimed, signatures: Sequence[str], band: float, versions: 
     finalist``, ``one pass``), the rounds, the winner's margin, the tie, every candidate's median and
     spread by signature, how many timings this process made, and what it was measured on."""
     verdict = retimed.verdict
-    kept = selection.summary(retimed.first, retimed.rounds)
+    kept = selection.summary(retimed.first, retimed.rounds, retimed.confirmed)
     return {"how": verdict.how, "rounds": verdict.rounds, "band": band,
             "margin": None if verdict.margin is None else round(verdict.margin, 6),
             "tied": [signatures[i] for i in verdict.tied], "winner": signatures[verdict.winner],

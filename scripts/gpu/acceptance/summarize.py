@@ -4,7 +4,11 @@ rank), steady step (median of steps 10 on, all ranks) against the first run name
 parameter hashes: distinct across ranks, and whether they equal the other runs'; Dynamo's graphs and
 graph breaks, all ranks.
 
-usage: summarize.py WORK_DIR RUN [RUN...]     (the first RUN is the reference, normally plain)
+usage: summarize.py WORK_DIR RUN [RUN...] [--untimed RUN,RUN]   (the first RUN is the reference, normally plain)
+
+A run that did not run (no log: skipped for a short lease) gets a row saying so. With ``--untimed``,
+each run named there must have run, benchmarked nothing and ended with one hash across its ranks,
+else the check's failures are printed and the exit status is 1.
 """
 
 import glob
@@ -17,6 +21,8 @@ import sys
 
 def load(work, name):
     folder = os.path.join(work, name)
+    if not os.path.exists(os.path.join(folder, "log.txt")):
+        return None
     results, text = [], open(os.path.join(folder, "log.txt"), errors="replace").read()
     for found in re.finditer(r"RESULT (\{)", text):  # ranks print at once: lines may interleave
         try:
@@ -34,10 +40,30 @@ def load(work, name):
             "hashes": sorted({r["params"] for r in results})}
 
 
+def check_untimed(runs, names):
+    """What is wrong with the runs that should have timed nothing (a table answered every key)."""
+    wrong = []
+    for name in names:
+        run = runs.get(name)
+        if run is None:
+            wrong.append(f"{name}: did not run")
+        elif run["calls"]["do_bench"] or run["calls"]["inductor"] or len(run["hashes"]) != 1:
+            wrong.append(f"{name}: {run['calls']['do_bench']} + {run['calls']['inductor']} benchmark calls, "
+                         f"{len(run['hashes'])} hashes (expected 0 + 0 and 1)")
+    return wrong
+
+
 def main():
-    work, names = sys.argv[1], sys.argv[2:]
-    runs = {name: load(work, name) for name in names}
-    base = runs[names[0]]
+    args = sys.argv[1:]
+    untimed = args[args.index("--untimed") + 1].split(",") if "--untimed" in args else []
+    if "--untimed" in args:
+        del args[args.index("--untimed"):args.index("--untimed") + 2]
+    work, names = args[0], args[1:]
+    loaded = {name: load(work, name) for name in names}
+    for name in [n for n, run in loaded.items() if run is None]:
+        print(f"{name}: not run (no log)")
+    runs = {name: run for name, run in loaded.items() if run is not None}
+    base = runs.get(names[0]) or {"first": None, "steady": None}
     print(f"| run | ranks | do_bench + Inductor calls (job) | first step (s) | vs {names[0]} | steady step (ms) | "
           f"vs {names[0]} | param hashes across ranks | same as | dynamo graphs / breaks (job) |")
     print("|---|---|---|---|---|---|---|---|---|---|")
@@ -55,7 +81,11 @@ def main():
     for name, run in runs.items():  # beside the log, for the record
         with open(os.path.join(work, name, "summary.json"), "w") as out:
             json.dump(run, out)
+    wrong = check_untimed(runs, untimed)
+    for line in wrong:
+        print(f"CHECK FAILED: {line}")
+    return 1 if wrong else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

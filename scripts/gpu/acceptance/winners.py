@@ -17,12 +17,21 @@ of the same card kind: copy their folders into one, named ``LEASE+JOB`` where na
 Inductor's generated kernels: as Triton's keys where the audit timed them (picks.py audits them too),
 else only whether the guard jobs froze the same entry.
 
+Then, between processes: for each pair of candidates that four or more jobs' tables re-timed in
+rounds (3 or more timings each), the pair's ratio in each job, its mean and its spread between jobs,
+beside the spread of one timing within a job. Where the spread between jobs exceeds the pair's
+difference, which candidate is best depends on the process, and no rule inside one can freeze the
+same winner every time and the best each time.
+
     python scripts/gpu/acceptance/winners.py FOLDER [--json OUT.json]
 """
 
 import glob
+import itertools
 import json
+import math
 import os
+import statistics
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", ".."))  # the repo
@@ -129,6 +138,37 @@ def describe(kind_picks, audit_entry):
             "within": sum(r <= WITHIN for r in known) if known else None}
 
 
+def between_jobs(jobs, least=4):
+    """Rows (kernel, key, pair, each job's log ratio, within-job spread) for pairs of candidates that
+    ``least`` or more guard jobs' tables timed in rounds (n >= 3 each), from the jobs of one kind."""
+    measured = [table.get("measured", {}) for _, _, (_, table, _) in jobs if table]
+    rows = []
+    for kernel in sorted(set().union(*measured)) if measured else []:
+        for key in sorted(set().union(*[m.get(kernel, {}) for m in measured])):
+            entries = [m[kernel][key]["candidates"] for m in measured if key in m.get(kernel, {})]
+            names = sorted(set().union(*entries))
+            for a, b in itertools.combinations(names, 2):
+                both = [e for e in entries if all(e.get(c, {}).get("n", 0) >= 3 and e[c].get("median") for c in (a, b))]
+                if len(both) >= least:
+                    ratios = [math.log(e[a]["median"] / e[b]["median"]) for e in both]
+                    within = statistics.median(e[c].get("spread") or 0.0 for e in both for c in (a, b))
+                    rows.append((kernel, key, f"{a} / {b}", ratios, within))
+    return rows
+
+
+def print_between(jobs):
+    for kind in ("guard", "alone"):
+        rows = between_jobs([job for job in jobs if job[1] == kind])
+        if not rows:
+            continue
+        print(f"between processes ({kind} jobs): one pair's ratio in each job's rounds")
+        print("| kernel | key | pair | mean % | spread between jobs % | each job % | one timing's spread in a job % |")
+        print("|---|---|---|---|---|---|---|")
+        for kernel, key, pair, ratios, within in rows:
+            print(f"| {kernel.rpartition('.')[2]} | {key[:40]} | {pair} | {statistics.mean(ratios) * 100:+.2f} "
+                  f"| {statistics.stdev(ratios) * 100:.2f} | {' '.join(f'{r * 100:+.1f}' for r in ratios)} | {within * 100:.2f} |")
+
+
 def main():
     folder = sys.argv[1]
     jobs = [(job, kind_of(job), load_job(os.path.join(folder, job))) for job in sorted(os.listdir(folder))
@@ -170,6 +210,7 @@ def main():
         print(f"Inductor keys in no guard job's table (no choice there to freeze) and not audited: {', '.join(elsewhere)}")
     broken = disagreeing_ranks(jobs)
     print("ranks of a guarded job that froze different configs:", broken or "none")
+    print_between(jobs)
     if "--json" in sys.argv:
         with open(sys.argv[sys.argv.index("--json") + 1], "w") as out:
             json.dump({"keys": result, "inductor": inductor, "rank_disagreements": broken, "jobs": counts}, out, indent=1)
