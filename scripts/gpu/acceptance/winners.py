@@ -23,7 +23,11 @@ beside the spread of one timing within a job. Where the spread between jobs exce
 difference, which candidate is best depends on the process, and no rule inside one can freeze the
 same winner every time and the best each time.
 
-    python scripts/gpu/acceptance/winners.py FOLDER [--json OUT.json]
+With ``--pooled``, it also shows what pooling cold runs would freeze: for every way of picking 1, 2
+or 3 jobs of a kind, the candidate with the lowest mean of its log ratio to each job's best, and how
+often each candidate comes out so.
+
+    python scripts/gpu/acceptance/winners.py FOLDER [--json OUT.json] [--pooled]
 """
 
 import glob
@@ -169,6 +173,33 @@ def print_between(jobs):
                   f"| {statistics.stdev(ratios) * 100:.2f} | {' '.join(f'{r * 100:+.1f}' for r in ratios)} | {within * 100:.2f} |")
 
 
+def pooled_picks(tables, size):
+    """Each candidate's share of the picks over every ``size`` of the ``tables`` (one key's
+    ``candidates`` per job): the lowest mean, over the jobs pooled, of its log ratio to the job's best."""
+    counts = {}
+    for combo in itertools.combinations(tables, size):
+        names = set.intersection(*[{c for c, d in t.items() if d.get("median")} for t in combo])
+        score = {c: statistics.mean(math.log(t[c]["median"] / min(d["median"] for d in t.values() if d.get("median")))
+                                    for t in combo) for c in names}
+        if score:
+            pick = min(sorted(score), key=score.get)
+            counts[pick] = counts.get(pick, 0) + 1
+    total = sum(counts.values())
+    return {c: n / total for c, n in sorted(counts.items(), key=lambda item: -item[1])}
+
+
+def print_pooled(jobs):
+    for kind in ("guard", "alone"):
+        measured = [table.get("measured", {}) for _, k, (_, table, _) in jobs if k == kind and table]
+        for kernel in sorted(set().union(*measured)) if len(measured) >= 4 else []:
+            for key in sorted(set().union(*[m.get(kernel, {}) for m in measured])):
+                tables = [m[kernel][key]["candidates"] for m in measured if key in m.get(kernel, {})]
+                shares = [pooled_picks(tables, size) for size in (1, 2, 3)]
+                print(f"pooled ({kind}) {kernel.rpartition('.')[2]} {key[:30]}: " + "; ".join(
+                    f"{size} job{'s' * (size > 1)}: " + ", ".join(f"{c} {share:.0%}" for c, share in found.items())
+                    for size, found in zip((1, 2, 3), shares)))
+
+
 def main():
     folder = sys.argv[1]
     jobs = [(job, kind_of(job), load_job(os.path.join(folder, job))) for job in sorted(os.listdir(folder))
@@ -211,6 +242,8 @@ def main():
     broken = disagreeing_ranks(jobs)
     print("ranks of a guarded job that froze different configs:", broken or "none")
     print_between(jobs)
+    if "--pooled" in sys.argv:
+        print_pooled(jobs)
     if "--json" in sys.argv:
         with open(sys.argv[sys.argv.index("--json") + 1], "w") as out:
             json.dump({"keys": result, "inductor": inductor, "rank_disagreements": broken, "jobs": counts}, out, indent=1)
