@@ -89,7 +89,7 @@ run() {
 summary() {  # the runs named, as one table: calls, first step, steady step against plain, hashes
   # (--untimed RUN,RUN: those ran, timed nothing and agree on one hash, or the phase fails)
   "$PY" "$REPO/scripts/gpu/acceptance/summarize.py" "$W" "$@" | tee -a "$OUT/summary.txt" || fail "summarize.py $*"
-  for name in "$@"; do cp "$W/$name/summary.json" "$OUT/$name.summary.json" 2>/dev/null; done
+  for name in "$@"; do [[ $name == --* ]] && break; cp "$W/$name/summary.json" "$OUT/$name.summary.json" 2>/dev/null; done
 }
 
 phase_train() {

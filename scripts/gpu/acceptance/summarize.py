@@ -11,6 +11,7 @@ each run named there must have run, benchmarked nothing and ended with one hash 
 else the check's failures are printed and the exit status is 1.
 """
 
+import argparse
 import glob
 import json
 import os
@@ -54,11 +55,12 @@ def check_untimed(runs, names):
 
 
 def main():
-    args = sys.argv[1:]
-    untimed = args[args.index("--untimed") + 1].split(",") if "--untimed" in args else []
-    if "--untimed" in args:
-        del args[args.index("--untimed"):args.index("--untimed") + 2]
-    work, names = args[0], args[1:]
+    parser = argparse.ArgumentParser(description="One table for runs of train_lm.py.")
+    parser.add_argument("work")
+    parser.add_argument("names", nargs="+", metavar="RUN")
+    parser.add_argument("--untimed", default="", help="RUN,RUN: runs that must have timed nothing, with one hash")
+    args = parser.parse_args()
+    work, names, untimed = args.work, args.names, [n for n in args.untimed.split(",") if n]
     loaded = {name: load(work, name) for name in names}
     for name in [n for n, run in loaded.items() if run is None]:
         print(f"{name}: not run (no log)")

@@ -142,27 +142,31 @@ def describe(kind_picks, audit_entry):
             "within": sum(r <= WITHIN for r in known) if known else None}
 
 
-def between_jobs(jobs, least=4):
-    """Rows (kernel, key, pair, each job's log ratio, within-job spread) for pairs of candidates that
-    ``least`` or more guard jobs' tables timed in rounds (n >= 3 each), from the jobs of one kind."""
-    measured = [table.get("measured", {}) for _, _, (_, table, _) in jobs if table]
-    rows = []
-    for kernel in sorted(set().union(*measured)) if measured else []:
+def key_candidates(jobs, kind):
+    """(kernel, key, each job's ``candidates``) for every key that the tables of ``kind``'s jobs measured."""
+    measured = [table.get("measured", {}) for _, k, (_, table, _) in jobs if k == kind and table]
+    for kernel in sorted(set().union(*measured)):
         for key in sorted(set().union(*[m.get(kernel, {}) for m in measured])):
-            entries = [m[kernel][key]["candidates"] for m in measured if key in m.get(kernel, {})]
-            names = sorted(set().union(*entries))
-            for a, b in itertools.combinations(names, 2):
-                both = [e for e in entries if all(e.get(c, {}).get("n", 0) >= 3 and e[c].get("median") for c in (a, b))]
-                if len(both) >= least:
-                    ratios = [math.log(e[a]["median"] / e[b]["median"]) for e in both]
-                    within = statistics.median(e[c].get("spread") or 0.0 for e in both for c in (a, b))
-                    rows.append((kernel, key, f"{a} / {b}", ratios, within))
+            yield kernel, key, [m[kernel][key]["candidates"] for m in measured if key in m.get(kernel, {})]
+
+
+def between_jobs(jobs, kind, least=4):
+    """Rows (kernel, key, pair, each job's log ratio, within-job spread) for pairs of candidates that
+    ``least`` or more of ``kind``'s jobs' tables timed in rounds (n >= 3 each)."""
+    rows = []
+    for kernel, key, entries in key_candidates(jobs, kind):
+        for a, b in itertools.combinations(sorted(set().union(*entries)), 2):
+            both = [e for e in entries if all(e.get(c, {}).get("n", 0) >= 3 and e[c].get("median") for c in (a, b))]
+            if len(both) >= least:
+                ratios = [math.log(e[a]["median"] / e[b]["median"]) for e in both]
+                within = statistics.median(e[c].get("spread") or 0.0 for e in both for c in (a, b))
+                rows.append((kernel, key, f"{a} / {b}", ratios, within))
     return rows
 
 
 def print_between(jobs):
     for kind in ("guard", "alone"):
-        rows = between_jobs([job for job in jobs if job[1] == kind])
+        rows = between_jobs(jobs, kind)
         if not rows:
             continue
         print(f"between processes ({kind} jobs): one pair's ratio in each job's rounds")
@@ -188,16 +192,15 @@ def pooled_picks(tables, size):
     return {c: n / total for c, n in sorted(counts.items(), key=lambda item: -item[1])}
 
 
-def print_pooled(jobs):
+def print_pooled(jobs, least=4):
     for kind in ("guard", "alone"):
-        measured = [table.get("measured", {}) for _, k, (_, table, _) in jobs if k == kind and table]
-        for kernel in sorted(set().union(*measured)) if len(measured) >= 4 else []:
-            for key in sorted(set().union(*[m.get(kernel, {}) for m in measured])):
-                tables = [m[kernel][key]["candidates"] for m in measured if key in m.get(kernel, {})]
-                shares = [pooled_picks(tables, size) for size in (1, 2, 3)]
-                print(f"pooled ({kind}) {kernel.rpartition('.')[2]} {key[:30]}: " + "; ".join(
-                    f"{size} job{'s' * (size > 1)}: " + ", ".join(f"{c} {share:.0%}" for c, share in found.items())
-                    for size, found in zip((1, 2, 3), shares)))
+        for kernel, key, tables in key_candidates(jobs, kind):
+            if len(tables) < least:
+                continue
+            shares = [pooled_picks(tables, size) for size in (1, 2, 3)]
+            print(f"pooled ({kind}) {kernel.rpartition('.')[2]} {key[:30]}: " + "; ".join(
+                f"{size} job{'s' * (size > 1)}: " + ", ".join(f"{c} {share:.0%}" for c, share in found.items())
+                for size, found in zip((1, 2, 3), shares)))
 
 
 def main():
