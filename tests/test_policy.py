@@ -153,6 +153,8 @@ BAD = [
     ({"AUTOTUNE_RETIME_ROUNDS": "many"}, ["AUTOTUNE_RETIME_ROUNDS='many'", "an integer >= 0"]),
     ({"AUTOTUNE_RETIME_ROUNDS": "500"}, ["AUTOTUNE_RETIME_ROUNDS='500'", "an integer from 0 to 100"]),
     ({"AUTOTUNE_RETIME_BAND": "0"}, ["AUTOTUNE_RETIME_BAND='0'", "a percentage from 0.1 to 50"]),
+    ({"AUTOTUNE_POOL_RUNS": "9"}, ["AUTOTUNE_POOL_RUNS='9'", "an integer from 1 to 5"]),
+    ({"AUTOTUNE_POOL_RUNS": "three"}, ["AUTOTUNE_POOL_RUNS='three'", "an integer"]),
     ({"AUTOTUNE_RETIME_BAND": "3 percent"}, ["AUTOTUNE_RETIME_BAND='3 percent'", "(like 3 or 3%)"]),
     ({"AUTOTUNE_DISABLE_WARNINGS": "consensus_alone"}, ["AUTOTUNE_DISABLE_WARNINGS='consensus_alone'",
                                                        "not a warning that can be silenced", "consensus-alone"]),

@@ -16,6 +16,7 @@ from .envfile import read_env_file
 from .store_url import hide_password, store_urls
 from .errors import PolicyError
 from . import warning_names
+from .pooling import MOST_RUNS
 from .settings_values import (parse_block_sizes, parse_bool, parse_switch, parse_choice, parse_file_path, parse_int_at_least,
                               parse_int_between, parse_mode, parse_names, parse_paths, parse_percent, parse_seconds,
                               parse_seconds_or_none, parse_token)
@@ -31,6 +32,7 @@ DEFAULT_CONSENSUS_DEAD_AFTER_S = 120.0  # heartbeat silence that means a claimer
 DERIVED = "default"  # ``mode_from`` of a mode no setting chose: settled at the first launch
 DEFAULT_RETIME_ROUNDS = 10  # the most rounds the finalists are timed again in (docs/winners.md)
 DEFAULT_RETIME_BAND = 0.03  # finalists: within 3 % of the first pass's best
+DEFAULT_POOL_RUNS = 1  # cold runs a table entry's winner is pooled over (docs/winners.md); 1: the first run's
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,7 @@ class AutotunePolicy:
     table_store_down: str = "error"  # AUTOTUNE_TABLE_STORE_DOWN: see docs/shared-store.md
     retime_rounds: int = DEFAULT_RETIME_ROUNDS  # AUTOTUNE_RETIME_ROUNDS: 0 times every candidate once
     retime_band: float = DEFAULT_RETIME_BAND  # AUTOTUNE_RETIME_BAND: which candidates are finalists
+    pool_runs: int = DEFAULT_POOL_RUNS  # AUTOTUNE_POOL_RUNS: a table's key is timed again until this many runs
     disable_warnings: tuple[str, ...] = ()  # AUTOTUNE_DISABLE_WARNINGS: names of warnings logged at DEBUG instead
     env_file: str | None = field(default=None, compare=False)
     # Why the mode is what it is (logged at install); "default" means no setting chose it, so a
@@ -118,6 +121,7 @@ _VARIABLES = {
     "AUTOTUNE_TABLE_STORE_DOWN": ("table_store_down", lambda var, v: parse_choice(var, v, STORE_DOWN)),
     "AUTOTUNE_RETIME_ROUNDS": ("retime_rounds", lambda var, v: parse_int_between(var, v, 0, 100)),
     "AUTOTUNE_RETIME_BAND": ("retime_band", lambda var, v: parse_percent(var, v, 0.1, 50)),
+    "AUTOTUNE_POOL_RUNS": ("pool_runs", lambda var, v: parse_int_between(var, v, 1, MOST_RUNS)),
     "AUTOTUNE_DISABLE_WARNINGS": ("disable_warnings", warning_names.parse),
     "AUTOTUNE_LOG_LEVEL": ("log_level", lambda var, v: parse_choice(var, v, [l.lower() for l in LOG_LEVELS]).upper()),
 }
@@ -267,6 +271,10 @@ def ineffective_settings(policy: AutotunePolicy, startup: StartupSettings) -> li
         for var, value in pinned_only:
             found.append(f"{var}={_show(value)} has an effect in pinned mode only, and the mode is {policy.mode} "
                          f"(from {policy.mode_from}): it is ignored")
+    if policy.pool_runs != default.pool_runs and (policy.mode != "consensus" or not policy.table_path):
+        found.append(f"AUTOTUNE_POOL_RUNS={policy.pool_runs} pools a table's winners over cold runs in consensus mode "
+                     f"with AUTOTUNE_TABLE_PATH only, and the mode is {policy.mode}"
+                     f"{'' if policy.table_path else ' without a table path'}: it is ignored")
     for name in ("consensus_timeout", "consensus_dead_after", "consensus_split"):
         if getattr(policy, name) != getattr(default, name) and policy.mode != "consensus":
             found.append(f"AUTOTUNE_{name.upper()}={getattr(policy, name):g} has an effect in consensus mode only, "

@@ -15,6 +15,7 @@ from .errors import FileFormatError
 from .model import compact, provenance_differences
 from .numerics import numerics_differences
 from .pinned import entry_matches
+from .pooling import EARLIER, MOST_RUNS
 from . import safe_files
 from .schema import TABLE_FORMAT, check_table, read_document
 from .store_url import hide_password, is_store_url
@@ -51,8 +52,7 @@ def installed_version(package: str) -> str | None:
 
 PROVENANCE = "provenance"  # a table's kernel -> what its entries were recorded against (model.provenance)
 MEASURED = "measured"  # a table's kernel -> key -> what was measured to choose the entry (deciding.retime)
-EARLIER = "earlier"  # in a measured entry: later measurements of a key the table held already, kept beside it
-EARLIER_KEPT = 4  # at most this many of them
+EARLIER_KEPT = MOST_RUNS - 1  # measurements kept beside an entry's (EARLIER): other runs', or the one it replaced
 
 
 class KernelEntries(dict):
@@ -336,9 +336,10 @@ def _add_entry(entries: dict, measured: dict, key: str, desc, author, check) -> 
     previous = measured.get(key)
     entries[key] = compact(desc)
     author[0][key] = dict(author[1])
-    if new_measured:
-        beside = [{k: v for k, v in previous.items() if k != EARLIER}] if previous else []
-        measured[key] = {**new_measured, **({EARLIER: beside} if beside else {})}
+    if new_measured:  # what it replaces goes beside it, with what was beside that (a pooled key's runs)
+        beside = [*(previous.get(EARLIER) or []), {k: v for k, v in previous.items() if k != EARLIER}] \
+            if previous else []
+        measured[key] = {**new_measured, **({EARLIER: beside[-EARLIER_KEPT:]} if beside else {})}
     return 1
 
 
@@ -377,4 +378,13 @@ def verdict_text(document: Mapping, kernel: str, key: str) -> str | None:
             "clear": f"clear by {margin}", "one finalist": f"one finalist, by {margin}",
             "one pass": f"one pass, by {margin}", "kept": f"kept, the new candidates by {margin}"}.get(how, how)
     count = len(found.get("candidates") or {})
-    return f"{said}; {count} candidates timed" + (f", {rounds} rounds" if rounds else "")
+    text = f"{said}; {count} candidates timed" + (f", {rounds} rounds" if rounds else "")
+    pooled = found.get("pooled")
+    if isinstance(pooled, dict) and isinstance(pooled.get("runs"), int):
+        margin = pooled.get("margin")
+        by = f"clear by {margin * 100:+.2f} %" if isinstance(margin, (int, float)) else "no other candidate"
+        text = (f"POOLED over {pooled['runs']} cold runs: " + (f"TIE of {len(pooled.get('tied') or []) + 1} within "
+                "0.5 % (the one declared first)" if pooled.get("how") == "tie" else by)
+                + (f", ±{pooled['spread'] * 100:.2f} % between runs" if isinstance(pooled.get("spread"), float) else "")
+                + f"; the last run's own: {text}")
+    return text

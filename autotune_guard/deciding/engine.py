@@ -17,7 +17,7 @@ from ..core.model import Choice, ChoiceKey, provenance_differences, record_entry
 from ..core.numerics import numerics_differences, numerics_message
 from ..core.pinned import Pick
 from ..runtime import Epoch, current
-from . import consensus, retime, split
+from . import consensus, pooling, retime, split
 
 logger = logging.getLogger("autotune_guard")
 
@@ -249,22 +249,26 @@ def _consensus(epoch: Epoch, tunable: Tunable) -> Decision:
     key = tunable.key
     table = table_index(epoch, tunable)
     known = _known(guard, epoch, tunable) if table is not None else None
-    if known is not None:
-        table = None  # the kernel gained candidates since the entry was measured: those are timed
+    pooled = pooling.runs_kept(epoch, tunable, _measured_on(key.arch)) if table is not None and known is None else None
+    if known is not None or pooled is not None:
+        table = None  # the kernel gained candidates since the entry was measured, or its runs are pooled
     store = guard.job_store(key)
     if store is None:
-        return _alone(guard, epoch, tunable, table, known)
+        return _alone(guard, epoch, tunable, table, known, pooled)
     signatures = [signature(d) for d in tunable.descriptors]
     # settings that change where ranks meet, compared once per process on the job's Store (a node's
     # fan-in store hands compare_set to the job's)
     consensus.agree_settings(store, guard.facts.ask("rank_now", (0, 1))[0], epoch.policy.consensus_split)
-    if epoch.policy.consensus_split and table is None and known is None and len(signatures) > 1 and tunable.splits:
+    if epoch.policy.consensus_split and table is None and known is None and pooled is None and len(signatures) > 1 \
+            and tunable.splits:
         return _split(guard, epoch, tunable, store, signatures)
 
     def tune():  # on the claimer only, when its table lacks the key
         tuned = selected(epoch, tunable, "consensus", known)
         if tuned is None:
             raise SelectionError(f"autotune_guard consensus: {key.what()}: the tuner chose nothing")
+        if pooled is not None:
+            tuned = pooling.pooled(guard, epoch, tunable, tuned, pooled)
         return signature(tuned.winner), tuned
 
     index, tuned_here, answer = consensus.decide(
@@ -277,7 +281,8 @@ def _consensus(epoch: Epoch, tunable: Tunable) -> Decision:
     if tuned_here and answer is not None and answer[1] is not None:
         tuned = answer[1]
         return Decision(index, tuned.how or "consensus", tuned,
-                        noted(epoch, tunable, tuned, "consensus", for_job=True, extends=known is not None))
+                        noted(epoch, tunable, tuned, "consensus", for_job=True,
+                              extends=known is not None or pooled is not None))
     return _followed(guard, epoch, tunable, index, signatures, "table" if index == table else "consensus")
 
 
@@ -334,9 +339,10 @@ def _known(guard, epoch: Epoch, tunable: Tunable) -> tuple | None:
     return known, retime.kept_winner(measured, signatures)
 
 
-def _alone(guard, epoch: Epoch, tunable: Tunable, table: int | None, known: tuple | None = None) -> Decision:
+def _alone(guard, epoch: Epoch, tunable: Tunable, table: int | None, known: tuple | None = None,
+           pooled: list | None = None) -> Decision:
     """No process group at the moment of choice: the table's entry, else timed here as in auto (a
-    job of one process grows the table by it)."""
+    job of one process grows the table by it, and pools its runs as a job of several does)."""
     if table is not None:
         chosen = signature(tunable.descriptors[table])
         return Decision(table, "pinned", None, guard.note(epoch, tunable.key, Choice(chosen, "pinned")))
@@ -349,9 +355,11 @@ def _alone(guard, epoch: Epoch, tunable: Tunable, table: int | None, known: tupl
         guard.warn_once(f"consensus alone: {tunable.noun}", "AUTOTUNE_MODE=consensus without a torch.distributed "
                         f"process group: {tunable.noun} are timed by this process alone, as in auto mode",
                         logging.INFO, scope="process", name="consensus-alone")
-    if world != 1 or known is None:
+    if world != 1 or (known is None and pooled is None):
         return timed(epoch, tunable, "timed", for_job=world == 1)
     tuned = selected(epoch, tunable, "timed", known)
+    if pooled is not None:
+        tuned = pooling.pooled(guard, epoch, tunable, tuned, pooled)
     return Decision(_index_of(tunable, tuned.winner), "timed", tuned,
                     noted(epoch, tunable, tuned, "timed", for_job=True, extends=True))
 

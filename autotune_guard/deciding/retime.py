@@ -132,6 +132,8 @@ def known_timings(measured: Mapping | None, signatures: Sequence[str], versions:
 
 
 def kept_winner(measured: Mapping, signatures: Sequence[str]) -> int | None:
-    """The index of the winner a kept measurement chose, among ``signatures``."""
-    winner = measured.get("winner") if isinstance(measured, Mapping) else None
+    """The index of the winner a kept measurement chose (pooled over runs, where it was), among ``signatures``."""
+    pooled = measured.get("pooled") if isinstance(measured, Mapping) else None
+    winner = pooled.get("winner") if isinstance(pooled, Mapping) else None
+    winner = winner or (measured.get("winner") if isinstance(measured, Mapping) else None)
     return signatures.index(winner) if winner in signatures else None

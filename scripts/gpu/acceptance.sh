@@ -156,6 +156,9 @@ PYEOF
 #   onepass  the same with AUTOTUNE_RETIME_ROUNDS=0 (every candidate timed once: run 1 before issue 43)
 #   plain    no guard: each of the 4 ranks is a cold process drawing Triton's own pick
 #   audit    plain, one rank alone on the GPU, every key's candidates timed carefully (20 rounds)
+#   pool1    one rank alone with AUTOTUNE_POOL_RUNS=$POOL (3): each group of POOL+1 jobs shares a table
+#            directory (winners-pool1-g<G>r<R>): runs 1..POOL time every key and pool it, run POOL+1
+#            must time nothing (its row says 0 + 0 calls)
 # One compile cache for the phase: its first job compiles every candidate, the later ones find them
 # compiled, so a job costs its timing (still cold: empty tables, fresh processes); Inductor's own
 # kernels then keep the best config Inductor cached, untimed. The train phase's plain and readme1
@@ -165,20 +168,29 @@ phase_winners() {
   local -A count=()
   for kind in ${WINNERS:-audit plain guard guard guard guard guard onepass}; do
     count[$kind]=$(( ${count[$kind]:-0} + 1 ))
-    local name="winners-$kind-${count[$kind]}" settings=(ACCEPT_PICKS=1)
+    local name="winners-$kind-${count[$kind]}" settings=(ACCEPT_PICKS=1) pool=${POOL:-3}
     case $kind in
+      pool1) local group=$(( (count[$kind] - 1) / (pool + 1) + 1 )) nth=$(( (count[$kind] - 1) % (pool + 1) + 1 ))
+             name="winners-pool1-g${group}r${nth}"; [ "$nth" = 1 ] && rm -rf "$W/wt-pool-g$group"
+             mkdir -p "$W/wt-pool-g$group" "$W/wt-$name"
+             settings+=(AUTOTUNE_MODE=consensus AUTOTUNE_TABLE_PATH="$W/wt-pool-g$group" AUTOTUNE_POOL_RUNS="$pool") ;;
       guard|guard1|onepass) rm -rf "$W/wt-$name"; mkdir -p "$W/wt-$name"
                      settings+=(AUTOTUNE_MODE=consensus AUTOTUNE_TABLE_PATH="$W/wt-$name")
                      [ "$kind" = onepass ] && settings+=(AUTOTUNE_RETIME_ROUNDS=0) ;;
       plain) ;;
       audit) settings+=(ACCEPT_AUDIT=1) ;;
-      *) echo "WINNERS: $kind is not guard, guard1, onepass, plain or audit"; return 1 ;;
+      *) echo "WINNERS: $kind is not guard, guard1, onepass, plain, audit or pool1"; return 1 ;;
     esac
     # Compiled kernels stay; the winners Triton and Inductor cached on disk go (a plain job would read them).
     find "$W/cache-winners" \( -name '*.autotune.json' -o -name '*.best_config' \) -delete 2>/dev/null
-    CACHE="$W/cache-winners" NPROC=$(case $kind in audit|guard1) echo 1;; *) echo 4;; esac) run "$name" "${settings[@]}" || continue
+    CACHE="$W/cache-winners" NPROC=$(case $kind in audit|guard1|pool1) echo 1;; *) echo 4;; esac) run "$name" "${settings[@]}" || continue
+    [ "$kind" = pool1 ] && cp "$W/wt-pool-g$group"/*.json "$W/wt-$name/"  # the group's table after this run
     cp "$W/wt-$name"/*.json "$OUT/winners/$name/" 2>/dev/null
     "$PY" "$REPO/scripts/gpu/acceptance/summarize.py" "$W" "$name" | sed -n 3p | tee -a "$OUT/summary.txt"
+    if [ "$kind" = pool1 ] && (( nth > pool )); then  # the group's runs are pooled: this one reads the table
+      "$PY" "$REPO/scripts/gpu/acceptance/summarize.py" "$W" "$name" --untimed "$name" > /dev/null \
+        || fail "$name timed after $pool pooled runs"
+    fi
   done
   "$PY" "$REPO/scripts/gpu/acceptance/winners.py" "$OUT/winners" | tee -a "$OUT/summary.txt"
 }

@@ -2,7 +2,8 @@
 
 The kernel writes its ``BLOCK`` into ``tag``; the timer runs the launch it is given, reads which
 config ran, and answers that config's true cost times a lognormal noise of ``NOISE`` a call (as
-a GPU's timings of one config vary from call to call). ``COSTS``: two candidates 0.3 % apart, one
+a GPU's timings of one config vary from call to call), and by ``BIAS`` (how a cold process's speed
+for one config moves from one process to the next). ``COSTS``: two candidates 0.3 % apart, one
 2 % behind them declared first (a tie to the first declared would pick it), three far behind.
 """
 
@@ -15,6 +16,7 @@ import triton.language as tl
 COSTS = {16: 1.020, 32: 1.000, 64: 1.003, 128: 1.100, 256: 1.300, 512: 1.600}
 NEW_COST = {8: 1.500}  # a candidate added later: far behind, so it joins no finalists
 NOISE = 0.01
+BIAS = {}  # BLOCK -> a factor this "process" times it slower by (a cold run's own draw; pooling's tests)
 CALLS = []  # the BLOCK of every timed launch, in order
 RANDOM = random.Random(0)
 
@@ -23,7 +25,7 @@ def timer(kernel_call, quantiles):
     kernel_call()
     block = int(TAG[0])
     CALLS.append(block)
-    t = {**COSTS, **NEW_COST}[block] * math.exp(RANDOM.gauss(0, NOISE))
+    t = {**COSTS, **NEW_COST}[block] * BIAS.get(block, 1.0) * math.exp(RANDOM.gauss(0, NOISE))
     return [t, t * 0.99, t * 1.01]
 
 

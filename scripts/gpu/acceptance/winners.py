@@ -12,7 +12,9 @@ of the same card kind: copy their folders into one, named ``LEASE+JOB`` where na
   their regret against the careful best, the verdicts the tables give (``tie`` allows two);
 * alone: the same for guard jobs of one rank (the GPU its own, as in a job with a GPU per rank);
 * onepass: the same for run 1 with one pass (AUTOTUNE_RETIME_ROUNDS=0);
-* plain: the distinct picks over every rank of the plain jobs (each rank a cold process), regrets.
+* plain: the distinct picks over every rank of the plain jobs (each rank a cold process), regrets;
+* pool: groups of one-rank jobs with AUTOTUNE_POOL_RUNS (``winners-pool1-g<G>r<R>``): each group's
+  pooled winner and each run's own, against all the groups' runs pooled and against the audit.
 
 Inductor's generated kernels: as Triton's keys where the audit timed them (picks.py audits them too),
 else only whether the guard jobs froze the same entry.
@@ -41,7 +43,7 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", ".."))  # the repo
 
 KINDS = (("guard", ("readme1", "winners-guard-")), ("alone", ("winners-guard1-",)), ("onepass", ("winners-onepass-",)),
-         ("plain", ("plain", "winners-plain-")), ("audit", ("winners-audit-",)))
+         ("plain", ("plain", "winners-plain-")), ("audit", ("winners-audit-",)), ("pool", ("winners-pool1-",)))
 WITHIN = 0.005  # the issue's bar: a frozen winner within 0.5 % of the careful best
 
 
@@ -104,6 +106,8 @@ def per_key(jobs):
     """kernel -> key -> kind -> [(job, rank, sig)], and the guard tables' verdicts by kernel and key."""
     picks, verdicts = {}, {}
     for job, kind, (processes, table, _) in jobs:
+        if kind == "pool":  # print_pooling's
+            continue
         chosen = [("table", frozen(table))] if kind in ("guard", "alone", "onepass") else \
             [(process["rank"], choices_of(process, kind)) for process in processes]
         for rank, choices in chosen:
@@ -203,6 +207,57 @@ def print_pooled(jobs, least=4):
                 for size, found in zip((1, 2, 3), shares)))
 
 
+def pool_groups(jobs):
+    """group -> the measured entries (kernel -> key -> entry) of its last run's table (pool1 jobs)."""
+    last = {}
+    for job, kind, (_, table, _) in jobs:
+        if kind == "pool" and table:
+            group, _, nth = job.rpartition("-g")[2].partition("r")
+            if int(nth) >= last.get(group, (0, None))[0]:
+                last[group] = (int(nth), table.get("measured") or {})
+    return {group: measured for group, (_, measured) in sorted(last.items())}
+
+
+def runs_of(entry):
+    """Each pooled run's own measurement of one key, oldest first."""
+    return [*(entry.get("earlier") or []), {k: v for k, v in entry.items() if k != "earlier"}]
+
+
+def pooled_scores(runs):
+    """Each candidate timed by every run: the mean over the runs of its log ratio to the run's best."""
+    names = set.intersection(*[{c for c, d in r["candidates"].items() if d.get("median")} for r in runs])
+    best = [min(math.log(r["candidates"][c]["median"]) for c in names) for r in runs]
+    return {c: statistics.median(math.log(r["candidates"][c]["median"]) - b for r, b in zip(runs, best)) for c in names}
+
+
+def print_pooling(jobs, audit):
+    """AUTOTUNE_POOL_RUNS groups: each group's pooled winner against each run's own, judged by all the
+    groups' runs pooled (the best estimate across processes) and by the audit (one process)."""
+    groups = pool_groups(jobs)
+    if not groups:
+        return
+    print(f"pooled winners: {len(groups)} groups; regret % against all {sum(1 for _, k, _ in jobs if k == 'pool')} "
+          "pool jobs' runs pooled (and against the one-process audit)")
+    print("| kernel | key | pooled: distinct / groups, within 0.5 % | each run's own: distinct / runs, within 0.5 % "
+          "| pooled regrets % | own regrets % | pooled verdicts |")
+    print("|---|---|---|---|---|---|---|")
+    keys = sorted({(kernel, key) for measured in groups.values() for kernel, ks in measured.items() for key in ks})
+    for kernel, key in keys:
+        entries = [m[kernel][key] for m in groups.values() if key in m.get(kernel, {})]
+        runs = [run for entry in entries for run in runs_of(entry)]
+        score = pooled_scores(runs)
+        picks = [(entry.get("pooled") or {}).get("winner", entry["winner"]) for entry in entries]
+        own = [run["winner"] for run in runs]
+        against = lambda sigs: [score[s] - min(score.values()) if s in score else None for s in sigs]
+        audited = audit.get(kernel, {}).get(key)
+        cell = lambda sigs, r: f"{len(set(sigs))} / {len(sigs)}, {sum(x is not None and x <= WITHIN for x in r)}"
+        text = lambda r: " ".join("?" if x is None else f"{x * 100:.2f}" for x in r)
+        audit_text = "" if audited is None else f" (audit: {text([regret(audited, s) for s in picks])})"
+        hows = sorted({(entry.get("pooled") or {}).get("how", "?") for entry in entries})
+        print(f"| {kernel.rpartition('.')[2]} | {key[:40]} | {cell(picks, against(picks))} | {cell(own, against(own))} "
+              f"| {text(against(picks))}{audit_text} | {text(against(own))} | {','.join(hows)} |")
+
+
 def main():
     folder = sys.argv[1]
     jobs = [(job, kind_of(job), load_job(os.path.join(folder, job))) for job in sorted(os.listdir(folder))
@@ -245,6 +300,7 @@ def main():
     broken = disagreeing_ranks(jobs)
     print("ranks of a guarded job that froze different configs:", broken or "none")
     print_between(jobs)
+    print_pooling(jobs, audit)
     if "--pooled" in sys.argv:
         print_pooled(jobs)
     if "--json" in sys.argv:
