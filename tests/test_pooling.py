@@ -178,3 +178,40 @@ def test_the_readmes_command_pools_two_runs_on_two_ranks_and_the_third_reads_the
             assert pooled_lines and set(pooled_lines) == {"2"}, proc.stderr[-3000:]
             assert all(m["pooled"]["runs"] == 2 and len(m["earlier"]) == 1 for m in measured), measured
     assert tables[2] == tables[1] and not pooled_lines, proc.stderr[-3000:]
+
+
+def test_report_merge_pools_the_selections_of_several_cold_record_runs(guard, tmp_path, capsys):
+    """Three cold record runs (the first a process that times BLOCK=32 and 64 3 % slow) merged with
+    ``--rule pooled``: the entry is the winner pooled over the three selections, all kept."""
+    from autotune_guard import evidence
+    from autotune_guard.report import cli
+
+    prefixes = []
+    for run, bias in enumerate(({32: 1.03, 64: 1.03}, {}, {})):
+        winners.RANDOM.seed(run)
+        winners.BIAS.update(bias)
+        try:
+            guard({"AUTOTUNE_MODE": "record", "AUTOTUNE_RECORD_PATH": str(tmp_path / f"rec-{run}" / "run")})
+            winners.launch(winners.make(ORDER))
+            evidence.write_files()
+        finally:
+            winners.BIAS.clear()
+        prefixes.append(str(tmp_path / f"rec-{run}" / "run"))
+    own = [_block(_record_entry(tmp_path / f"rec-{run}")["measured"]["winner"]) for run in range(3)]
+    assert own[0] == 16, own
+    capsys.readouterr()
+    assert cli.main(["merge", "--allow-partial", "--rule", "pooled", *prefixes, "-o", str(tmp_path / "t.json")]) == 0
+    said = capsys.readouterr().out
+    table = json.loads((tmp_path / "t.json").read_text())
+    (entry,) = table["kernels"][KERNEL].values()
+    (measured,) = table["measured"][KERNEL].values()
+    assert entry["kwargs"]["BLOCK"] == 32 and measured["pooled"]["runs"] == 3 and len(measured["earlier"]) == 2
+    assert "pooled over 3 processes" in said, said  # the records disagree (16 once): the merge says why
+    assert cli.main(["show", str(tmp_path / "t.json")]) == 0
+    assert "POOLED over 3 cold runs" in capsys.readouterr().out
+
+
+def _record_entry(folder):
+    (path,) = folder.glob("run*.json")
+    (entry,) = json.loads(path.read_text())["kernels"][KERNEL].values()
+    return entry

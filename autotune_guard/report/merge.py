@@ -1,5 +1,5 @@
-"""``report merge``: per-rank record files -> one table for pinned mode (majority vote, or the
-fastest by Triton's measured times across ranks)."""
+"""``report merge``: per-rank record files -> one table for pinned mode (majority vote, the
+fastest by Triton's measured times across ranks, or the winner pooled over every process's selection)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 import time
 from collections import Counter
 
-from ..core import schema, tables
+from ..core import pooling, schema, tables
 from ..core.errors import InputError
 from ..core.jsonfile import atomic_write_json
 from ..core.model import static_cost
@@ -24,10 +24,11 @@ def run(args, out) -> int:
     output = _output_path(args.output)
     tally = Tally(timings=True)  # the files are read one at a time into it; timings break the vote's ties
     used, arch, notes = _records(args, output, tally)
-    decisions, kernels, library = _decide_all(tally.keys(used, arch), args.rule, tally.descriptors)
+    selections = tally.selections_of(used)
+    decisions, kernels, library = _decide_all(tally.keys(used, arch), args.rule, tally.descriptors, selections)
     table, version_notes = _table(used, arch, args.rule, kernels)
     table[tables.PROVENANCE] = tally.provenance
-    measured = _measured_of(decisions, tally.measured)
+    measured = _measured_of(decisions, selections)
     if measured:
         table[tables.MEASURED] = measured
     notes += version_notes + library_notes(library)
@@ -56,8 +57,12 @@ def _measured_of(decisions: list[dict], measured: dict) -> dict:
     chose that selection's winner (``report show`` then says how the entry was chosen)."""
     found: dict = {}
     for d in decisions:
-        said = measured.get((d["kernel"], d["key"]))
-        if said is not None and said.get("winner") == d.get("chosen"):
+        runs = measured.get((d["kernel"], d["key"])) or []
+        if d.get("pooled"):  # every process's measurement, the verdict over them beside
+            said = {**runs[-1], "pooled": d["pooled"], tables.EARLIER: runs[:-1][-tables.EARLIER_KEPT:]}
+        else:
+            said = next((run for run in runs if run.get("winner") == d.get("chosen")), None)
+        if said is not None:
             found.setdefault(d["kernel"], {})[d["key"]] = said
     return found
 
@@ -110,9 +115,10 @@ def _arch(archs: dict[str, list[str]], wanted, first: str) -> str:
     return wanted
 
 
-def _decide_all(keys: dict, rule: str, descriptors: dict) -> tuple[list[dict], dict[str, dict], dict[str, list[str]]]:
-    """One decision per (kernel, key) from its tally, the table's kernels from them, and the
-    keys left out because the kernel's library chose their config itself (per kernel)."""
+def _decide_all(keys: dict, rule: str, descriptors: dict, selections: dict) -> tuple[list[dict], dict, dict]:
+    """One decision per (kernel, key) from its tally (and, with ``pooled``, its ``selections``), the
+    table's kernels from them, and the keys left out because the kernel's library chose their config
+    itself (per kernel)."""
     decisions = []
     kernels: dict[str, dict] = {}
     library: dict[str, list[str]] = {}
@@ -122,11 +128,29 @@ def _decide_all(keys: dict, rule: str, descriptors: dict) -> tuple[list[dict], d
             continue
         known = {sig: descriptors[sig] for sig in (*tally.candidates, *tally.voters)}
         measured = {sig: list(values) for sig, values in tally.measured.items() if sig in known}
-        decision = decide(tally.votes(), known, measured, rule)
+        runs = selections.get((kernel, key)) or []
+        decision = _pooled(tally, known, runs) if rule == "pooled" and runs else None
+        if decision is None:
+            decision = decide(tally.votes(), known, measured, "fastest" if rule == "pooled" else rule)
+            decision["why"] += "; no selection measured to pool" if rule == "pooled" else ""
         _refuse_foreign_winner(kernel, key, decision, tally)
         decisions.append({"kernel": kernel, "key": key, **decision})
         kernels.setdefault(kernel, {})[key] = decision["descriptor"]
     return decisions, kernels, library
+
+
+def _pooled(tally, known: dict, runs: list) -> dict | None:
+    """``--rule pooled``: the winner pooled over every process's selection (``core.pooling``), each
+    process a cold draw (docs/winners.md); None where no candidate was timed by every one."""
+    order = [sig for sig in (tally.raw_candidates or ()) if sig in known] or sorted(known)
+    found = pooling.pool(runs, order)
+    if found is None or found.winner not in known:
+        return None
+    votes = tally.votes()
+    margin = "" if found.margin is None else f", by {found.margin * 100:.2f} %"
+    return {"votes": dict(sorted(votes.items(), key=lambda kv: (-kv[1], kv[0]))), "agree": len(votes) == 1,
+            "chosen": found.winner, "descriptor": known[found.winner], "pooled": found.as_dict(),
+            "why": f"pooled over {found.runs} process{'es' * (found.runs != 1)}: {found.how}{margin}"}
 
 
 def library_notes(library: dict[str, list[str]]) -> list[str]:
@@ -258,10 +282,12 @@ def add_parser(commands, common) -> None:
     merge.add_argument("files", nargs="+", metavar="FILE", help="record files (or AUTOTUNE_RECORD_PATH prefixes)")
     merge.add_argument("-o", "--output", required=True, metavar="TABLE.json", help="the table to write (atomically)")
     merge.add_argument("--arch", help="the arch to build the table for (needed when the records mix archs)")
-    merge.add_argument("--rule", choices=("vote", "fastest"), default="vote",
+    merge.add_argument("--rule", choices=("vote", "fastest", "pooled"), default="vote",
                        help="vote: the config most ranks chose, a tie to the faster by the recorded timings, else to the "
                             "lowest static cost with a warning (default); "
-                            "fastest: the lowest median of Triton's measured times across ranks")
+                            "fastest: the lowest median of Triton's measured times across ranks; "
+                            "pooled: the winner pooled over every process's selection (each timing relative to its "
+                            "process's best; docs/winners.md)")
     merge.add_argument("--allow-partial", action="store_true",
                        help="also merge records of ranks that did not exit normally (killed, a signal, an exception)")
     merge.add_argument("--others", action="store_true",

@@ -1,6 +1,7 @@
 """What ``merge`` needs of thousands of record files, kept as they are read (one file at a
 time): per (arch, kernel, key) the ranks that chose each config (a bit per voter), the
-candidates, and with ``--rule fastest`` Triton's medians; never the files themselves.
+candidates, Triton's medians (``--rule fastest``) and what the guard's selections measured
+(``--rule pooled``); never the files themselves.
 
 A voter is (run, attempt, rank): several processes' files of one rank that made the same choice
 count once, as ``Rows.grouped`` counts them."""
@@ -69,7 +70,7 @@ class Tally:
         self.descriptors: dict[str, dict] = {}  # signature -> config, shared by every key
         self._voter_ids: dict[tuple, int] = {}
         self.provenance: dict = {}  # kernel -> what its entries were recorded against (core.tables)
-        self.measured: dict = {}  # (kernel, key) -> the first record's selection summary (deciding.retime)
+        self.selections: dict = {}  # (run, attempt) -> (kernel, key) -> each record's selection summary (deciding.retime)
 
     def absorb(self, source: Source, digested: dict) -> None:
         doc = source.document
@@ -80,7 +81,7 @@ class Tally:
         for kernel, said in digested["provenance"].items():
             self.provenance.setdefault(kernel, said)
         for kernel_key, said in digested.get("measured", {}).items():
-            self.measured.setdefault(kernel_key, said)
+            self.selections.setdefault(group, {}).setdefault(kernel_key, []).append(said)
         for sig, desc in digested["descriptors"].items():
             self.descriptors.setdefault(sig, desc)
         for kernel, key, sig, how, candidates, medians in digested["entries"]:
@@ -100,6 +101,14 @@ class Tally:
                 tally.timed[sig] = tally.timed.get(sig, 0) | bit
                 for measured, median in medians:
                     tally.measured.setdefault(measured, array("d")).append(median)
+
+    def selections_of(self, sources: list[Source]) -> dict[tuple, list]:
+        """(kernel, key) -> what each record of the groups ``sources`` belong to measured (one per process)."""
+        found: dict[tuple, list] = {}
+        for group in sorted({(s.document.get("run_id"), s.attempt) for s in sources}, key=str):
+            for kernel_key, said in self.selections.get(group, {}).items():
+                found.setdefault(kernel_key, []).extend(said)
+        return found
 
     def keys(self, sources: list[Source], arch: str) -> dict[ChoiceKey, KeyTally]:
         """The tallies of the groups ``sources`` belong to, for ``arch``, in the report's key order."""
