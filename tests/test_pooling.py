@@ -143,6 +143,16 @@ def test_a_pooled_tie_goes_to_the_candidate_declared_first_and_an_unrunnable_one
     assert found.margin is None and found.spread is not None
 
 
+def test_one_runs_spike_is_left_out_where_three_runs_are_pooled():
+    from autotune_guard.core import pooling
+
+    run = lambda a, b: {"candidates": {"a": {"median": a}, "b": {"median": b}}}
+    runs = [run(1.0, 1.02), run(2.0, 1.01), run(1.0, 1.015)]  # another process slowed a 2x in run 2
+    found = pooling.pool(runs, ["b", "a"])
+    assert found.winner == "a" and found.how == "clear" and 0.01 < found.margin < 0.02, found
+    assert pooling.pool(runs[:2], ["b", "a"]).winner == "b"  # two runs cannot tell a spike from the truth
+
+
 def test_only_measurements_of_this_arch_and_versions_are_pooled():
     from autotune_guard.core import pooling
 

@@ -5,7 +5,7 @@ One process's rounds agree to 0.1-0.3 % a timing, yet the same pair's ratio move
 cold process to the next (an H100, 2026-12-06): a key whose candidates are closer than that has no
 best that one process can find. Pooled, each run's timings count relative to that run's own best
 (absolute times move more between processes than ratios do), and the candidate with the lowest
-mean log ratio over the runs wins; candidates within ``TIE_FLOOR`` of it tie and go to the one
+mean log ratio over the runs wins (a run's spike left out); candidates within ``TIE_FLOOR`` of it tie and go to the one
 declared first, as inside one run.
 """
 
@@ -19,6 +19,7 @@ from .selection import TIE_FLOOR
 
 EARLIER = "earlier"  # in a table's measured entry: measurements of other runs kept beside it (core.tables)
 MOST_RUNS = 5  # a table keeps the newest measurement and 4 beside it (tables.EARLIER_KEPT)
+SPIKE = 0.1  # a run's log ratio this far from the runs' median is another process's spike, left out
 
 
 class Pooled(NamedTuple):
@@ -61,6 +62,15 @@ def _logs(measurement: Mapping, signatures: Sequence[str]) -> dict[str, float]:
     return found
 
 
+def _centre(values: Sequence[float]) -> float:
+    """The mean of one candidate's log ratios over the runs, leaving out a run more than ``SPIKE`` from
+    their median (another process slowed a µs-long kernel 2x for seconds in one run on an H100); all
+    of them where that leaves none."""
+    middle = statistics.median(values)
+    kept = [v for v in values if abs(v - middle) <= SPIKE]
+    return statistics.fmean(kept or values)
+
+
 def pool(measurements: Sequence[Mapping], signatures: Sequence[str]) -> Pooled | None:
     """The pooled verdict over ``measurements`` (one per cold run) among ``signatures`` (declaration
     order), over the candidates every run timed; None when no candidate was timed by all of them."""
@@ -69,7 +79,7 @@ def pool(measurements: Sequence[Mapping], signatures: Sequence[str]) -> Pooled |
     if not common:
         return None
     ratios = {sig: [r[sig] - min(r[c] for c in common) for r in runs] for sig in common}
-    score = {sig: statistics.median(values) for sig, values in ratios.items()}  # one run's spike is outvoted
+    score = {sig: _centre(values) for sig, values in ratios.items()}
     leader = min(common, key=lambda sig: (score[sig], common.index(sig)))
     close = [sig for sig in common if score[sig] - score[leader] <= TIE_FLOOR]  # declaration order
     winner = close[0]

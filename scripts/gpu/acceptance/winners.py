@@ -25,9 +25,9 @@ beside the spread of one timing within a job. Where the spread between jobs exce
 difference, which candidate is best depends on the process, and no rule inside one can freeze the
 same winner every time and the best each time.
 
-With ``--pooled``, it also shows what pooling cold runs would freeze: for every way of picking 1, 2
-or 3 jobs of a kind, the candidate with the lowest mean of its log ratio to each job's best, and how
-often each candidate comes out so.
+With ``--pooled``, it also shows what pooling cold runs would freeze (AUTOTUNE_POOL_RUNS's rule
+replayed on the tables): for every way of picking 1, 2 or 3 jobs of a kind, the pooled winner, and
+how often each candidate comes out so.
 
     python scripts/gpu/acceptance/winners.py FOLDER [--json OUT.json] [--pooled]
 """
@@ -183,15 +183,15 @@ def print_between(jobs):
 
 def pooled_picks(tables, size):
     """Each candidate's share of the picks over every ``size`` of the ``tables`` (one key's
-    ``candidates`` per job): the lowest mean, over the jobs pooled, of its log ratio to the job's best."""
+    ``candidates`` per job), by the guard's pooling rule (``core.pooling.pool``: the lowest median,
+    over the jobs pooled, of its log ratio to the job's best; 0.5 % ties to the first declared)."""
+    from autotune_guard.core import pooling
+
     counts = {}
     for combo in itertools.combinations(tables, size):
-        names = set.intersection(*[{c for c, d in t.items() if d.get("median")} for t in combo])
-        score = {c: statistics.mean(math.log(t[c]["median"] / min(d["median"] for d in t.values() if d.get("median")))
-                                    for t in combo) for c in names}
-        if score:
-            pick = min(sorted(score), key=score.get)
-            counts[pick] = counts.get(pick, 0) + 1
+        found = pooling.pool([{"candidates": t} for t in combo], list(combo[0]))
+        if found is not None:
+            counts[found.winner] = counts.get(found.winner, 0) + 1
     total = sum(counts.values())
     return {c: n / total for c, n in sorted(counts.items(), key=lambda item: -item[1])}
 
