@@ -34,10 +34,12 @@ def pooled(guard, epoch, tunable, tuned, kept: list):
     if found is None:
         return tuned
     own = tuned.measured.get("winner")
-    changed = "" if own == found.winner else f" (this run's own: {own})"
+    verdict = [f"a tie of {len(found.tied) + 1} within 0.5 %, the one declared first" if found.tied else "clear"]
+    verdict += [] if found.margin is None else [f"the next {found.margin * 100:.2f} % behind"]
+    verdict += [] if own == found.winner else [f"this run's own: {own}"]
     guard.warn_once(f"pooled {tunable.key.text()}", (
         f"{tunable.key.what()}: timed again to pool {found.runs} of AUTOTUNE_POOL_RUNS={epoch.policy.pool_runs} "
-        f"cold runs; the table's winner is now {found.winner}{changed}, {found.how}"
-        + ("" if found.margin is None else f" by {found.margin * 100:.2f} %")), logging.INFO, name="pooling-run")
+        f"cold runs; the table's winner is now {found.winner} ({'; '.join(verdict)})"), logging.INFO,
+        name="pooling-run")
     winner = tunable.descriptors[signatures.index(found.winner)]
     return tuned._replace(winner=winner, measured={**tuned.measured, "pooled": found.as_dict()})
