@@ -5,8 +5,8 @@ One process's rounds agree to 0.1-0.3 % a timing, yet the same pair's ratio move
 cold process to the next (an H100, 2026-12-06): a key whose candidates are closer than that has no
 best that one process can find. Pooled, each run's timings count relative to that run's own best
 (absolute times move more between processes than ratios do), and the candidate with the lowest
-mean log ratio over the runs wins (a run's spike left out); candidates within ``TIE_FLOOR`` of it tie and go to the one
-declared first, as inside one run.
+mean log ratio over the runs wins (a run's spike left out); candidates within ``TIE_FLOOR`` of it
+tie and go to the one declared first, as inside one run.
 """
 
 from __future__ import annotations

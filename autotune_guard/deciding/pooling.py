@@ -11,8 +11,6 @@ from typing import Mapping
 from ..core import pooling, tables
 from ..core.model import signature
 
-logger = logging.getLogger("autotune_guard")
-
 
 def runs_kept(epoch, tunable, on: Mapping) -> list | None:
     """The comparable measurements the table kept for ``tunable``'s key where AUTOTUNE_POOL_RUNS asks
