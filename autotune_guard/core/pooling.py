@@ -71,14 +71,21 @@ def _centre(values: Sequence[float]) -> float:
     return statistics.fmean(kept or values)
 
 
+def log_ratios(measurements: Sequence[Mapping], signatures: Sequence[str]) -> dict[str, list[float]]:
+    """Each candidate every run timed (in ``signatures``' order): its log ratio to that run's best,
+    one per run."""
+    runs = [_logs(m, signatures) for m in measurements]
+    common = [sig for sig in signatures if runs and all(sig in r for r in runs)]
+    return {sig: [r[sig] - min(r[c] for c in common) for r in runs] for sig in common}
+
+
 def pool(measurements: Sequence[Mapping], signatures: Sequence[str]) -> Pooled | None:
     """The pooled verdict over ``measurements`` (one per cold run) among ``signatures`` (declaration
     order), over the candidates every run timed; None when no candidate was timed by all of them."""
-    runs = [_logs(m, signatures) for m in measurements]
-    common = [sig for sig in signatures if runs and all(sig in r for r in runs)]
+    ratios = log_ratios(measurements, signatures)
+    common = list(ratios)
     if not common:
         return None
-    ratios = {sig: [r[sig] - min(r[c] for c in common) for r in runs] for sig in common}
     score = {sig: _centre(values) for sig, values in ratios.items()}
     leader = min(common, key=lambda sig: (score[sig], common.index(sig)))
     close = [sig for sig in common if score[sig] - score[leader] <= TIE_FLOOR]  # declaration order
@@ -87,7 +94,7 @@ def pool(measurements: Sequence[Mapping], signatures: Sequence[str]) -> Pooled |
     margin = others[0][0] if others else None
     nearest = next((sig for sig in sorted(common, key=score.get) if sig != winner), None)
     spread = None
-    if nearest is not None and len(runs) > 1:
+    if nearest is not None and len(measurements) > 1:
         spread = statistics.stdev(a - b for a, b in zip(ratios[nearest], ratios[winner]))
     tied = tuple(sig for sig in close if sig != winner)
-    return Pooled(winner, "tie" if tied else "clear", margin, tied, len(runs), spread)
+    return Pooled(winner, "tie" if tied else "clear", margin, tied, len(measurements), spread)

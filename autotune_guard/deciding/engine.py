@@ -249,7 +249,7 @@ def _consensus(epoch: Epoch, tunable: Tunable) -> Decision:
     key = tunable.key
     table = table_index(epoch, tunable)
     known = _known(guard, epoch, tunable) if table is not None else None
-    pooled = pooling.runs_kept(epoch, tunable, _measured_on(key.arch)) if table is not None and known is None else None
+    pooled = pooling.runs_kept(epoch, tunable, _measured_on) if table is not None and known is None else None
     if known is not None or pooled is not None:
         table = None  # the kernel gained candidates since the entry was measured, or its runs are pooled
     store = guard.job_store(key)

@@ -6,21 +6,23 @@ the log names each such key."""
 from __future__ import annotations
 
 import logging
-from typing import Mapping
+from typing import Callable, Mapping
 
 from ..core import pooling, tables
 from ..core.model import signature
 
 
-def runs_kept(epoch, tunable, on: Mapping) -> list | None:
-    """The comparable measurements the table kept for ``tunable``'s key where AUTOTUNE_POOL_RUNS asks
-    for more runs than that (this run times the key again and pools); None where the entry stands
-    (pooling off, enough runs, or a family that cannot time one candidate: its one pass is kept)."""
+def runs_kept(epoch, tunable, measured_on: Callable[[str], Mapping]) -> list | None:
+    """The comparable measurements (``measured_on(arch)``: what they must have been measured on) the
+    table kept for ``tunable``'s key where AUTOTUNE_POOL_RUNS asks for more runs than that (this run
+    times the key again and pools); None where the entry stands (pooling off, enough runs, or a
+    family that cannot time one candidate: its one pass is kept)."""
     wanted = epoch.policy.pool_runs
     if wanted <= 1 or not tunable.splits or len(tunable.descriptors) < 2:
         return None
     key = tunable.key
-    kept = pooling.comparable(tables.table_measured(epoch.tables.get(key.arch, {}), key.kernel, key.key), on)
+    measured = tables.table_measured(epoch.tables.get(key.arch, {}), key.kernel, key.key)
+    kept = pooling.comparable(measured, measured_on(key.arch))
     return kept if kept and len(kept) < wanted else None
 
 

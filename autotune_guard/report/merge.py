@@ -146,10 +146,8 @@ def _pooled(tally, known: dict, runs: list) -> dict | None:
     found = pooling.pool(runs, order)
     if found is None or found.winner not in known:
         return None
-    votes = tally.votes()
     margin = "" if found.margin is None else f", by {found.margin * 100:.2f} %"
-    return {"votes": dict(sorted(votes.items(), key=lambda kv: (-kv[1], kv[0]))), "agree": len(votes) == 1,
-            "chosen": found.winner, "descriptor": known[found.winner], "pooled": found.as_dict(),
+    return {**_tallied(tally.votes()), "chosen": found.winner, "descriptor": known[found.winner], "pooled": found.as_dict(),
             "why": f"pooled over {found.runs} process{'es' * (found.runs != 1)}: {found.how}{margin}"}
 
 
@@ -218,7 +216,7 @@ def decide(votes: dict[str, int], descriptors: dict[str, dict], measured: dict[s
     ``fastest``: the config with the lowest median, across ranks, of Triton's measured medians
     (``measured``: signature -> each rank's median); ties, and keys no rank timed, as for ``vote``.
     """
-    result = {"votes": dict(sorted(votes.items(), key=lambda kv: (-kv[1], kv[0]))), "agree": len(votes) == 1}
+    result = _tallied(votes)
     fallback = None
     if rule == "fastest":
         finite = {sig: [m for m in ms if math.isfinite(m)] for sig, ms in measured.items()}
@@ -242,6 +240,11 @@ def decide(votes: dict[str, int], descriptors: dict[str, dict], measured: dict[s
     else:
         why = f"majority {top} of {sum(votes.values())}"
     return {**result, "chosen": chosen, "descriptor": descriptors[chosen], "why": why}
+
+
+def _tallied(votes: dict[str, int]) -> dict:
+    """What every decision says of the votes: by count (then signature), and whether the ranks agree."""
+    return {"votes": dict(sorted(votes.items(), key=lambda kv: (-kv[1], kv[0]))), "agree": len(votes) == 1}
 
 
 def _tie(tied: list[str], top: int, descriptors: dict, measured: dict, by_cost: str) -> dict:

@@ -183,8 +183,9 @@ def print_between(jobs):
 
 def pooled_picks(tables, size):
     """Each candidate's share of the picks over every ``size`` of the ``tables`` (one key's
-    ``candidates`` per job), by the guard's pooling rule (``core.pooling.pool``: the lowest median,
-    over the jobs pooled, of its log ratio to the job's best; 0.5 % ties to the first declared)."""
+    ``candidates`` per job), by the guard's pooling rule (``core.pooling.pool``: the lowest mean, over
+    the jobs pooled, of its log ratio to the job's best, a spiked job left out; 0.5 % ties to the first
+    declared)."""
     from autotune_guard.core import pooling
 
     counts = {}
@@ -224,10 +225,12 @@ def runs_of(entry):
 
 
 def pooled_scores(runs):
-    """Each candidate timed by every run: the mean over the runs of its log ratio to the run's best."""
-    names = set.intersection(*[{c for c, d in r["candidates"].items() if d.get("median")} for r in runs])
-    best = [min(math.log(r["candidates"][c]["median"]) for c in names) for r in runs]
-    return {c: statistics.median(math.log(r["candidates"][c]["median"]) - b for r, b in zip(runs, best)) for c in names}
+    """Each candidate timed by every run: the median over the runs of its log ratio to the run's best
+    (the reference: the median, not the guard's trimmed mean, so that it is not the rule judging itself)."""
+    from autotune_guard.core import pooling
+
+    ratios = pooling.log_ratios(runs, sorted(set().union(*[r["candidates"] for r in runs])))
+    return {c: statistics.median(values) for c, values in ratios.items()}
 
 
 def print_pooling(jobs, audit):
