@@ -25,6 +25,8 @@
 #             re-timing of every candidate (issue 43): WINNERS="audit plain guard guard guard guard guard onepass"
 #   liger     Liger-Kernel's own tests for autotuned ops, at the installed version: plain, pinned, the
 #             README's command twice; each must pass the same tests
+#   pool      the README's command with AUTOTUNE_POOL_RUNS=$POOL (3) on 4 ranks: POOL+1 jobs, one table;
+#             the last must time nothing (issue 43's pooled winners as users run them)
 #   helion    Helion kernels (a configs=[...] list and a full search, scripts/gpu/acceptance/helion_job.py)
 #             on NPROC ranks: plain (each rank searches), the README's command twice, pinned from its
 #             table: run 1 searches each kernel once for the job, run 2 and pinned nothing, one hash
@@ -193,6 +195,22 @@ phase_winners() {
     fi
   done
   "$PY" "$REPO/scripts/gpu/acceptance/winners.py" "$OUT/winners" | tee -a "$OUT/summary.txt"
+}
+
+# The README's command as users run it, with AUTOTUNE_POOL_RUNS=$POOL (3): POOL+1 jobs of NPROC ranks
+# (4) sharing one table directory. Runs 1..POOL time every key (the claimer for the job) and pool it;
+# run POOL+1 must time nothing and end on one hash. Each group's table goes under $OUT/pool/.
+phase_pool() {
+  local pool=${POOL:-3} names=() reference=()
+  [ -d "$W/plain" ] && reference=(plain)  # the train phase's plain, when it ran first in this lease
+  mkdir -p "$W/pool-tables" "$OUT/pool" && rm -f "$W/pool-tables"/*
+  for nth in $(seq 1 $((pool + 1))); do
+    run "pool-r$nth" AUTOTUNE_MODE=consensus AUTOTUNE_TABLE_PATH="$W/pool-tables" AUTOTUNE_POOL_RUNS="$pool" || continue
+    mkdir -p "$OUT/pool/r$nth" && cp "$W/pool-tables"/*.json "$OUT/pool/r$nth/" 2>/dev/null
+    grep -c "\[pooling-run\]" "$W/pool-r$nth/log.txt" | sed "s/^/pool-r$nth: pooling-run lines /"
+    names+=("pool-r$nth")
+  done
+  summary "${reference[@]}" "${names[@]}" --untimed "pool-r$((pool + 1))"
 }
 
 record_and_merge() {  # record mode, then its files merged into $W/merged/sm90.json (kept in $OUT)
