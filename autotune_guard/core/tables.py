@@ -18,6 +18,7 @@ from .pinned import entry_matches
 from .pooling import EARLIER, MOST_RUNS
 from . import safe_files
 from .schema import TABLE_FORMAT, check_table, read_document
+from .selection import TIE_FLOOR
 from .store_url import hide_password, is_store_url
 
 logger = logging.getLogger("autotune_guard")
@@ -383,8 +384,9 @@ def verdict_text(document: Mapping, kernel: str, key: str) -> str | None:
     if isinstance(pooled, dict) and isinstance(pooled.get("runs"), int):
         margin = pooled.get("margin")
         by = f"clear by {margin * 100:+.2f} %" if isinstance(margin, (int, float)) else "no other candidate"
-        text = (f"POOLED over {pooled['runs']} cold runs: " + (f"TIE of {len(pooled.get('tied') or []) + 1} within "
-                "0.5 % (the one declared first)" if pooled.get("how") == "tie" else by)
-                + (f", ±{pooled['spread'] * 100:.2f} % between runs" if isinstance(pooled.get("spread"), float) else "")
-                + f"; the last run's own: {text}")
+        if pooled.get("how") == "tie":
+            by = f"TIE of {len(pooled.get('tied') or []) + 1} within {TIE_FLOOR * 100:g} % (the one declared first)"
+        spread = pooled.get("spread")
+        spread = f", ±{spread * 100:.2f} % between runs" if isinstance(spread, float) else ""
+        text = f"POOLED over {pooled['runs']} cold runs: {by}{spread}; the last run's own: {text}"
     return text

@@ -10,6 +10,7 @@ from typing import Callable, Mapping
 
 from ..core import pooling, tables
 from ..core.model import signature
+from ..core.selection import TIE_FLOOR
 
 
 def runs_kept(epoch, tunable, measured_on: Callable[[str], Mapping]) -> list | None:
@@ -34,7 +35,8 @@ def pooled(guard, epoch, tunable, tuned, kept: list):
     if found is None:
         return tuned
     own = tuned.measured.get("winner")
-    verdict = [f"a tie of {len(found.tied) + 1} within 0.5 %, the one declared first" if found.tied else "clear"]
+    tie = f"a tie of {len(found.tied) + 1} within {TIE_FLOOR * 100:g} %, the one declared first"
+    verdict = [tie if found.tied else "clear"]
     verdict += [] if found.margin is None else [f"the next {found.margin * 100:.2f} % behind"]
     verdict += [] if own == found.winner else [f"this run's own: {own}"]
     guard.warn_once(f"pooled {tunable.key.text()}", (

@@ -147,8 +147,9 @@ def _pooled(tally, known: dict, runs: list) -> dict | None:
     if found is None or found.winner not in known:
         return None
     margin = "" if found.margin is None else f", by {found.margin * 100:.2f} %"
-    return {**_tallied(tally.votes()), "chosen": found.winner, "descriptor": known[found.winner], "pooled": found.as_dict(),
-            "why": f"pooled over {found.runs} process{'es' * (found.runs != 1)}: {found.how}{margin}"}
+    why = f"pooled over {found.runs} process{'es' * (found.runs != 1)}: {found.how}{margin}"
+    return {**_tallied(tally.votes()), "chosen": found.winner, "descriptor": known[found.winner],
+            "pooled": found.as_dict(), "why": why}
 
 
 def library_notes(library: dict[str, list[str]]) -> list[str]:
