@@ -102,6 +102,7 @@ class Epoch:
         self.picked: dict[ChoiceKey, str] = {}  # how pinned picked each key (``Pick.why``): the exit summary's words
         self.refused: list[ChoiceKey] = []  # keys AUTOTUNE_ON_MISS=error refused, for the uncaught-error hook
         self.split: dict[ChoiceKey, tuple[int, int]] = {}  # split tuning: key -> (timed here, candidates): the exit says it
+        self.retimed: dict[ChoiceKey, str] = {}  # consensus: keys timed again despite a table entry, and why
         self._resolve = resolve
         self._policy = None
 

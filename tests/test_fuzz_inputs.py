@@ -124,7 +124,9 @@ def test_report_cli_never_tracebacks_on_generated_documents(capsys, tmp_path, co
     for i, (name, text) in enumerate(CASES):
         bad = tmp_path / f"case{i}.rank1.json"
         bad.write_text(text, encoding="utf-8", errors="surrogateescape")
-        argv = {"show": ["show", "--check", bad, good], "merge": ["merge", bad, "-o", tmp_path / "t.json"],
+        table = tmp_path / "t.json"  # each case's own table: a merge into one that is there would merge
+        table.unlink(missing_ok=True)
+        argv = {"show": ["show", "--check", bad, good], "merge": ["merge", bad, "-o", table],
                 "diff": ["diff", "--check", bad, good]}[command]
         try:
             code, out, err = run_main(capsys, argv)

@@ -181,23 +181,30 @@ def configs(choices: dict) -> dict:
 
 
 @pytest.mark.slow
-def test_consensus_names_a_changed_kernel_on_each_rank_and_adds_none_of_its_winners(grown, restore):
+def test_consensus_times_a_changed_kernel_again_and_keeps_its_older_version_apart(grown, restore):
+    """Issue 57: as Triton does, a kernel whose source changed is timed again by the next consensus job
+    (its entries are not pinned under another version); its winners replace the kernel's entries, with
+    this version's provenance, and the older version's entries are kept whole under ``superseded``."""
     root = grown["root"]
     _version(root, body=BODY + " + 0")  # the source changed
     proc, ranks = _job(root, "changed", "100,300,500")
     lines = _stale_lines(proc.stderr)
-    named = [line for line in lines if "its table entries were recorded" in line]
+    named = [line for line in lines if "consensus times its keys again" in line]
     assert len(named) == 2 and all(KERNEL in line and "its source changed" in line for line in named)  # one per rank
-    assert all("candidate" not in line for line in named)
-    # The entries still match a config: used, as pinned uses them; the job agrees.
-    assert ranks[0]["choices"] == ranks[1]["choices"]
-    assert configs({k: v for k, v in ranks[0]["choices"].items() if "|500," not in k}) == \
-        configs(grown["first"][0]["choices"])
-    # n=500 was tuned for the job, but not added under the other version's provenance: said once.
+    assert ranks[0]["choices"] == ranks[1]["choices"] and len(ranks[0]["choices"]) == 3
+    hows = {text.rpartition(";")[2] for text in ranks[0]["choices"].values()}
+    assert "table" not in hows, ranks[0]["choices"]  # no key pinned from the older version's entries
     table = _table(root)
-    assert _sizes(table["kernels"][KERNEL]) == [100, 300] and table[tables.PROVENANCE][KERNEL] == grown["recorded"]
-    left_out = [line for line in lines if "1 new winner for it is not added" in line]
-    assert len(left_out) == 1 and "its source changed" in left_out[0] and KERNEL in left_out[0]
+    assert _sizes(table["kernels"][KERNEL]) == [100, 300, 500]
+    assert table[tables.PROVENANCE][KERNEL]["source"] != grown["recorded"]["source"]
+    (older,) = table["superseded"]
+    old_table = json.loads(grown["table"])
+    assert older["kernel"] == KERNEL and older["entries"] == old_table["kernels"][KERNEL]
+    assert older["provenance"] == grown["recorded"] and older["added"] == old_table["added"][KERNEL]
+    assert "its source changed" in " ".join(older["why"])
+    again, ranks = _job(root, "again", "100,300,500")  # the next job pins the new version's entries
+    assert _stale_lines(again.stderr) == [] and {t.rpartition(";")[2] for t in ranks[0]["choices"].values()} <= \
+        {"table", "consensus"}
 
 
 @pytest.mark.slow
@@ -272,12 +279,13 @@ def test_a_libtuners_grown_table_is_named_and_refused_once_the_kernel_changes(tm
     table = _table(tmp_path)
     grown = table[tables.PROVENANCE][LIB_KERNEL]
     assert grown["count"] == 4 and _sizes(table["kernels"][LIB_KERNEL]) == [128, 320]  # align32 keys
-    _lib_version(tmp_path, body=LIB_BODY + " + 0")  # the source changed: named once, its entries used
-    named = _one(tmp_path, worker="lib_worker.py", AUTOTUNE_MODE="consensus", AUTOTUNE_TABLE_PATH=tmp_path / "tables")
+    _lib_version(tmp_path, body=LIB_BODY + " + 0")  # the source changed: pinned names it once and uses it
+    named = _one(tmp_path, worker="lib_worker.py", AUTOTUNE_MODE="pinned", AUTOTUNE_TABLE_PATH=tmp_path / "tables")
     lines = _stale_lines(named.stderr)
     assert len(lines) == 1 and LIB_KERNEL in lines[0] and "its source changed" in lines[0]
     assert {k: v.rpartition(";")[0] for k, v in last_json(named.stdout)["choices"].items()} == \
         {k: v.rpartition(";")[0] for k, v in first[0]["choices"].items()}
+    _lib_version(tmp_path)
     _lib_version(tmp_path, blocks=((64, 4), (16, 1), (32, 2), (128, 4), (256, 4)))  # a candidate added
     _, refused = _job(tmp_path, "refused", "100,300", worker="lib_worker.py", AUTOTUNE_ON_MISS="error")
     assert all(r["choices"] == {} for r in refused)  # each rank refused it itself

@@ -208,7 +208,7 @@ def test_two_jobs_of_three_ranks_share_one_store_lose_nothing_agree_and_the_next
     server.client.config_resetstat()
     third, err = _finish(_start_job(url, tmp_path / "c", "1000,3000,4000", "500"), tmp_path / "c")
     stats = server.client.info("commandstats")
-    assert stats["cmdstat_hscan"]["calls"] == 2 and "cmdstat_hsetnx" not in stats, stats
+    assert stats["cmdstat_hscan"]["calls"] == 2 and "cmdstat_hsetnx" not in stats and "cmdstat_exec" not in stats, stats
     assert [r["timer_calls"] for r in third] == [0, 0, 0], err[-3000:]
     for r in third:
         for kernel, n in r["ran"]:
@@ -386,8 +386,10 @@ def test_bench_scale_counts_store_requests_per_node_and_key_against_a_directory(
     pinned, consensus = rows["pinned", "store"], rows["consensus", "store"]
     assert pinned["reads_per_rank_max"] == rows["pinned", "directory"]["reads_per_rank_max"] == 1
     assert pinned["reads_per_node_key_p50"] == rows["pinned", "directory"]["reads_per_node_key_p50"] == 8 / 4
-    assert pinned["server_commands"]["eval"] == 16 and consensus["reads_per_rank_max"] == 2
-    assert 16 + 4 < consensus["server_commands"]["eval"] <= 2 * 16 + 4  # the reads, and the claimer's 4 adds
+    # The claimer re-reads the kernel's part before each of its 4 adds (issue 57: a write is a read and
+    # one transaction, as a directory's growth re-reads its file under the lock).
+    assert pinned["server_commands"]["eval"] == 16 and consensus["reads_per_rank_max"] == 2 + 4
+    assert 16 + 4 < consensus["server_commands"]["eval"] <= 2 * 16 + 2 * 4  # the reads, the claimer's 4 re-reads and adds
     assert rows["pinned", "snapshot"]["server_commands"]["eval"] == 2  # once per node of 8
     first = {r["table"]: r for r in json.loads(out.read_text())["store"]["first_launch"]}
     # The first launch's kernel is held under its bare name: its qualified name is read first.

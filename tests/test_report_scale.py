@@ -18,7 +18,8 @@ from autotune_guard import report
 from autotune_guard.core import jsonfile, schema
 from autotune_guard.core.model import signature
 from autotune_guard.core.tables import PROVENANCE, added_by, verdict_text
-from autotune_guard.report import configs, html, html_model, output, readers, reading, rows as rows_module, show
+from autotune_guard.report import (configs, html, html_model, html_tables, output, readers, reading, rows as rows_module,
+                                   show)
 from autotune_guard.report.diff import compare
 from autotune_guard.report.timings import median_of
 
@@ -494,7 +495,8 @@ def test_the_html_pages_of_many_files_render_as_from_whole_files(capsys, tmp_pat
     code, out, err = run(capsys, "show", "--jobs", jobs, "--format", "html", "--check", *show_args)
     sources = reading.read_sources(show_args, ("record", "choices", "table"), "show")
     assert code == 1, err
-    assert out == html.render(whole_file_page([("", sources)]), "autotune_guard report", [s.path for s in sources])
+    assert out == html.render(whole_file_page([("", sources)]), "autotune_guard report", [s.path for s in sources],
+                              tables=html_tables.section(html_tables.table_entries(sources)))
     assert out.count('<svg class="ag-plot"') == html.MAX_PLOTS and "more keys not shown" in out
 
     code, out, err = run(capsys, "diff", "--jobs", jobs, "--format", "html", tmp_path / "a" / "rec", tmp_path / "b" / "rec")

@@ -128,14 +128,18 @@ class TunedWinner(dict):
     provenance = None
     measured = None
     extends = False
+    replaces = None  # why it replaces the table's entry whatever it holds: "stale" (the kernel changed), "retune"
+    choices = None  # signature -> descriptor of every candidate, where the table may pool it again
 
 
 def tuned_winner(desc: Mapping, provenance: Mapping | None = None, measured: Mapping | None = None,
-                 extends: bool = False) -> TunedWinner:
+                 extends: bool = False, replaces: str | None = None, choices: Mapping | None = None) -> TunedWinner:
     winner = TunedWinner(desc)
     winner.provenance = dict(provenance) if provenance is not None else None
     winner.measured = dict(measured) if measured is not None else None
     winner.extends = extends
+    winner.replaces = replaces
+    winner.choices = dict(choices) if choices is not None else None
     return winner
 
 

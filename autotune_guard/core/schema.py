@@ -11,6 +11,7 @@ from marshal import dumps as exact_bytes
 
 from .errors import FileFormatError
 from .jsonfile import JOURNAL_SUFFIX, ForeignOwner, read_journal, read_json
+from . import megatron
 from .model import EXTRA_FIELDS, OPTION_FIELDS, digest_of
 
 TABLE_FORMAT = "autotune_guard.table/1"
@@ -23,8 +24,11 @@ FORMATS = (TABLE_FORMAT, RECORD_FORMAT, CHOICES_FORMAT)
 def read_document(path: str, formats=FORMATS) -> dict:
     """Parse and check one file; raises FileFormatError naming it, and nothing else: every
     field a reader of this package uses is checked for its type here, so that no malformed file
-    (wrong types, deep nesting, huge numbers, a FIFO or a device) reaches them."""
+    (wrong types, deep nesting, huge numbers, a FIFO or a device) reaches them. Where a table is
+    read, Megatron Core's table shape (no ``format``) is read as ours (``megatron``)."""
     document = read_json(path)
+    if TABLE_FORMAT in formats and megatron.recognised(document):
+        return _megatron_table(path, document)
     if not isinstance(document, dict) or "format" not in document:
         raise FileFormatError(f"{path}: has no 'format' field; not an autotune_guard file")
     fmt = document["format"]
@@ -140,11 +144,24 @@ def _check_table(path, document):
     _check_kernels(path, document, check_descriptor)
 
 
-def check_table(where: str, document) -> None:
+def check_table(where: str, document) -> dict:
     """A table document assembled elsewhere than from a file (a table store): the checks
-    ``read_document`` applies to a table file; FileFormatError names ``where``."""
+    ``read_document`` applies to a table file; FileFormatError names ``where``. Returns the table
+    to use: ``document``, or a Megatron-shaped one read as ours."""
+    if megatron.recognised(document):
+        return _megatron_table(where, document)
     _require(where, isinstance(document, dict) and document.get("format") == TABLE_FORMAT, f"is not a {TABLE_FORMAT}")
     _check_table(where, document)
+    return document
+
+
+def _megatron_table(path, document) -> dict:
+    """A Megatron table (``megatron.recognised``) as our table: its configs checked under its own
+    key texts (the messages name them as the file does), then converted and checked as a table."""
+    _check_kernels(path, document, check_descriptor)
+    table = megatron.converted(path, document, TABLE_FORMAT)
+    _check_table(path, table)
+    return table
 
 
 def _check_record(path, document):

@@ -17,9 +17,9 @@ and job, named by a hash of those.
 How: the first process of the job on the node to need a kernel takes an exclusive ``flock`` on the
 snapshot's lock file, reads the store, writes the snapshot (atomically, as ``jsonfile`` writes) and lets go;
 the others wait on the lock (at most ``wait_s``) and read the file. What they read is checked as a
-store read is (``schema.check_table``, and provenance and ``added`` as objects); a snapshot that
-cannot be used is named and the process reads the store itself. A holder that dies lets go of the
-lock with it. A store that gave no table (down, refused, stalled past its timeout) is recorded as
+store read is (``schema.check_table``; provenance, ``added``, ``measured`` and ``retune`` as
+objects); a snapshot that cannot be used is named and the process reads the store itself. A
+holder that dies lets go of the lock with it. A store that gave no table (down, refused, stalled past its timeout) is recorded as
 giving none, with why, and the node's other processes go without it too (each says so, once): one
 node, one view, even when the store came back meanwhile (a rank that read it then would run other
 configs than the first). Writing a snapshot removes this user's files there older than a day.
@@ -272,8 +272,11 @@ def _load(path: str, expected: dict):
     _require(path, table["arch"] == expected["arch"], f"holds a table for another arch than {expected['arch']}")
     _require(path, "kernel" not in expected or set(table["kernels"]) <= {expected["kernel"]},
              f"holds kernels other than {expected.get('kernel')}")
-    for name in ("source", "provenance", "added"):
+    for name in ("source", "provenance", "added", "measured", "retune"):
         _require(path, isinstance(table.get(name, {}), dict), f"'table.{name}' must be an object")
+    for name in ("measured", "retune"):  # kernel -> key -> object; a measurement is cleaned where it is used
+        _require(path, all(isinstance(keys, dict) and all(isinstance(v, dict) for v in keys.values())
+                           for keys in table.get(name, {}).values()), f"'{name}' must be kernel -> key -> object")
     _require(path, all(isinstance(p, dict) for p in table.get("provenance", {}).values()),
              "each provenance must be an object")
     _require(path, all(isinstance(keys, dict) and all(isinstance(who, dict) for who in keys.values())

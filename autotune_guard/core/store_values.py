@@ -1,8 +1,11 @@
 """A table store's values checked (``adapters.redis_tables`` reads them): each field of a kernel's
 hash is a tuning key (of the arch's older one-hash layout, ``["kernel", "key"]`` as JSON), each
-value ``{"entry": <config>, "added": {...}}`` as JSON, each provenance a JSON object; parsed with
-the files' bounds (never unpickled or evaluated) and checked by ``core.schema``. A value that
-cannot be used is one note naming the store, key and field, and is left out. Standard library only."""
+value ``{"entry": <config>, "added": {...}, "retune": {...}}`` as JSON (``retune`` where report
+retune asked), each measurement (the kernel's ``measured`` hash, same field) and provenance a JSON
+object, each superseded kernel version a JSON object; parsed with the files' bounds (never
+unpickled or evaluated) and checked by ``core.schema`` (measurements are cleaned where they are
+used: ``core.tables.measured_of``). A value that cannot be used is one note naming the store, key
+and field, and is left out. Standard library only."""
 
 from __future__ import annotations
 
@@ -12,17 +15,22 @@ from . import jsonfile, schema
 from .errors import FileFormatError
 
 MAX_VALUE_BYTES = 64 * 1024  # an entry is a few hundred bytes; anything far larger is not ours
+MAX_MEASURED_BYTES = 1024 * 1024  # a key's measurements: every candidate's timing in up to 10 runs
+MAX_SUPERSEDED_BYTES = 16 * 1024 * 1024  # a kernel version replaced whole, with its measurements
+
+MEASURED, RETUNE, SUPERSEDED = "measured", "retune", "superseded"  # as core.tables and core.table_writes name them
 
 
 def new_document(arch: str, shown: str) -> dict:
     """The empty table document of a store's arch, ``shown``: its URL without the password."""
     return {"format": schema.TABLE_FORMAT, "arch": arch, "source": {"store": shown}, "kernels": {},
-            "provenance": {}, "added": {}}
+            "provenance": {}, "added": {}, MEASURED: {}, RETUNE: {}}
 
 
-def absorb_kernel(document: dict, kernel: str, entries: tuple, notes: list) -> None:
+def absorb_kernel(document: dict, kernel: str, entries: tuple, notes: list, measured: tuple = ("", ())) -> None:
     """One piece of a kernel's hash added to ``document``: ``entries`` is (where, flat field-value
-    list), each field a tuning key; a value the read script replaced by its length is an int."""
+    list), each field a tuning key; a value the read script replaced by its length is an int.
+    ``measured``: (where, flat field-value list) of the same keys' measurements."""
     where, flat = entries
     for field, value in pairs(flat):
         key = _text(field)
@@ -31,6 +39,32 @@ def absorb_kernel(document: dict, kernel: str, entries: tuple, notes: list) -> N
             notes.append(f"skipping {where} field {said(field)}: a tuning key must be non-empty UTF-8 text")
         if parsed is not None:
             _put(document, kernel, key, *parsed)
+    where, flat = measured
+    held = document["kernels"].get(kernel, {})
+    for field, value in pairs(flat):
+        key = _text(field)
+        if key not in held:  # its entry was left out (said): its measurement goes with it
+            continue
+        found = checked_value(f"{where} field {said(field)}", value, notes, MAX_MEASURED_BYTES, "measurement")
+        if isinstance(found, dict):
+            document[MEASURED].setdefault(kernel, {})[key] = found
+        elif found is not None:
+            notes.append(f"skipping {where} field {said(field)}: a measurement must be a JSON object")
+
+
+def absorb_superseded(document: dict, superseded: tuple, notes: list) -> dict:
+    """Superseded kernel versions (where, flat field-value list) added to ``document`` in field
+    order (the writer names them by time); returns item id -> field name (a writer's dedup)."""
+    where, flat = superseded
+    fields = {}
+    for field, value in sorted(pairs(flat)):
+        found = checked_value(f"{where} field {said(field)}", value, notes, MAX_SUPERSEDED_BYTES, "kernel version")
+        if isinstance(found, dict):
+            document.setdefault(SUPERSEDED, []).append(found)
+            fields[id(found)] = field
+        elif found is not None:
+            notes.append(f"skipping {where} field {said(field)}: a superseded kernel version must be a JSON object")
+    return fields
 
 
 def absorb_pairs(document: dict, entries: tuple, notes: list) -> None:
@@ -39,8 +73,8 @@ def absorb_pairs(document: dict, entries: tuple, notes: list) -> None:
     for field, value in pairs(flat):
         parsed = checked_entry(f"{where} field {said(field)}", field, value, notes)
         if parsed is not None:
-            (kernel, key), entry, added = parsed
-            _put(document, kernel, key, entry, added)
+            (kernel, key), *config = parsed
+            _put(document, kernel, key, *config)
 
 
 def absorb_provenance(document: dict, provenance: tuple, notes: list) -> None:
@@ -56,23 +90,29 @@ def absorb_provenance(document: dict, provenance: tuple, notes: list) -> None:
 
 
 def merge(document: dict, part: dict, kernel: str | None = None) -> dict:
-    """``part``'s entries (``kernel``'s alone where one is named), who added them and provenance,
-    added to ``document`` where it has none: what ``document`` holds already stays."""
+    """``part``'s entries (``kernel``'s alone where one is named), who added them, their
+    measurements and provenance, added to ``document`` where it has none: what ``document`` holds
+    already stays; ``part``'s superseded kernel versions are added after ``document``'s."""
     for name, entries in part["kernels"].items():
         if kernel is not None and name != kernel:
             continue
         for key, entry in entries.items():
             if key not in document["kernels"].get(name, {}):
-                _put(document, name, key, entry, part["added"].get(name, {}).get(key))
+                beside = [part.get(what, {}).get(name, {}).get(key) for what in ("added", MEASURED, RETUNE)]
+                _put(document, name, key, entry, *beside)
         if name in part["provenance"]:
             document["provenance"].setdefault(name, part["provenance"][name])
+    older = [item for item in part.get(SUPERSEDED) or () if kernel is None or item.get("kernel") == kernel]
+    if older:
+        document.setdefault(SUPERSEDED, []).extend(older)
     return document
 
 
-def _put(document: dict, kernel: str, key: str, entry, added) -> None:
+def _put(document: dict, kernel: str, key: str, entry, added, measured=None, retune=None) -> None:
     document["kernels"].setdefault(kernel, {})[key] = entry
-    if added is not None:
-        document["added"].setdefault(kernel, {})[key] = added
+    for name, value in (("added", added), (MEASURED, measured), (RETUNE, retune)):
+        if value is not None:
+            document.setdefault(name, {}).setdefault(kernel, {})[key] = value
 
 
 def _text(field: bytes) -> str | None:
@@ -99,11 +139,10 @@ def loads_or_none(value):
         return None
 
 
-def checked_value(where: str, value, notes: list):
+def checked_value(where: str, value, notes: list, limit: int = MAX_VALUE_BYTES, what: str = "table entry"):
     """A value parsed as JSON with the files' bounds; None (and one note) when it is unusable."""
     if isinstance(value, int):  # the read script sent its length instead
-        notes.append(f"skipping {where}: its value is {value} bytes, more than any table entry "
-                     f"({MAX_VALUE_BYTES}); not read")
+        notes.append(f"skipping {where}: its value is {value} bytes, more than any {what} ({limit}); not read")
         return None
     try:
         return jsonfile.parse_bytes(where, value)
@@ -113,7 +152,8 @@ def checked_value(where: str, value, notes: list):
 
 
 def checked_entry(where: str, field: bytes, value, notes: list):
-    """((kernel, key), config, who added it) of one field of an arch's older hash, checked; None when unusable."""
+    """((kernel, key), config, who added it, None, a retune asked) of one field of an arch's older hash,
+    checked; None when unusable."""
     try:
         name = json.loads(field.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):
@@ -126,7 +166,7 @@ def checked_entry(where: str, field: bytes, value, notes: list):
 
 
 def checked_config(where: str, value, notes: list):
-    """(config, who added it) of one stored value, checked; None when unusable."""
+    """(config, who added it, a retune asked for it) of one stored value, checked; None when unusable."""
     found = checked_value(where, value, notes)
     if found is None:
         return None
@@ -135,5 +175,20 @@ def checked_config(where: str, value, notes: list):
     except FileFormatError as exc:
         notes.append(f"skipping {exc} (the value must be {{\"entry\": <config>, \"added\": {{...}}}})")
         return None
-    added = found.get("added")
-    return found["entry"], added if isinstance(added, dict) else None
+    added, retune = found.get("added"), found.get(RETUNE)
+    return (found["entry"], added if isinstance(added, dict) else None, None,
+            retune if isinstance(retune, dict) else None)
+
+
+def stored_value(entry, added=None, retune=None) -> dict:
+    """What a kernel's hash holds for one key (``value_bytes`` writes it)."""
+    value = {"entry": entry}
+    for name, part in (("added", added), (RETUNE, retune)):
+        if isinstance(part, dict):
+            value[name] = part
+    return value
+
+
+def value_bytes(value) -> bytes:
+    """A stored value as the store keeps it: strict compact JSON (a timing that is not finite as null)."""
+    return jsonfile.dumps(value, compact=True).rstrip("\n").encode()

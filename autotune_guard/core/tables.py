@@ -12,10 +12,9 @@ import threading
 from typing import Mapping
 
 from .errors import FileFormatError
-from .model import compact, provenance_differences
-from .numerics import numerics_differences
+from .megatron import READ_NOTES
 from .pinned import entry_matches
-from .pooling import EARLIER, MOST_RUNS
+from .pooling import EARLIER, MOST_RUNS, usable
 from . import safe_files
 from .schema import TABLE_FORMAT, check_table, read_document
 from .selection import TIE_FLOOR
@@ -53,7 +52,8 @@ def installed_version(package: str) -> str | None:
 
 PROVENANCE = "provenance"  # a table's kernel -> what its entries were recorded against (model.provenance)
 MEASURED = "measured"  # a table's kernel -> key -> what was measured to choose the entry (deciding.retime)
-EARLIER_KEPT = MOST_RUNS - 1  # measurements kept beside an entry's (EARLIER): other runs', or the one it replaced
+RETUNE = "retune"  # a table's kernel -> key -> who asked (report retune): the next consensus run times the key again
+EARLIER_KEPT = 2 * MOST_RUNS - 1  # measurements kept beside an entry's (EARLIER): other runs', and the entries it replaced
 
 
 class KernelEntries(dict):
@@ -66,13 +66,57 @@ class KernelEntries(dict):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.measured: dict = {}
+        self.retune: set = set()  # keys report retune asked the next consensus run to time again
 
 
-def measured_of(document: Mapping, kernel: str) -> dict:
-    """A table document's measurements of ``kernel``'s entries (key -> summary); {} where none."""
+def measured_of(document: Mapping, kernel: str, notes: list | None = None) -> dict:
+    """A table document's measurements of ``kernel``'s entries (key -> summary, ``clean_measured``);
+    {} where none. What had to be left out is said to ``notes``."""
     found = document.get(MEASURED)
     found = found.get(kernel) if isinstance(found, dict) else None
-    return {key: value for key, value in found.items() if isinstance(value, dict)} if isinstance(found, dict) else {}
+    kept = {}
+    for key, value in (found.items() if isinstance(found, dict) else ()):
+        clean, said = clean_measured(value)
+        if clean is not None:
+            kept[key] = clean
+        if said and notes is not None:
+            notes.append(f"table {document.get('arch', '?')} kernel {kernel} key ({key}): its {MEASURED} part {said}")
+    return kept
+
+
+def clean_measured(value, nested: bool = False) -> tuple[dict | None, str | None]:
+    """One key's kept measurement with what cannot be used left out (a file may have been edited by
+    hand, or written by a broken writer), and what was left out as a phrase (None: nothing). Kept:
+    ``candidates`` (signature -> {median: a number or null, ...}), the verdict's scalars, ``pooled``,
+    ``replaced`` and ``earlier`` (a list of measurements of the same shape)."""
+    if not isinstance(value, dict):
+        return None, f"is {type(value).__name__}, not an object: left out"
+    clean, dropped = dict(value), []
+    candidates = value.get("candidates")
+    if "candidates" in value and not isinstance(candidates, dict):
+        dropped.append("candidates")
+        clean.pop("candidates")
+    elif isinstance(candidates, dict):
+        good = {sig: entry if isinstance(entry, dict) and (entry.get("median") is None or usable(entry.get("median")))
+                else {"median": None} for sig, entry in candidates.items()}  # timed, its timing unknown: never a winner
+        bad = sum(good[sig] is not candidates[sig] for sig in candidates)
+        if bad:
+            dropped.append(f"{bad} candidate timing(s)")
+        clean["candidates"] = good
+    for name, kind in (("pooled", dict), ("replaced", dict), ("margin", (int, float)), ("how", str), ("winner", str)):
+        if name in value and value[name] is not None and not isinstance(value[name], kind):
+            dropped.append(name)
+            clean.pop(name)
+    beside = value.get(EARLIER)
+    if EARLIER in value:
+        clean.pop(EARLIER)
+        items = [clean_measured(item, nested=True) for item in beside] if isinstance(beside, list) and not nested else []
+        kept = [item for item, _ in items if item is not None]
+        if kept:
+            clean[EARLIER] = kept
+        if nested or not isinstance(beside, list) or len(kept) != len(beside) or any(said for _, said in items):
+            dropped.append(EARLIER)
+    return clean, (f"holds {', '.join(dropped)} that cannot be used: left out" if dropped else None)
 
 
 def table_measured(tables: Mapping, qualified: str, key: str):
@@ -83,6 +127,15 @@ def table_measured(tables: Mapping, qualified: str, key: str):
             measured = getattr(entries, "measured", None) or {}
             return measured.get(key) if key in entries else measured.get("*")
     return None
+
+
+def retune_asked(tables: Mapping, qualified: str, key: str) -> bool:
+    """Whether ``report retune`` asked that the entry ``table_entry`` gives be timed again."""
+    for name in (qualified, qualified.rpartition(".")[2]):
+        entries = tables.get(name)
+        if entries:
+            return (key if key in entries else "*") in getattr(entries, "retune", ())
+    return False
 
 
 class Tables(dict):
@@ -114,7 +167,7 @@ class Tables(dict):
                 notes.extend(said)
                 if document is None:  # checked by read_store; its arch is this one (the reader asked for it)
                     continue
-            _absorb(self, wildcarded, document, kernel)
+            _absorb(self, wildcarded, document, kernel, notes)
 
 
 def load_tables(table_path, arch: str, versions: Mapping[str, str | None], stores=None,
@@ -138,6 +191,7 @@ def load_tables(table_path, arch: str, versions: Mapping[str, str | None], store
             warnings.append(f"skipping table {exc}")
             continue
         warnings.extend(trust_notes(path))
+        warnings.extend(note for note in document.get(READ_NOTES) or () if isinstance(note, str))  # Megatron's keys
         if not _refused(path, document, arch, versions, warnings.append):
             layers.append((path, document))
     tables = Tables(layers, arch, stores, said or warnings.append)
@@ -145,7 +199,7 @@ def load_tables(table_path, arch: str, versions: Mapping[str, str | None], store
         wildcarded: set = set()
         for path, document in layers:
             tables._looked.update(document["kernels"])
-            _absorb(tables, wildcarded, document)
+            _absorb(tables, wildcarded, document, notes=warnings)
     return tables, warnings
 
 
@@ -161,7 +215,7 @@ def _refused(path: str, document: Mapping, arch: str, versions: Mapping, said) -
     return False
 
 
-def _absorb(merged: dict, wildcarded: set, document: Mapping, only: str | None = None) -> None:
+def _absorb(merged: dict, wildcarded: set, document: Mapping, only: str | None = None, notes: list | None = None) -> None:
     """A table's entries (``only``'s, where named) added where ``merged`` has none; a ``*`` entry
     hides what later tables have for its kernel."""
     recorded = document.get(PROVENANCE) if isinstance(document.get(PROVENANCE), dict) else {}
@@ -171,10 +225,13 @@ def _absorb(merged: dict, wildcarded: set, document: Mapping, only: str | None =
         slot = dict.setdefault(merged, kernel, KernelEntries())
         if slot.provenance is None and isinstance(recorded.get(kernel), dict):
             slot.provenance = recorded[kernel]
-        measured = measured_of(document, kernel)
+        measured = measured_of(document, kernel, notes)
+        asked = document.get(RETUNE).get(kernel) if isinstance(document.get(RETUNE), dict) else None
         for key, entry in entries.items():
             if key not in slot and key in measured:
                 slot.measured[key] = measured[key]
+            if key not in slot and isinstance(asked, dict) and key in asked:
+                slot.retune.add(key)
             slot.setdefault(key, entry)
         if "*" in entries:
             wildcarded.add(kernel)
@@ -277,79 +334,7 @@ def table_index(entry: Mapping | None, descriptors, defaults: Mapping) -> int | 
     return None
 
 
-def grow_table(document: Mapping | None, arch: str, additions: Mapping, provenance: Mapping,
-               defaults: Mapping, kernel_provenance: Mapping | None = None) -> tuple[dict, list, int, list]:
-    """``document`` (the table as it is on disk now, None when there is none yet) with
-    ``additions`` (kernel -> key -> full descriptor) added, each with ``provenance`` (who added
-    it), and each kernel new to the table with its ``kernel_provenance`` (kernel -> what it is,
-    ``model.provenance``) in the table's ``provenance`` map, the shape ``report merge`` writes.
-    An entry the table holds already is kept: the first writer wins. A kernel whose entries were
-    recorded against another version of it gets none of this job's (one version per kernel).
-    Returns (the new document, the kept entries that differ from what was to be added as
-    (kernel, key, kept entry), how many entries were added, the kernels left out as (kernel,
-    what differs, how many new keys it had))."""
-    grown = dict(document) if document is not None else {
-        "format": TABLE_FORMAT, "arch": arch, "source": {"by": GROWN_BY}, "kernels": {}}
-    kernels = {kernel: dict(entries) for kernel, entries in grown["kernels"].items()}
-    who = grown.get(ADDED) if isinstance(grown.get(ADDED), dict) else {}
-    who = {kernel: dict(keys) for kernel, keys in who.items() if isinstance(keys, dict)}
-    recorded = dict(grown[PROVENANCE]) if isinstance(grown.get(PROVENANCE), dict) else {}
-    measured = {kernel: measured_of(grown, kernel) for kernel in (grown.get(MEASURED) or {})}
-    differing, stale, count = [], [], 0
-    for kernel, entries in sorted(additions.items()):
-        live = (kernel_provenance or {}).get(kernel)
-        extends = any(getattr(desc, "extends", False) for desc in entries.values())
-        differs = _version_differs(recorded.get(kernel), live) if kernels.get(kernel) else []
-        if differs and not (extends and all(d.startswith(CANDIDATES_GREW) for d in differs)):
-            stale.append((kernel, differs, sum(key not in kernels[kernel] for key in entries)))
-            continue
-        if live and (not kernels.get(kernel) or extends):  # new to the table, or its candidate list grew
-            recorded[kernel] = dict(live)
-        for key, desc in sorted(entries.items()):
-            count += _add_entry(kernels.setdefault(kernel, {}), measured.setdefault(kernel, {}), key, desc,
-                                (who.setdefault(kernel, {}), provenance), (defaults, differing, kernel))
-    grown["kernels"], grown[ADDED] = {k: v for k, v in kernels.items() if v}, who
-    if recorded:
-        grown[PROVENANCE] = recorded
-    measured = {kernel: keys for kernel, keys in measured.items() if keys}
-    if measured:
-        grown[MEASURED] = measured
-    return grown, differing, count, stale
-
-
 CANDIDATES_GREW = "its candidate list changed"  # provenance_differences' phrase, without its counts
-
-
-def _add_entry(entries: dict, measured: dict, key: str, desc, author, check) -> int:
-    """Add one winner (1) or keep the table's entry (0): the first writer wins, and a later
-    measurement of the key goes beside the kept one (``EARLIER``), unless the winner ``extends`` the
-    entry (its selection covered the entry's candidates and more: it replaces it, the old beside it)."""
-    defaults, differing, kernel = check
-    kept = entries.get(key)
-    new_measured = getattr(desc, "measured", None)
-    if kept is not None and not getattr(desc, "extends", False):
-        if table_index(kept, [desc], defaults) is None:
-            differing.append((kernel, key, kept))
-        if new_measured:
-            old = measured.get(key) or {}
-            measured[key] = {**old, EARLIER: (list(old.get(EARLIER) or []) + [new_measured])[-EARLIER_KEPT:]}
-        return 0
-    previous = measured.get(key)
-    entries[key] = compact(desc)
-    author[0][key] = dict(author[1])
-    if new_measured:  # what it replaces goes beside it, with what was beside that (a pooled key's runs)
-        beside = [*(previous.get(EARLIER) or []), {k: v for k, v in previous.items() if k != EARLIER}] \
-            if previous else []
-        measured[key] = {**new_measured, **({EARLIER: beside[-EARLIER_KEPT:]} if beside else {})}
-    return 1
-
-
-def _version_differs(recorded, live) -> list[str]:
-    """What differs between the table's provenance of a kernel and this job's, numerics included
-    (one FP-fusion setting per kernel too); nothing when either is unknown."""
-    if not isinstance(recorded, dict) or not isinstance(live, Mapping):
-        return []
-    return provenance_differences(recorded, live) + numerics_differences(recorded, live)
 
 
 def added_by(document: Mapping, kernel: str, key: str) -> str | None:

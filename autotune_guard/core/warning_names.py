@@ -14,6 +14,7 @@ SILENCEABLE = {
     "consensus-before-init": "consensus before init_process_group: those choices are this rank's own",
     "candidates-grew": "a kernel gained candidates since its table entry: only the new ones are timed",
     "pooling-run": "AUTOTUNE_POOL_RUNS: a table's key timed again to pool its winner over cold runs",
+    "table-replaced": "a table entry replaced by a winner chosen to replace it (pooled, re-tuned): the old one kept beside it",
     "shared-name": "two different kernels launched under one name: the later one gets name@hash",
     "unmatched-user-kernel": "a torch.compile user kernel matched none Dynamo traced: named by Inductor, key '*'",
     "split-join-window": "split tuning: some ranks did not come to a key's join window",

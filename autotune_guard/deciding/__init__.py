@@ -10,9 +10,9 @@ key's first launch, saying how to apply candidate i (pin the config, keep the la
 This package sits on the runtime layer: it imports ``runtime`` and ``core``; adapters import it.
 """
 
-from .engine import (Decision, Tunable, Tuned, check_table_provenance, decide, noted, pinned, selected,
-                     table_index)
+from .engine import Decision, Tunable, Tuned, decide, noted, pinned, selected, table_index
 from .first import first_launch
+from .table_checks import check_table_provenance
 
 __all__ = ["Decision", "Tunable", "Tuned", "check_table_provenance", "decide", "first_launch", "noted", "pinned",
            "selected",

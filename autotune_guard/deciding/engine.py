@@ -8,16 +8,15 @@ A family subclasses :class:`Tunable` for one pending choice and applies the :cla
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, NamedTuple, Sequence
 
 from ..core import consensus as protocol
 from ..core import tables
 from ..core.errors import SelectionError
-from ..core.model import Choice, ChoiceKey, provenance_differences, record_entry, signature, tuned_winner
-from ..core.numerics import numerics_differences, numerics_message
+from ..core.model import Choice, ChoiceKey, record_entry, signature, tuned_winner
 from ..core.pinned import Pick
 from ..runtime import Epoch, current
-from . import consensus, pooling, retime, split
+from . import consensus, pooling, retime, split, table_checks
 
 logger = logging.getLogger("autotune_guard")
 
@@ -139,30 +138,26 @@ def timed(epoch: Epoch, tunable: Tunable, how: str, for_job: bool = False) -> De
                     noted(epoch, tunable, tuned, how, for_job))
 
 
-def selected(epoch: Epoch, tunable: Tunable, how: str, known: tuple | None = None) -> Tuned | None:
+def selected(epoch: Epoch, tunable: Tunable, how: str, known: tuple | None = None,
+             only: Sequence[int] | None = None) -> Tuned | None:
     """A winner worth freezing, where the family can time one candidate (``splits``): every
     candidate timed once, the finalists again in rounds (``deciding.retime``), nothing launched for
     the caller. ``known``: (timings a table kept by index, the winner it kept): only the other
-    candidates are timed, and the kept winner stands unless one of them is a finalist.
+    candidates are timed, and the kept winner stands unless one of them is a finalist. ``only``: the
+    indices to time (a pooling run's contenders); by default every candidate.
     A family that cannot time one candidate is tuned by its own tuner, in one pass."""
     if not tunable.splits or len(tunable.descriptors) < 2:
         return tunable.tune(how)
     signatures = [signature(d) for d in tunable.descriptors]
     policy = epoch.policy
     timings_kept, kept = known if known is not None else (None, None)
-    found = retime.select(tunable.time_share, range(len(signatures)), policy.retime_band, policy.retime_rounds,
-                          timings_kept, kept)
-    measured = retime.summary(found, signatures, policy.retime_band, _measured_on(tunable.key.arch))
+    found = retime.select(tunable.time_share, only if only is not None else range(len(signatures)),
+                          policy.retime_band, policy.retime_rounds, timings_kept, kept)
+    measured = retime.summary(found, signatures, policy.retime_band, table_checks.measured_on(tunable.key.arch))
     timings = {sig: [entry["median"]] for sig, entry in measured["candidates"].items()}
     logger.debug("selected %s -> %s (%s, %d rounds, %d timings)", tunable.key.what(), measured["winner"],
                  measured["how"], measured["rounds"], measured["timed"])
     return Tuned(tunable.descriptors[found.verdict.winner], None, timings, None, None, False, measured)
-
-
-def _measured_on(arch: str) -> dict:
-    """What a selection's timings hold for: timings of another arch or versions are not compared."""
-    versions = current().facts.versions()
-    return {"arch": arch, "triton": versions.get("triton"), "torch": versions.get("torch")}
 
 
 def noted(epoch: Epoch, tunable: Tunable, tuned: Tuned, how: str, for_job: bool = False,
@@ -180,15 +175,18 @@ def noted(epoch: Epoch, tunable: Tunable, tuned: Tuned, how: str, for_job: bool 
         record = record_entry(tuned.winner, winner_signature, recorded_as or how, tuned.timings,
                               list(tunable.every()), provenance, tuned.measured)
     if for_job and epoch.policy.table_path and (len(tunable.descriptors) > 1 or tunable.open_search):
-        guard.tuned_for_job(epoch, tunable.key, tuned_winner(tuned.winner, provenance, tuned.measured,
-                                                             extends=extends))
+        pooled = isinstance(tuned.measured, dict) and "pooled" in tuned.measured
+        choices = {signature(d): d for d in tunable.descriptors} if pooled else None
+        guard.tuned_for_job(epoch, tunable.key, tuned_winner(tuned.winner, provenance, tuned.measured, extends=extends,
+                                                             replaces=epoch.retimed.get(tunable.key), choices=choices))
     return guard.note(epoch, tunable.key, Choice(winner_signature, how), record)
 
 
 def table_index(epoch: Epoch, tunable: Tunable) -> int | None:
     """The live candidate AUTOTUNE_TABLE_PATH's tables hold for the key, matched as pinned mode
     matches it; None without one. An entry recorded against another version of the kernel is named
-    (or refused) by the family; one that matches no candidate is said once, then tuned."""
+    (or refused) by the family, and under consensus timed again, as one ``report retune`` asked
+    for (``epoch.retimed``); one that matches no candidate is said once, then tuned."""
     if not epoch.policy.table_path:
         return None
     guard = current()
@@ -197,6 +195,13 @@ def table_index(epoch: Epoch, tunable: Tunable) -> int | None:
     if entry is None:
         return None
     tunable.check_provenance()
+    if epoch.policy.mode == "consensus" and key not in epoch.retimed and \
+            tables.retune_asked(epoch.tables.get(key.arch, {}), key.kernel, key.key):
+        epoch.retimed[key] = "retune"
+        guard.warn_once(f"retune {key.text()}", f"{key.what()}: timed again, as report retune asked; the table's "
+                        "entry is replaced by the winner and kept beside it", logging.INFO)
+    if key in epoch.retimed:
+        return None
     defaults = (guard.facts.get("config_defaults") or {}) if tunable.uses_config_defaults else {}
     index = tables.table_index(entry, list(tunable.descriptors), defaults)
     if index is None:
@@ -205,53 +210,18 @@ def table_index(epoch: Epoch, tunable: Tunable) -> int | None:
     return index
 
 
-def check_table_provenance(epoch: Epoch, key: ChoiceKey, live: Callable[[], dict | None]) -> None:
-    """A family's ``check_provenance``: a table entry for ``key`` recorded against another version
-    of the kernel than ``live()`` (its provenance now, asked only where there is an entry) is named
-    once per kernel, and refused with AUTOTUNE_ON_MISS=error."""
-    guard = current()
-    if guard.table_entry(epoch, key.arch, key.kernel, key.key) is None:
-        return
-    recorded = tables.table_provenance(epoch.tables.get(key.arch, {}), key.kernel)
-    now = live() if isinstance(recorded, dict) else None
-    differs = provenance_differences(recorded, now) if now is not None else []
-    other_numerics = numerics_differences(recorded, now) if now is not None else []
-    if other_numerics:  # before the version check: refused, or named once and used (docs/pinned.md)
-        _stale(guard, epoch, key, f"numerics {key.kernel}", numerics_message(key.kernel, other_numerics))
-    if not differs or (epoch.policy.mode == "consensus" and epoch.policy.on_miss != "error"
-                       and _measured_grows(epoch, key, differs)):
-        return
-    _stale(guard, epoch, key, f"stale provenance {key.kernel}",
-           f"kernel {key.kernel}: its table entries were recorded against another version of it "
-           f"({', '.join(differs)}); record and merge it again (a table consensus grows: delete its entries "
-           "there, and the next consensus run tunes and adds them)")
-
-
-def _stale(guard, epoch: Epoch, key: ChoiceKey, once: str, message: str) -> None:
-    """Refuse a table entry with AUTOTUNE_ON_MISS=error; else name it once per kernel and use it."""
-    if epoch.policy.on_miss == "error":
-        raise SelectionError(f"autotune_guard: {key.what()}: {message}; refused with AUTOTUNE_ON_MISS=error")
-    guard.warn_once(once, message + "; its entries are used where a config still matches")
-
-
-def _measured_grows(epoch: Epoch, key: ChoiceKey, differs: list) -> bool:
-    """Only the candidate list changed and the table kept the key's timings: consensus times the new
-    candidates against them (``_known``) instead of naming the entry stale (AUTOTUNE_ON_MISS=error
-    still refuses it: nothing is tuned that the table was to decide)."""
-    return all(d.startswith(tables.CANDIDATES_GREW) for d in differs) and \
-        tables.table_measured(epoch.tables.get(key.arch, {}), key.kernel, key.key) is not None
-
-
 def _consensus(epoch: Epoch, tunable: Tunable) -> Decision:
     """One rank of the job tunes the key and publishes the winner; the others follow it untimed.
     A table's entry goes with the claim and decides for the job untimed."""
     guard = current()
     key = tunable.key
     table = table_index(epoch, tunable)
-    known = _known(guard, epoch, tunable) if table is not None else None
-    pooled = pooling.runs_kept(epoch, tunable, _measured_on) if table is not None and known is None else None
+    pooled = pooling.plan(epoch, tunable, table_checks.measured_on) if table is not None else None
+    known = table_checks.known(guard, epoch, tunable) if table is not None and pooled is None else None
     if known is not None or pooled is not None:
         table = None  # the kernel gained candidates since the entry was measured, or its runs are pooled
+    elif table is None:
+        pooling.say_first_run(guard, epoch, tunable)
     store = guard.job_store(key)
     if store is None:
         return _alone(guard, epoch, tunable, table, known, pooled)
@@ -264,11 +234,11 @@ def _consensus(epoch: Epoch, tunable: Tunable) -> Decision:
         return _split(guard, epoch, tunable, store, signatures)
 
     def tune():  # on the claimer only, when its table lacks the key
-        tuned = selected(epoch, tunable, "consensus", known)
+        tuned = selected(epoch, tunable, "consensus", known, pooled.indices if pooled is not None else None)
         if tuned is None:
             raise SelectionError(f"autotune_guard consensus: {key.what()}: the tuner chose nothing")
         if pooled is not None:
-            tuned = pooling.pooled(guard, epoch, tunable, tuned, pooled)
+            tuned = pooling.pooled(guard, epoch, tunable, tuned, pooled.kept)
         return signature(tuned.winner), tuned
 
     index, tuned_here, answer = consensus.decide(
@@ -312,35 +282,21 @@ def _split(guard, epoch: Epoch, tunable: Tunable, store, signatures: list) -> De
     def finals(known):  # on one rank: the shares' timings as the first pass, the finalists again here
         found = retime.select(tunable.time_share, range(len(signatures)), policy.retime_band, policy.retime_rounds,
                               known)
-        return found.verdict.winner, retime.summary(found, signatures, policy.retime_band, _measured_on(key.arch))
+        measured_on = table_checks.measured_on(key.arch)
+        return found.verdict.winner, retime.summary(found, signatures, policy.retime_band, measured_on)
 
     index, timed_here, timings, measured = split.decide(
         store, key.what(), protocol.decision_name(key.arch, key.kernel, key.key), rank, world, signatures,
         tunable.time_share, policy.consensus_timeout, policy.consensus_dead_after, finals)
     epoch.split[key] = (timed_here, len(signatures))  # for the exit's one line on what the split saved
     if policy.table_path and rank == 0:  # one rank grows a table directory by it
-        guard.tuned_for_job(epoch, key, tuned_winner(tunable.descriptors[index], tunable.provenance(), measured))
+        guard.tuned_for_job(epoch, key, tuned_winner(tunable.descriptors[index], tunable.provenance(), measured,
+                                                     replaces=epoch.retimed.get(key)))
     return _followed(guard, epoch, tunable, index, signatures, "consensus", timings, measured)
 
 
-def _known(guard, epoch: Epoch, tunable: Tunable) -> tuple | None:
-    """The timings the table kept for the key, where they were measured here (arch, versions) and the
-    live candidates include new ones: only those are timed (``retime.known_timings``)."""
-    key = tunable.key
-    measured = tables.table_measured(epoch.tables.get(key.arch, {}), key.kernel, key.key)
-    signatures = [signature(d) for d in tunable.descriptors]
-    known = retime.known_timings(measured, signatures, _measured_on(key.arch))
-    if known is None:
-        return None
-    guard.warn_once(f"candidates grew {key.text()}", (
-        f"{key.what()}: the table's entry was chosen among {len(known)} of today's {len(signatures)} candidates; "
-        f"the {len(signatures) - len(known)} new one(s) are timed against the kept timings"), logging.INFO,
-        name="candidates-grew")
-    return known, retime.kept_winner(measured, signatures)
-
-
 def _alone(guard, epoch: Epoch, tunable: Tunable, table: int | None, known: tuple | None = None,
-           pooled: list | None = None) -> Decision:
+           pooled: pooling.Plan | None = None) -> Decision:
     """No process group at the moment of choice: the table's entry, else timed here as in auto (a
     job of one process grows the table by it, and pools its runs as a job of several does)."""
     if table is not None:
@@ -357,9 +313,9 @@ def _alone(guard, epoch: Epoch, tunable: Tunable, table: int | None, known: tupl
                         logging.INFO, scope="process", name="consensus-alone")
     if world != 1 or (known is None and pooled is None):
         return timed(epoch, tunable, "timed", for_job=world == 1)
-    tuned = selected(epoch, tunable, "timed", known)
+    tuned = selected(epoch, tunable, "timed", known, pooled.indices if pooled is not None else None)
     if pooled is not None:
-        tuned = pooling.pooled(guard, epoch, tunable, tuned, pooled)
+        tuned = pooling.pooled(guard, epoch, tunable, tuned, pooled.kept)
     return Decision(_index_of(tunable, tuned.winner), "timed", tuned,
                     noted(epoch, tunable, tuned, "timed", for_job=True, extends=True))
 

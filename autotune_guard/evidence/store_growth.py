@@ -2,12 +2,16 @@
 ``AUTOTUNE_TABLE_PATH``): the store's counterpart of ``evidence.table_growth`` for a table directory.
 
 A winner this process tuned for its whole job (``Guard.tuned_for_job``) is added shortly after the
-choice, by a background thread subscribed to the ``Guard``, and once more at exit. The server adds
-it (``redis_tables.Store.add``: one script per kernel, HSETNX per entry), so several jobs at once
-lose nothing and the first writer wins; a differing entry kept, and a kernel held against another
-version of it, are said once. The store is reached through the ``table_store`` fact
-(``adapters.redis_tables.Stores``), never by importing the client. A store that stops answering is said once (``Stores.went_down``):
-the winners stay chosen in this process and its evidence files; they are tried once more at exit."""
+choice, by a background thread subscribed to the ``Guard``, and once more at exit. It is written by
+the one rule of every table write (``core.table_writes.grow_table``, as a table directory grows:
+the first writer wins unless the winner was chosen to replace, pooled winners pool again over every
+run the table holds, and nothing is lost), made to the kernel's part of the store in one
+transaction against other writers (``redis_tables.Stores.grow_kernel``), with its measurements. A
+differing entry kept, an entry replaced, a kernel held against another version of it, and
+measurements that had to be left out are said once. The store is reached through the
+``table_store`` fact (``adapters.redis_tables.Stores``), never by importing the client. A store that
+stops answering is said once (``Stores.went_down``): the winners stay chosen in this process and its
+evidence files; they are tried once more at exit."""
 
 from __future__ import annotations
 
@@ -53,6 +57,7 @@ def configure(guard, policy) -> None:
         return
     stores = guard.facts.get("table_store") if urls else None
     state.url, state.stores, state.added = (urls[0] if urls and stores is not None else None), stores, 0
+    state.written = set()  # a new policy's epoch tunes anew
 
 
 def flush() -> None:
@@ -66,35 +71,45 @@ def flush() -> None:
         grouped: dict = {}
         for key, desc in pending.items():
             grouped.setdefault((key.arch, key.kernel), {})[key.key] = desc
-        who = evidence.entry_author(guard)
         for (arch, kernel), entries in sorted(grouped.items()):
-            if url in stores.down or not _add(guard, stores, url, arch, kernel, entries, who):
+            if url in stores.down or not _add(guard, stores, url, arch, kernel, entries):
                 return  # said once; what is left is tried again at exit
             state.written.update(k for k in pending if (k.arch, k.kernel) == (arch, kernel))
 
 
-def _add(guard, stores, url: str, arch: str, kernel: str, entries: dict, who: dict) -> bool:
-    """One kernel's new winners added by the server; False when the store did not answer."""
+def _add(guard, stores, url: str, arch: str, kernel: str, entries: dict) -> bool:
+    """One kernel's new winners written (``Stores.grow_kernel``); False when the store did not
+    answer, refused the write, or was busy (each said once)."""
     live = next((getattr(d, "provenance", None) for d in entries.values() if getattr(d, "provenance", None)), None)
-    answer = stores.add_kernel(url, arch, kernel, live, {k: (d, who) for k, d in entries.items()})
-    if answer is None:  # the store stopped answering: said once by stores
+    found = stores.grow_kernel(url, arch, kernel, entries, evidence.entry_author(guard),
+                               guard.facts.get("config_defaults") or {}, live)
+    if found is None:
         return False
-    status, found, differs = answer
-    shown = hide_password(url)
-    if status == "provenance":
-        guard.warn_once(f"store growth stale: {url}|{arch}|{kernel}", (
-            f"table store {shown} holds entries for kernel {kernel} recorded against another version of it "
-            f"({', '.join(differs) or 'its provenance there is unreadable'}): this job's {len(entries)} new "
-            "winners for it are not added (a table keeps one version of a kernel)"), scope="process")
-        return True
-    for key, kept in found:
-        if kept is not None and signature({"kwargs": {}, **kept}) != signature(entries[key]):
-            guard.warn_once(f"store growth differs: {url}|{arch}|{kernel}|{key}", (
-                f"table store {shown} holds {signature({'kwargs': {}, **kept})} for kernel {kernel} key ({key}) arch "
-                f"{arch}; this job tuned {signature(entries[key])}: the store's entry is kept (the first writer "
-                "wins)"), scope="process")
-    _state().added += len(entries) - len(found)
+    _said(guard, hide_password(url), arch, entries, found)
+    _state().added += found.count
     return True
+
+
+def _said(guard, shown: str, arch: str, entries: dict, found) -> None:
+    """What the write kept, replaced or left out, each said once (as ``table_growth`` says it of a file)."""
+    for kernel, key, kept in found.differing:
+        guard.warn_once(f"store growth differs: {shown}|{arch}|{kernel}|{key}", (
+            f"table store {shown} holds {signature({'kwargs': {}, **kept})} for kernel {kernel} key ({key}) arch "
+            f"{arch}; this job tuned {signature(entries[key])}: the store's entry is kept (the first writer "
+            "wins)"), scope="process")
+    for kernel, key, old, new, why in found.replaced:
+        if old != new:
+            guard.warn_once(f"store growth replaced: {shown}|{arch}|{kernel}|{key}", (
+                f"table store {shown}: kernel {kernel} key ({key}) arch {arch} now holds {new} ({why}); {old}, which "
+                "it held, is kept beside it in the entry's history (report show)"), logging.INFO, scope="process",
+                name="table-replaced")
+    for note in found.notes:
+        guard.warn_once(f"store growth note: {shown} {note}", f"table store {shown}: {note}", scope="process")
+    for kernel, differs, left_out in found.stale:
+        guard.warn_once(f"store growth stale: {shown}|{arch}|{kernel}", (
+            f"table store {shown} holds entries for kernel {kernel} recorded against another version of it "
+            f"({', '.join(differs) or 'its provenance there is unreadable'}): this job's {left_out} new winners for "
+            "it are not added (a table keeps one version of a kernel)"), scope="process")
 
 
 def _at_exit() -> None:

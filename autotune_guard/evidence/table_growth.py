@@ -34,9 +34,10 @@ import stat
 import time
 
 from .. import evidence
-from ..core import jsonfile, safe_files, tables
+from ..core import jsonfile, safe_files, table_writes, tables
 from ..core.store_url import store_urls
 from ..core.errors import FileFormatError, PolicyError, UnsafePathError
+from ..core.megatron import READ_AS
 from ..core.model import signature
 from ..core.schema import TABLE_FORMAT, read_document
 from ..runtime import current
@@ -148,20 +149,26 @@ def _grow(directory: str, arch: str, additions: dict) -> bool:
         document = _read_table(guard, path)
         if document is not None and document["arch"] != arch:
             raise FileFormatError(f"{path}: is a table for arch {document['arch']}, not {arch}")
-        grown, differing, count, stale = tables.grow_table(document, arch, additions, evidence.entry_author(guard),
-                                                           guard.facts.get("config_defaults") or {},
-                                                           _kernel_provenance(additions))
-        if count:
+        if document is not None and document.get(READ_AS):  # another tool's file: pinned as it is, never rewritten
+            guard.warn_once(f"table growth: foreign {path}", (
+                f"table {path} is {document[READ_AS]}'s file: consensus pins what it holds but does not rewrite it in "
+                "this package's format; this job's new winners are not added (name a table directory of its own "
+                "first in AUTOTUNE_TABLE_PATH to keep them)"), scope="process")
+            return True
+        found = table_writes.grow_table(document, arch, additions, evidence.entry_author(guard),
+                                        guard.facts.get("config_defaults") or {}, _kernel_provenance(additions))
+        grown = found.document
+        if found.count:
             if document is None:
                 grown.update({name: value for name, value in guard.facts.versions().items() if value})
                 grown["source"] = {**grown["source"], "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
             jsonfile.atomic_write_json(path, grown)
-            logger.debug("added %d entr%s to the table %s", count, "y" if count == 1 else "ies", path)
+            logger.debug("added %d entr%s to the table %s", found.count, "y" if found.count == 1 else "ies", path)
             added = _growth().added
-            added[path] = added.get(path, 0) + count
+            added[path] = added.get(path, 0) + found.count
     finally:
         os.close(fd)  # releases the lock
-    _said_differing(guard, path, arch, additions, grown, differing, stale)
+    _said_differing(guard, path, arch, additions, found)
     return True
 
 
@@ -203,13 +210,24 @@ def _read_table(guard, path: str):
     return read_document(path, formats=(TABLE_FORMAT,))
 
 
-def _said_differing(guard, path, arch, additions, grown, differing, stale) -> None:
-    for kernel, key, kept in differing:
+def _said_differing(guard, path, arch, additions, found) -> None:
+    """What the write kept, replaced or left out, each said once."""
+    grown = found.document
+    for kernel, key, kept in found.differing:
         tuned = signature(additions[kernel][key])
         guard.warn_once(f"table growth differs: {arch}|{kernel}|{key}", (
             f"table {path} holds {signature({'kwargs': {}, **kept})} for kernel {kernel} key ({key}) arch {arch} "
             f"({tables.added_by(grown, kernel, key) or 'from an earlier table'}); this job tuned {tuned}: the "
             "table's entry is kept (the first writer wins)"), scope="process")
+    for kernel, key, old, new, why in found.replaced:
+        if old != new:
+            guard.warn_once(f"table growth replaced: {arch}|{kernel}|{key}", (
+                f"table {path}: kernel {kernel} key ({key}) arch {arch} now holds {new} ({why}); {old}, which it held, "
+                "is kept beside it in the entry's history (report show)"), logging.INFO, scope="process",
+                name="table-replaced")
+    for note in found.notes:
+        guard.warn_once(f"table growth note: {path} {note}", f"{path}: {note}", scope="process")
+    stale = found.stale
     for kernel, differs, left_out in stale:
         guard.warn_once(f"table growth stale: {path}|{kernel}", (
             f"table {path} holds entries for kernel {kernel} recorded against another version of it "

@@ -8,10 +8,10 @@ import sys
 
 from .. import __version__
 from ..core.errors import GuardError
-from . import cache_import, diff, merge, readers, show, store
+from . import audit, cache_import, diff, merge, prune, readers, retune, show, store
 from .output import Visible, write_atomically
 
-COMMANDS = ("show", "merge", "diff", "import", "store-export", "store-import", "store-upgrade")
+COMMANDS = ("show", "merge", "diff", "import", "retune", "prune", "audit", "store-export", "store-import", "store-upgrade")
 
 
 def _prog() -> str:
@@ -28,14 +28,14 @@ def parser() -> argparse.ArgumentParser:
                     "(runs/rec reads runs/rec.rank*.json). Exit status: 0 done, 1 disagreement with --check, "
                     "2 unusable input.")
     top.add_argument("--version", action="version", version=f"autotune_guard {__version__}")
-    commands = top.add_subparsers(dest="command", metavar="{show,merge,diff,import,store-export,store-import,store-upgrade}")
+    commands = top.add_subparsers(dest="command", metavar="{" + ",".join(COMMANDS) + "}")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--json", action="store_true", help="machine-readable output")
     common.add_argument("--check", action="store_true", help="exit 1 when ranks or runs disagree (a CI gate)")
     common.add_argument("--all-runs", action="store_true",
                         help="read the files of every run the arguments name; by default files of runs other than "
                              "the latest (by the run id each file carries) are named on stderr and left out")
-    for command in (show, merge, diff, cache_import):
+    for command in (show, merge, diff, cache_import, retune, prune, audit):
         command.add_parser(commands, common)
     store.add_parsers(commands, common)  # table stores (redis://): export, import
     for name in ("show", "merge", "diff"):  # the commands that read evidence files

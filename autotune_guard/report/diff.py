@@ -1,6 +1,7 @@
 """``report diff``: two runs' choices per kernel and key (same, changed, only in one), their
 digests rank by rank, and the kernels both met under other numerics (``parity``). Two programs'
-runs compare the same way: keys met by one only are counted, not differences (docs/parity.md)."""
+runs compare the same way: keys met by one only are counted, not differences (docs/parity.md).
+Where RUN_A names tables, a run is compared with them instead (``table_diff``)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections import Counter
 from ..core import schema
 from ..core.errors import FileFormatError, InputError
 from ..core.model import digest_of
-from . import html, parity
+from . import html, parity, table_diff
 from .output import dump
 from .reading import md, natural_key, read_sources
 from .rows import Rows, details_reader
@@ -20,8 +21,10 @@ def run(args, out) -> int:
     Each file is reduced to compact rows as it is read (``rows.py``); the HTML page reads the keys
     it shows again (``rows.details_reader``)."""
     folds = [Rows(), Rows()]
-    sides = [read_sources([side], ("record", "choices"), "diff", args.all_runs, fold=fold, jobs=args.jobs)
-             for side, fold in zip((args.a, args.b), folds)]
+    first = read_sources([args.a], ("record", "choices", "table"), "diff", args.all_runs, fold=folds[0], jobs=args.jobs)
+    if any(s.kind == "table" for s in first):  # report diff TABLE RUN
+        return table_diff.run(args, out, first, folds[0])
+    sides = [first, read_sources([args.b], ("record", "choices"), "diff", args.all_runs, fold=folds[1], jobs=args.jobs)]
     rows = compare(*(fold.configs(side) for fold, side in zip(folds, sides)))
     counts = Counter(r["status"] for r in rows)
     both = sorted({r["kernel"] for r in rows if not r["status"].startswith("only")})
@@ -146,14 +149,16 @@ def print_diff_markdown(sides, rows, counts, failing, out) -> None:
 
 
 def add_parser(commands, common) -> None:
-    diff = commands.add_parser("diff", parents=[common], help="compare two runs' choices",
+    diff = commands.add_parser("diff", parents=[common], help="compare two runs' choices, or a table with a run",
                                description="Per kernel and key: same, changed, only in A, only in B. Each run is a "
-                                           "file, a glob pattern or a rank-file prefix.")
+                                           "file, a glob pattern or a rank-file prefix. Where RUN_A names a table "
+                                           "(a file or a table directory), the run is compared with it: what the "
+                                           "run met that the table lacks, holds stale, or holds differently.")
     diff.add_argument("--format", choices=("text", "json", "markdown", "html"), default="text",
                       help="markdown: a pull-request comment; html: one self-contained page to open in a browser "
                            "(--json is --format json)")
     diff.add_argument("-o", "--output", dest="write_to", metavar="FILE",
                       help="write the output to FILE (atomically) instead of stdout")
-    diff.add_argument("a", metavar="RUN_A")
+    diff.add_argument("a", metavar="RUN_A", help="a run, or a TABLE (diff TABLE RUN)")
     diff.add_argument("b", metavar="RUN_B")
     diff.set_defaults(run=run)

@@ -12,7 +12,7 @@ from collections import Counter
 from html import escape
 
 from .. import __version__
-from . import html_model
+from . import html_model, html_tables
 from .html_assets import CSS, ERROR_TRAP, OTHER_COLOUR, PALETTE, SCRIPT
 from .html_model import Page, row_groups
 from .html_svg import min_cost_text, strip_plot
@@ -23,9 +23,11 @@ MAX_FILES_LISTED = 24
 
 def show_page(sources, rows, details) -> str:
     """The page for ``report show``: ``rows`` the files' ``Rows``, ``details(keys)`` the whole
-    entries of the keys the page shows (``html_model.build``)."""
+    entries of the keys the page shows (``html_model.build``); with a section on what each table
+    read knows of its entries (``html_tables``)."""
     page = html_model.build([("", sources, rows)], details=details)
-    return render(page, "autotune_guard report", [s.path for s in sources])
+    return render(page, "autotune_guard report", [s.path for s in sources],
+                  tables=html_tables.section(html_tables.table_entries(sources, rows)))
 
 
 def diff_page(sides, folds, statuses: dict, details, numerics=()) -> str:
@@ -58,7 +60,8 @@ class Palette:
                                   ".ag-mix{background:repeating-linear-gradient(45deg,#555 0 3px,#bbb 3px 6px)}"])
 
 
-def render(page: Page, title: str, paths: list, note: str = "") -> str:
+def render(page: Page, title: str, paths: list, note: str = "", tables: str = "") -> str:
+    """The page: ``note`` under the summary line, ``tables`` (``html_tables.section``) after the plots."""
     order = html_model.ordered_columns(page)
     shown = order[:html_model.MAX_COLUMNS]
     palette = Palette(page, shown)
@@ -72,7 +75,7 @@ def render(page: Page, title: str, paths: list, note: str = "") -> str:
              grid(page, shown, groups, palette), "</div>",
              "<aside id=\"ag-detail\"><b>Details</b>Click a cell: its ranks, config, how it was chosen, "
              "and what Triton measured.</aside></div>",
-             more_note(page, order, shown, groups), plots(page, order, palette),
+             more_note(page, order, shown, groups), plots(page, order, palette), tables,
              f"<footer>written by autotune_guard {escape(__version__)} report; self-contained: "
              "no network, no external files.</footer></main>",
              f"<script>{SCRIPT}</script></body></html>\n"]
@@ -271,8 +274,9 @@ def plots(page: Page, order, palette: Palette) -> str:
                      f"<span class=\"ag-n\">{escape(state)}</span></h3>{svg}"
                      + (f"<p>{escape(cost)}</p>" if cost else "") + "</div>")
     if not boxes:
-        return ("<h2>Measured times</h2><p class=\"ag-more\">No timings in these files (choices files and tables "
-                "hold none; record files made under AUTOTUNE_RECORD_PATH do).</p>")
+        return ("<h2>Measured times</h2><p class=\"ag-more\">No timings in these files (choices files hold none; "
+                "record files made under AUTOTUNE_RECORD_PATH do, and so do the tables consensus grew or merge "
+                "--rule pooled wrote, for the entries whose measurement they kept).</p>")
     more = f"<p class=\"ag-more\">and {_plural(left, 'more key')} with timings not plotted.</p>" if left else ""
     return ("<h2>Measured times: each candidate's median per rank (filled: the candidate that rank chose)</h2>"
             f"<div class=\"ag-plots\" id=\"ag-plots\">{''.join(boxes)}</div>{more}")

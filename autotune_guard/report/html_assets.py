@@ -55,6 +55,11 @@ svg.ag-plot .ag-axis{stroke:#999}
 svg.ag-plot .ag-grid{stroke:#eee}
 svg.ag-plot .ag-won{stroke:#222;stroke-width:1}
 svg.ag-plot .ag-lost{fill:none;stroke:#9a9a9a;stroke-width:1.2}
+table.ag-known{border-collapse:collapse;background:#fff;font-size:12px;width:100%}
+.ag-known th,.ag-known td{border:1px solid #ddd;padding:3px 6px;text-align:left;vertical-align:top;
+ overflow-wrap:anywhere}
+.ag-known th{background:#eef1f5;font-weight:600}
+.ag-known .bad,.ag-notes{color:#c62828}
 footer{color:#888;font-size:11px;margin:24px 0 8px}
 #ag-errors:empty{display:none}
 #ag-errors{background:#c62828;color:#fff;padding:8px;white-space:pre-wrap}

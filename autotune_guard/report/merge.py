@@ -17,6 +17,7 @@ from ..core.model import static_cost
 from .output import dump
 from .reading import MADE_BY, Source, read_sources
 from .tally import Tally
+from . import merge_into, worst_case
 
 
 def run(args, out) -> int:
@@ -27,13 +28,17 @@ def run(args, out) -> int:
     selections = tally.selections_of(used)
     decisions, kernels, library = _decide_all(tally.keys(used, arch), args.rule, tally.descriptors, selections)
     table, version_notes = _table(used, arch, args.rule, kernels)
+    table["source"].update(worst_case.source_of(decisions))  # how each '*' was chosen (--rule worst-case)
     table[tables.PROVENANCE] = tally.provenance
     measured = _measured_of(decisions, selections)
     if measured:
         table[tables.MEASURED] = measured
     notes += version_notes + library_notes(library)
     try:
-        atomic_write_json(output, table)
+        if os.path.lexists(output):  # every write to a table is a merge: what it knows is kept
+            notes += merge_into.write_into(output, table, args.replace)
+        else:
+            atomic_write_json(output, table)
     except OSError as exc:
         raise InputError(f"{output}: cannot be written ({exc.strerror or exc})", path=output) from None
     disagree = [d for d in decisions if not d["agree"]]
@@ -119,6 +124,8 @@ def _decide_all(keys: dict, rule: str, descriptors: dict, selections: dict) -> t
     """One decision per (kernel, key) from its tally (and, with ``pooled``, its ``selections``), the
     table's kernels from them, and the keys left out because the kernel's library chose their config
     itself (per kernel)."""
+    if rule == worst_case.RULE:  # one '*' per kernel and the keys that beat it (report/worst_case.py)
+        return worst_case.decide_all(keys, descriptors, decide)
     decisions = []
     kernels: dict[str, dict] = {}
     library: dict[str, list[str]] = {}
@@ -141,15 +148,37 @@ def _decide_all(keys: dict, rule: str, descriptors: dict, selections: dict) -> t
 
 def _pooled(tally, known: dict, runs: list) -> dict | None:
     """``--rule pooled``: the winner pooled over every process's selection (``core.pooling``), each
-    process a cold draw (docs/winners.md); None where no candidate was timed by every one."""
+    process a cold draw (docs/winners.md), over the measurements of the versions most of them ran
+    (timings of another Triton or torch never mix; the others are said); None where none compares."""
+    runs, left_out = _comparable(runs)
     order = [sig for sig in (tally.raw_candidates or ()) if sig in known] or sorted(known)
     found = pooling.pool(runs, order)
     if found is None or found.winner not in known:
         return None
-    margin = "" if found.margin is None else f", by {found.margin * 100:.2f} %"
-    why = f"pooled over {found.runs} process{'es' * (found.runs != 1)}: {found.how}{margin}"
+    margin = "" if found.margin is None else f", the next {found.margin * 100:.2f} % slower"
+    why = f"pooled over {found.runs} process{'es' * (found.runs != 1)}: {found.how}{margin}{left_out}"
     return {**_tallied(tally.votes()), "chosen": found.winner, "descriptor": known[found.winner],
             "pooled": found.as_dict(), "why": why}
+
+
+def _comparable(runs: list) -> tuple[list, str]:
+    """The measurements that can be pooled together (well-formed, of the arch and versions most of
+    them were taken on), and a phrase naming what was left out ('' where nothing was)."""
+    clean = [found for found, _ in map(tables.clean_measured, runs)
+             if found is not None and isinstance(found.get("candidates"), dict)]
+    version = lambda run: tuple(str(run.get(name)) for name in ("arch", "triton", "torch"))  # noqa: E731
+    counts = Counter(version(run) for run in clean)
+    if not counts:
+        return [], ""
+    kept = counts.most_common(1)[0][0]
+    pooled = [run for run in clean if version(run) == kept]
+    others = sorted({f"triton {v[1]}, torch {v[2]}" for v in map(version, clean) if v != kept})
+    said = []
+    if len(clean) < len(runs):
+        said.append(f"{len(runs) - len(clean)} malformed measurement(s)")
+    if others:
+        said.append(f"{len(clean) - len(pooled)} of other versions ({'; '.join(others)})")
+    return pooled, f" (left out: {', '.join(said)})" if said else ""
 
 
 def library_notes(library: dict[str, list[str]]) -> list[str]:
@@ -284,14 +313,21 @@ def add_parser(commands, common) -> None:
     merge = commands.add_parser("merge", parents=[common], help="merge record files into a table",
                                 description="Merge per-rank record files into one table for AUTOTUNE_MODE=pinned.")
     merge.add_argument("files", nargs="+", metavar="FILE", help="record files (or AUTOTUNE_RECORD_PATH prefixes)")
-    merge.add_argument("-o", "--output", required=True, metavar="TABLE.json", help="the table to write (atomically)")
+    merge.add_argument("-o", "--output", required=True, metavar="TABLE.json",
+                       help="the table to write (atomically); one that is there is merged into, losing nothing")
     merge.add_argument("--arch", help="the arch to build the table for (needed when the records mix archs)")
-    merge.add_argument("--rule", choices=("vote", "fastest", "pooled"), default="vote",
+    merge.add_argument("--rule", default="vote", choices=("vote", "fastest", "pooled", worst_case.RULE),
                        help="vote: the config most ranks chose, a tie to the faster by the recorded timings, else to the "
                             "lowest static cost with a warning (default); "
                             "fastest: the lowest median of Triton's measured times across ranks; "
                             "pooled: the winner pooled over every process's selection (each timing relative to its "
-                            "process's best; docs/winners.md)")
+                            "process's best; docs/winners.md); "
+                            "worst-case: per kernel a '*' entry, the candidate with the smallest worst-case slowdown "
+                            "over the timed keys, and a key's own entry where its best beats '*' by more than 5 % "
+                            "(docs/report.md)")
+    merge.add_argument("--replace", action="store_true",
+                       help="where -o names a table that is there and the records decide an entry otherwise: replace "
+                            "it (the old entry kept in its history); without it such a merge writes nothing")
     merge.add_argument("--allow-partial", action="store_true",
                        help="also merge records of ranks that did not exit normally (killed, a signal, an exception)")
     merge.add_argument("--others", action="store_true",

@@ -304,8 +304,8 @@ def natural(text: str):
 # --- markdown (a CI job summary, a pull-request comment) -----------------------------------------
 
 def md(text) -> str:
-    """Text for a markdown table cell, as code."""
-    return "`" + str(text).replace("`", "'").replace("|", "\\|") + "`"
+    """Text for a markdown table cell, as code (on one line: a newline would end the table's row)."""
+    return "`" + str(text).replace("`", "'").replace("|", "\\|").replace("\n", " ").replace("\r", " ") + "`"
 
 
 def label_list(labels: list[str], limit: int = 8) -> str:

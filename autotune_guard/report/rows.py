@@ -11,8 +11,9 @@ from array import array
 from functools import partial
 
 from ..core.model import Choice, ChoiceKey
-from ..core.tables import PROVENANCE, added_by, verdict_text
+from ..core.tables import PROVENANCE, added_by
 from .configs import Signatures
+from .table_facts import medians_of, verdict_of
 from .reading import Source, natural_key, read_sources
 from .timings import cost_order, median_of, min_cost_in, slowdown, summary, summary_values
 
@@ -48,9 +49,9 @@ def digest_rows(kind: str, document: dict) -> dict:
     arch = document["arch"]
     for kernel, keyed in document["kernels"].items():
         for key, entry in keyed.items():
-            if kind == "table":
-                sig = sigs.of(entry)
-                entries.append(((arch, kernel, key), sig, "table", _untimed(sig), False))
+            if kind == "table":  # its timings: the medians its entry's last measurement kept, where it kept one
+                sig, timings = sigs.of(entry), medians_of(document, kernel, key)
+                entries.append(((arch, kernel, key), sig, "table", summary_values(sig, timings, None), bool(timings)))
                 continue
             sig = sigs.of(entry["config"])
             candidates = sigs.of_list(entry.get("candidates", []))
@@ -83,7 +84,8 @@ def digest_details(kind: str, document: dict, wanted: frozenset) -> dict:
             if (arch, kernel, key) not in wanted:
                 continue
             if kind == "table":
-                found[arch, kernel, key] = _details(sigs.of(entry), "table", None, None)
+                found[arch, kernel, key] = _details(sigs.of(entry), "table", medians_of(document, kernel, key) or None,
+                                                    None)
                 continue
             sig, timings = sigs.of(entry["config"]), entry.get("timings")
             candidates = sigs.of_list(entry.get("candidates", []))
@@ -221,7 +223,7 @@ class Rows:
                           "min_cost_failed": bool(flag & _FAILED),
                           "added_by": added_by(source.document, ident.kernel, ident.key) if source.kind == "table"
                           else None,
-                          "verdict": verdict_text(source.document, ident.kernel, ident.key) if source.kind == "table"
+                          "verdict": verdict_of(source.document, ident.kernel, ident.key) if source.kind == "table"
                           else None})
         return found
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 import math
 import os
 from collections import Counter
+from functools import partial
 
-from . import html
+from . import html, python_out, table_show
 from ..core.model import provenance_text
 from ..core.numerics import numerics_text
 from ..core.switches import shown
@@ -74,7 +75,8 @@ def _describe_table(doc: dict, count: int) -> str:
     if isinstance(source, dict) and isinstance(source.get("files"), list):
         parts.append(f"merged by {source.get('rule', '?')} from {len(source['files'])} file"
                      f"{'s' * (len(source['files']) != 1)}")
-    return ", ".join(parts)
+    superseded = table_show.superseded_text(doc)
+    return ", ".join(parts + ([superseded] if superseded else []))
 
 
 def _ms(value) -> str:
@@ -91,8 +93,10 @@ def _span(lo, hi) -> str:
 
 
 def print_show(sources, rows, provenance, counts, out) -> None:
-    """The text report: the files, then key by key what each file chose."""
+    """The text report: the files, then key by key what each file chose (under a table's entry,
+    what the table knows of it: ``table_show.entry_lines``)."""
     print(f"{len(sources)} file{'s' * (len(sources) != 1)}:", file=out)
+    tables = table_show.table_documents(sources)
     for s in sources:
         print(_describe_source(s), file=out)
     current = None
@@ -108,10 +112,11 @@ def print_show(sources, rows, provenance, counts, out) -> None:
         print(f"  key ({row['key']}): {verdict}, {n} file{'s' * (n != 1)}{library}", file=out)
         ordered = sorted(row["configs"], key=lambda sig: (-row["configs"][sig], sig))
         marks = {sig: " " if row["agree"] else chr(ord("a") + i) if i < 26 else "+" for i, sig in enumerate(ordered)}
+        below = partial(table_show.entry_lines, tables, row)
         if n <= LIST_FILES_UP_TO:
-            _print_each_file(row["choices"], marks, out)
+            _print_each_file(row["choices"], marks, out, below)
         else:
-            _print_files_by_config(row["choices"], ordered, marks, out)
+            _print_files_by_config(row["choices"], ordered, marks, out, below)
         if row["winner_ms_range"] and n > 1 and not (row["agree"] and n > LIST_FILES_UP_TO):  # (said on its line)
             lo, hi = row["winner_ms_range"]
             print(f"    winners' medians across files: {_ms(lo)}..{_ms(hi)}", file=out)
@@ -121,7 +126,7 @@ def print_show(sources, rows, provenance, counts, out) -> None:
           f"{disagree} disagreement{'s' * (disagree != 1)}", file=out)
 
 
-def _print_each_file(choices, marks, out) -> None:
+def _print_each_file(choices, marks, out, below) -> None:
     width = max(len(e["label"]) for e in choices)
     for e in choices:
         line = f"   {marks[e['config']]} {e['label']:<{width}}  {e['config']}  [{e['how']}]"
@@ -131,9 +136,10 @@ def _print_each_file(choices, marks, out) -> None:
             line += f"  {_ms(e['winner_ms'])} (fastest..slowest of {e['timed']} timed: " \
                     f"{_ms(e['fastest_ms'])}..{_ms(e['slowest_ms'])})"
         print(line, file=out)
+        print("".join(f"{said}\n" for said in below(e)), end="", file=out)
 
 
-def _print_files_by_config(choices, ordered, marks, out) -> None:
+def _print_files_by_config(choices, ordered, marks, out, below) -> None:
     """One line a config: how many files chose it, how, their winners' medians, the first labels
     (a table's entry keeps a line of its own: who added it)."""
     by_config: dict[str, list] = {sig: [] for sig in ordered}
@@ -141,6 +147,7 @@ def _print_files_by_config(choices, ordered, marks, out) -> None:
         if e["added_by"] or e.get("verdict"):
             said = "  ".join(x for x in (e["added_by"], f"[{e['verdict']}]" if e.get("verdict") else None) if x)
             print(f"   {marks[e['config']]} {e['label']}  {e['config']}  [{e['how']}]  {said}", file=out)
+            print("".join(f"{line}\n" for line in below(e)), end="", file=out)
         else:
             by_config[e["config"]].append(e)
     for sig, chosen in by_config.items():
@@ -181,8 +188,11 @@ def run(args, out) -> int:
     """The ``show`` command.  Each file is reduced to compact rows as it is read (``rows.py``);
     the HTML page reads the keys it shows again, whole (``details_reader``)."""
     accept = ("record", "choices", "table")
+    if args.format == "python":
+        return python_out.run(args, accept, out)
     rows = Rows()
     sources = read_sources(args.files, accept, "show", args.all_runs, fold=rows, jobs=args.jobs)
+    table_show.say_notes(sources)
     counts = rows.counts(sources)
     args.check_status = 1 if args.check and counts[2] else 0  # kept by the CLI whatever happens to stdout
     if args.format == "html":
@@ -190,7 +200,7 @@ def run(args, out) -> int:
         return args.check_status
     if args.json or args.format == "json":
         dump_streamed([("files", [source_json(s) for s in sources]), ("keys", analyse(rows.grouped(sources))),
-                       ("disagreements", counts[2])], out)
+                       ("disagreements", counts[2]), ("tables", table_show.tables_json(sources, rows))], out)
     elif args.format == "markdown":
         print_show_markdown(sources, lambda: analyse(rows.grouped(sources)), counts, out)
     else:
@@ -233,6 +243,7 @@ def print_show_markdown(sources, analysed, counts, out) -> None:
                   f"{len(r['choices'])} |", file=out)
         if len(sources) > 1:
             print("\n</details>", file=out)
+    table_show.print_markdown(sources, analysed, out)
 
 
 def add_parser(commands, common) -> None:
@@ -241,9 +252,10 @@ def add_parser(commands, common) -> None:
                                            "disagreements, the spread of measured times, and the slowdown of the "
                                            "min-cost config vs the winner.")
     show.add_argument("files", nargs="+", metavar="FILE", help="record, choices or table files (or prefixes)")
-    show.add_argument("--format", choices=("text", "json", "markdown", "html"), default="text",
+    show.add_argument("--format", choices=("text", "json", "markdown", "html", "python"), default="text",
                       help="markdown: a CI job summary or a pull-request comment; html: one self-contained page "
-                           "(a grid of ranks x keys, the measured times) to open in a browser (--json is --format json)")
+                           "(a grid of ranks x keys, the measured times) to open in a browser (--json is --format json); "
+                           "python: each chosen config as a triton.Config(...) line to pin in source")
     show.add_argument("-o", "--output", dest="write_to", metavar="FILE",
                       help="write the output to FILE (atomically) instead of stdout")
     show.set_defaults(run=run)

@@ -4,8 +4,10 @@
 
 A store is read as a job reads it (``adapters.redis_tables``: every value parsed as JSON and
 checked by ``core.schema``; a bad one named with the URL and key and left out), one table per
-arch. Writing adds entries with the server's first-writer-wins, never replacing one: a store is
-shared by jobs that may be running now."""
+arch, with everything a table file holds: who added each entry, the measurements that chose it (its
+pooled verdict, the runs and replaced entries kept beside it), a retune asked for, and superseded
+kernel versions. Writing adds entries first writer wins, never replacing one (nor its
+measurements): a store is shared by jobs that may be running now."""
 
 from __future__ import annotations
 
@@ -51,6 +53,9 @@ def documents(url: str, stderr) -> list[dict]:
             for note in notes:
                 print(f"autotune-guard-report: WARNING: {note}", file=stderr)
             document["provenance"] = {k: v for k, v in document["provenance"].items() if k in document["kernels"]}
+            for name in ("measured", "retune", "superseded"):  # as a table file holds them: only where there are some
+                if not document.get(name):
+                    document.pop(name, None)
             found.append(document)
     except down as exc:
         grants = f"{store.READ_GRANTS} {store.LIST_GRANTS}"
@@ -77,6 +82,8 @@ def export_to(url: str, directory: str, stderr) -> list[str]:
 def import_files(paths: list[str], url: str, by: str = "store-import") -> tuple[int, int, list[str]]:
     """Table files' entries added to the store: (entries added, entries it held already, notes);
     ``by``: the report command the entries are credited to."""
+    from ..adapters.redis_tables import StoreBusy as busy  # after _store: only for a URL
+
     store, down = _store(url)
     who = {"run_id": f"report {by} ({time.strftime('%Y-%m-%dT%H:%M:%S%z')})", "rank": 0,
            "host": socket.gethostname(), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
@@ -92,6 +99,8 @@ def import_files(paths: list[str], url: str, by: str = "store-import") -> tuple[
         except down as exc:
             raise InputError(f"{store.shown}: {store.failed(exc, type(store).WRITE_GRANTS)}; entries added "
                              "before stay, run the import again for the rest") from None
+        except busy as exc:
+            raise InputError(f"{exc}; entries added before stay, run the import again for the rest") from None
         total = sum(len(entries) for entries in document["kernels"].values())
         added, held, notes = added + count, held + total - count, notes + said
     return added, held, notes

