@@ -17,7 +17,7 @@ import math
 import statistics
 from typing import Mapping, NamedTuple, Sequence
 
-from .selection import TIE_FLOOR
+from .selection import TIE_FLOOR, usable
 
 EARLIER = "earlier"  # in a table's measured entry: measurements of other runs kept beside it (core.tables)
 MOST_RUNS = 5  # a table keeps the newest measurement and 4 beside it (tables.EARLIER_KEPT)
@@ -56,12 +56,6 @@ def comparable(measured: Mapping | None, on: Mapping) -> list[Mapping]:
     found = [measured, *[m for m in beside if isinstance(m, Mapping)]]
     return [m for m in found if isinstance(m.get("candidates"), Mapping)
             and all(m.get(name) == value for name, value in on.items() if value)]
-
-
-def usable(median) -> bool:
-    """A timing that can be compared: a finite positive number (inf: it could not run; 0 or NaN:
-    a timer that failed)."""
-    return isinstance(median, (int, float)) and not isinstance(median, bool) and 0 < median < math.inf
 
 
 def _logs(measurement: Mapping, signatures: Sequence[str]) -> dict[str, float]:

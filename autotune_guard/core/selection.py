@@ -19,6 +19,7 @@ import math
 import statistics
 from typing import Mapping, NamedTuple, Sequence
 
+UNTIMED = "untimed"  # a verdict where no candidate could be timed: the first declared, never frozen
 TIE_FLOOR = 0.005  # differences under 0.5 % never decide: such candidates tie
 Z = 2.0  # how many standard errors an estimate must be from TIE_FLOOR to decide before the last round
 SCREEN_Z = 3.0  # a first-pass candidate within this many per-call noises of the best joins the finalists
@@ -36,12 +37,20 @@ class Sample(NamedTuple):
     spread: float | None = None
 
 
+def usable(median) -> bool:
+    """A timing that can be compared: a finite positive number. inf says the candidate cannot run;
+    0, a negative number, NaN or anything else is a timer that failed (the one rule: selection,
+    pooling and the tables' checks read timings through it)."""
+    return isinstance(median, (int, float)) and not isinstance(median, bool) and 0 < median < math.inf
+
+
 def as_sample(value) -> Sample:
-    """A timer's answer (a number, or Triton's ``[median, p20, p80]`` list) as a ``Sample``."""
+    """A timer's answer (a number, or Triton's ``[median, p20, p80]`` list) as a ``Sample``; a
+    timing that is not ``usable`` counts as a candidate that cannot run (inf)."""
     if isinstance(value, Sample):
         return value
     values = list(value) if isinstance(value, (list, tuple)) else [value]
-    median = math.inf if values[0] is None else float(values[0])
+    median = float(values[0]) if values and usable(values[0]) else math.inf
     spread = None
     if len(values) >= 3 and all(isinstance(v, (int, float)) for v in values[:3]) and 0 < median < math.inf:
         spread = abs(float(values[2]) - float(values[1])) / median
@@ -212,9 +221,9 @@ def verdict(first: Mapping[int, float], rounds: Sequence[Mapping[int, float]], a
     """The verdict from the first pass and the rounds: with one finalist left, it; with several, the
     one declared first (a tie); without rounds, the first pass's best."""
     if not retimed or not rounds:
-        finite = {i: t for i, t in first.items() if math.isfinite(t)}
-        if not finite:
-            raise ValueError("no candidate could be timed")
+        finite = {i: t for i, t in first.items() if usable(t)}
+        if not finite:  # every timing failed: the first declared runs, as Triton launches it
+            return Verdict(min(first), UNTIMED, (), None, 0)
         winner = min(sorted(finite), key=lambda i: finite[i])
         others = [t for i, t in finite.items() if i != winner]
         margin = (min(others) / finite[winner] - 1) if others else None

@@ -14,10 +14,10 @@ from typing import Mapping
 from .errors import FileFormatError
 from .megatron import READ_NOTES
 from .pinned import entry_matches
-from .pooling import EARLIER, MOST_RUNS, usable
+from .pooling import EARLIER, MOST_RUNS
 from . import safe_files
 from .schema import TABLE_FORMAT, check_table, read_document
-from .selection import TIE_FLOOR
+from .selection import TIE_FLOOR, usable
 from .store_url import hide_password, is_store_url
 
 logger = logging.getLogger("autotune_guard")

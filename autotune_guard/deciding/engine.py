@@ -13,6 +13,7 @@ from typing import Any, NamedTuple, Sequence
 from ..core import consensus as protocol
 from ..core import tables
 from ..core.errors import SelectionError
+from ..core.selection import UNTIMED
 from ..core.model import Choice, ChoiceKey, record_entry, signature, tuned_winner
 from ..core.pinned import Pick
 from ..runtime import Epoch, current
@@ -154,6 +155,11 @@ def selected(epoch: Epoch, tunable: Tunable, how: str, known: tuple | None = Non
     found = retime.select(tunable.time_share, only if only is not None else range(len(signatures)),
                           policy.retime_band, policy.retime_rounds, timings_kept, kept)
     measured = retime.summary(found, signatures, policy.retime_band, table_checks.measured_on(tunable.key.arch))
+    if found.verdict.how == UNTIMED:  # plain Triton launches its first config: so does the guard, and says so
+        current().warn_once(f"untimed {tunable.key.text()}", (
+            f"{tunable.key.what()}: no candidate could be timed (each timing was inf, NaN, 0 or not a number): "
+            f"the first declared, {signatures[found.verdict.winner]}, runs, as Triton runs it; it is not added to a "
+            "table"))
     timings = {sig: [entry["median"]] for sig, entry in measured["candidates"].items()}
     logger.debug("selected %s -> %s (%s, %d rounds, %d timings)", tunable.key.what(), measured["winner"],
                  measured["how"], measured["rounds"], measured["timed"])
@@ -174,7 +180,8 @@ def noted(epoch: Epoch, tunable: Tunable, tuned: Tuned, how: str, for_job: bool 
     if epoch.policy.record_path:
         record = record_entry(tuned.winner, winner_signature, recorded_as or how, tuned.timings,
                               list(tunable.every()), provenance, tuned.measured)
-    if for_job and epoch.policy.table_path and (len(tunable.descriptors) > 1 or tunable.open_search):
+    untimed = isinstance(tuned.measured, dict) and tuned.measured.get("how") == UNTIMED
+    if for_job and epoch.policy.table_path and (len(tunable.descriptors) > 1 or tunable.open_search) and not untimed:
         pooled = isinstance(tuned.measured, dict) and "pooled" in tuned.measured
         choices = {signature(d): d for d in tunable.descriptors} if pooled else None
         guard.tuned_for_job(epoch, tunable.key, tuned_winner(tuned.winner, provenance, tuned.measured, extends=extends,
@@ -289,7 +296,8 @@ def _split(guard, epoch: Epoch, tunable: Tunable, store, signatures: list) -> De
         store, key.what(), protocol.decision_name(key.arch, key.kernel, key.key), rank, world, signatures,
         tunable.time_share, policy.consensus_timeout, policy.consensus_dead_after, finals)
     epoch.split[key] = (timed_here, len(signatures))  # for the exit's one line on what the split saved
-    if policy.table_path and rank == 0:  # one rank grows a table directory by it
+    untimed = isinstance(measured, dict) and measured.get("how") == UNTIMED
+    if policy.table_path and rank == 0 and not untimed:  # one rank grows a table directory by it
         guard.tuned_for_job(epoch, key, tuned_winner(tunable.descriptors[index], tunable.provenance(), measured,
                                                      replaces=epoch.retimed.get(key)))
     return _followed(guard, epoch, tunable, index, signatures, "consensus", timings, measured)

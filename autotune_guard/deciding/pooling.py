@@ -11,7 +11,7 @@ from typing import Callable, Mapping, NamedTuple
 
 from ..core import pooling, tables
 from ..core.model import signature
-from ..core.selection import TIE_FLOOR
+from ..core.selection import TIE_FLOOR, UNTIMED
 from ..core.store_url import store_urls
 from ..runtime import current
 
@@ -70,6 +70,8 @@ def pooled(guard, epoch, tunable, tuned, kept: list):
     """``tuned`` (this run's selection, not launched yet) with the winner pooled over it and the ``kept``
     runs' measurements, said once per key; as it was where no candidate could be compared."""
     signatures = [signature(d) for d in tunable.descriptors]
+    if tuned.measured.get("how") == UNTIMED:  # this run timed nothing: nothing to pool (said by the engine)
+        return tuned
     found = pooling.pool([tuned.measured, *kept], signatures)
     if found is None:
         return tuned
