@@ -37,6 +37,7 @@ GOOD = {
     "choices": {
         "format": schema.CHOICES_FORMAT, "rank": 1, "world_size": 2, "run_id": "r1", "pid": 11, "host": "h",
         "digest": "abcd", "count": 1, "log": {f"interpret|{K}|{KEY}": SIG + ";pinned"}, "complete": True,
+        "numerics": {"fp_fusion": "on", "fp_fusion_by": "TRITON_DEFAULT_FP_FUSION=1"},  # issue 59: a dict here
     },
     "table": {
         "format": schema.TABLE_FORMAT, "arch": "interpret", "triton": "3.9.0", "torch": "2.13.0",

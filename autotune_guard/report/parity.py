@@ -15,12 +15,12 @@ def side_numerics(sources, fold) -> tuple[dict, set]:
     processes: set = set()
     for s in sources:
         said = s.document.get("numerics")
-        if isinstance(said, dict) and said.get(FUSION):
+        if isinstance(said, dict) and isinstance(said.get(FUSION), str):  # a file may hold anything there
             processes.add((said[FUSION], numerics_text(said)))
         table = s.document.get(PROVENANCE) if isinstance(s.document.get(PROVENANCE), dict) else {}
         for kernel, found in fold.provenance.get(s.index, {}).items():
             for p in [*found, table.get(kernel)]:
-                if isinstance(p, dict) and p.get(FUSION):
+                if isinstance(p, dict) and isinstance(p.get(FUSION), str):
                     per_kernel.setdefault(kernel, set()).add((p[FUSION], numerics_text(p)))
     return per_kernel, processes
 
