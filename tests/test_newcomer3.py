@@ -95,7 +95,7 @@ def test_the_console_script_without_arguments_names_itself_and_every_command():
     proc = subprocess.run([script], capture_output=True, text=True, env=clean_env(), timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.splitlines()[-1] == ("autotune-guard-report: error: give a command (show, merge, diff, import, "
-                                            "store-export, store-import, store-upgrade) or files"), proc.stderr
+                                            "retune, prune, audit, store-export, store-import, store-upgrade) or files"), proc.stderr
     assert "python -m" not in proc.stderr
 
 

@@ -96,7 +96,7 @@ def test_pooling_over_a_table_file_is_said_once_and_times_nothing(guard, tmp_pat
         log, calls = _run(guard, tmp_path / "interpret.json", seed=run, AUTOTUNE_POOL_RUNS="3")
         assert calls == [] and all(text.endswith(";pinned") for text in log.values()), log
     said = [m for m in ag_log.messages() if "names table files only" in m and "AUTOTUNE_POOL_RUNS=3" in m]
-    assert len(said) == 1 and "no key is pooled" in said[0]  # once for the process
+    assert len(said) == 2 and "no key is pooled" in said[0]  # once in each run
 
 
 def test_a_malformed_measurement_is_named_and_the_table_still_grows(guard, tmp_path, ag_log):
@@ -213,7 +213,7 @@ def test_report_merge_pooled_never_mixes_versions_and_leaves_malformed_measureme
     (other,) = glob.glob(str(tmp_path / "rec-0" / "run.rank*.json"))
     record = json.loads(open(other).read())
     (entry,) = record["kernels"][KERNEL].values()
-    entry["measured"]["triton"] = "3.3.1"  # a rank of another Triton
+    entry["measured"]["triton"] = "0.0.1"  # a rank of another Triton
     open(other, "w").write(json.dumps(record))
     (broken,) = glob.glob(str(tmp_path / "rec-1" / "run.rank*.json"))
     record = json.loads(open(broken).read())
@@ -225,4 +225,4 @@ def test_report_merge_pooled_never_mixes_versions_and_leaves_malformed_measureme
     said = capsys.readouterr().out
     (measured,) = json.loads((tmp_path / "t.json").read_text())["measured"][KERNEL].values()
     assert measured["pooled"]["runs"] == 2, measured["pooled"]
-    assert "1 malformed measurement(s)" in said and "1 of other versions (triton 3.3.1" in said, said
+    assert "1 malformed measurement(s)" in said and "1 of other versions (triton 0.0.1" in said, said

@@ -363,7 +363,7 @@ def test_audit_counts_only_draws_of_the_same_versions_and_differences_past_the_t
     table = table_of(grown / "retuned" / "interpret.json")
     key, config, measured = the_entry(table)
     other_triton = copy.deepcopy(table)
-    the_entry(other_triton)[2]["earlier"][0]["triton"] = "3.3.1"
+    the_entry(other_triton)[2]["earlier"][0]["triton"] = "0.0.1"
     path = tmp_path / "interpret.json"
     path.write_text(json.dumps(other_triton))
     code, out, _ = run(capsys, "audit", "--check", path)

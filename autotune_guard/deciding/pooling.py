@@ -52,7 +52,7 @@ def grows(epoch) -> bool:
     current().warn_once("pooling: table files", (
         f"AUTOTUNE_POOL_RUNS={policy.pool_runs}: AUTOTUNE_TABLE_PATH names table files only, which consensus "
         "does not grow: their entries are pinned as they are and no key is pooled; name a table directory "
-        "to pool"), scope="process")
+        "to pool"))
     return False
 
 
@@ -63,7 +63,7 @@ def say_first_run(guard, epoch, tunable) -> None:
         guard.warn_once("pooling: first run", (
             f"AUTOTUNE_POOL_RUNS={wanted}: keys new to the table are timed by this run and again by the next "
             f"{wanted - 1} cold run(s), which pool their winners; later runs time nothing"), logging.INFO,
-            scope="process", name="pooling-run")
+            name="pooling-run")
 
 
 def pooled(guard, epoch, tunable, tuned, kept: list):

