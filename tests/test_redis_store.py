@@ -324,7 +324,7 @@ def test_a_forged_entry_for_another_kernel_version_is_named_and_refused_under_on
     assert last_json(proc.stdout)["timer_calls"] > 0
     assert len(server.client.hgetall(ENTRIES)) == 1
     assert f"table store {server.url()} holds entries for kernel {ADD} recorded against another version of it " \
-           "(its source changed, its candidate list changed): this job's 1 new winners for it are not added" \
+           "(its source changed, its candidate list changed): this job's 1 new winner for it is not added" \
         in proc.stderr, proc.stderr
 
 

@@ -18,9 +18,9 @@ from __future__ import annotations
 import logging
 
 from .. import evidence
-from ..core.model import signature
 from ..core.store_url import hide_password, store_urls
 from ..runtime import current
+from . import growth_words
 from .writer import WriterShell, held_growth
 
 logger = logging.getLogger("autotune_guard")
@@ -85,31 +85,9 @@ def _add(guard, stores, url: str, arch: str, kernel: str, entries: dict) -> bool
                                guard.facts.get("config_defaults") or {}, live)
     if found is None:
         return False
-    _said(guard, hide_password(url), arch, entries, found)
+    growth_words.say(guard, f"table store {hide_password(url)}", arch, lambda kernel, key: entries[key], found)
     _state().added += found.count
     return True
-
-
-def _said(guard, shown: str, arch: str, entries: dict, found) -> None:
-    """What the write kept, replaced or left out, each said once (as ``table_growth`` says it of a file)."""
-    for kernel, key, kept in found.differing:
-        guard.warn_once(f"store growth differs: {shown}|{arch}|{kernel}|{key}", (
-            f"table store {shown} holds {signature({'kwargs': {}, **kept})} for kernel {kernel} key ({key}) arch "
-            f"{arch}; this job tuned {signature(entries[key])}: the store's entry is kept (the first writer "
-            "wins)"), scope="process")
-    for kernel, key, old, new, why in found.replaced:
-        if old != new:
-            guard.warn_once(f"store growth replaced: {shown}|{arch}|{kernel}|{key}", (
-                f"table store {shown}: kernel {kernel} key ({key}) arch {arch} now holds {new} ({why}); {old}, which "
-                "it held, is kept beside it in the entry's history (report show)"), logging.INFO, scope="process",
-                name="table-replaced")
-    for note in found.notes:
-        guard.warn_once(f"store growth note: {shown} {note}", f"table store {shown}: {note}", scope="process")
-    for kernel, differs, left_out in found.stale:
-        guard.warn_once(f"store growth stale: {shown}|{arch}|{kernel}", (
-            f"table store {shown} holds entries for kernel {kernel} recorded against another version of it "
-            f"({', '.join(differs) or 'its provenance there is unreadable'}): this job's {left_out} new winners for "
-            "it are not added (a table keeps one version of a kernel)"), scope="process")
 
 
 def _at_exit() -> None:

@@ -38,10 +38,9 @@ from ..core import jsonfile, safe_files, table_writes, tables
 from ..core.store_url import store_urls
 from ..core.errors import FileFormatError, PolicyError, UnsafePathError
 from ..core.megatron import READ_AS
-from ..core.model import signature
 from ..core.schema import TABLE_FORMAT, read_document
 from ..runtime import current
-from . import store_growth
+from . import growth_words, store_growth
 from .writer import WriterShell, held_growth
 
 logger = logging.getLogger("autotune_guard")
@@ -168,7 +167,7 @@ def _grow(directory: str, arch: str, additions: dict) -> bool:
             added[path] = added.get(path, 0) + found.count
     finally:
         os.close(fd)  # releases the lock
-    _said_differing(guard, path, arch, additions, found)
+    growth_words.say(guard, f"table {path}", arch, lambda kernel, key: additions[kernel][key], found)
     return True
 
 
@@ -208,33 +207,6 @@ def _read_table(guard, path: str):
         for note in tables.trust_notes(path):  # the words the table's reading said, if it was read
             guard.warn_once(note, note, scope="process")
     return read_document(path, formats=(TABLE_FORMAT,))
-
-
-def _said_differing(guard, path, arch, additions, found) -> None:
-    """What the write kept, replaced or left out, each said once."""
-    grown = found.document
-    for kernel, key, kept in found.differing:
-        tuned = signature(additions[kernel][key])
-        guard.warn_once(f"table growth differs: {arch}|{kernel}|{key}", (
-            f"table {path} holds {signature({'kwargs': {}, **kept})} for kernel {kernel} key ({key}) arch {arch} "
-            f"({tables.added_by(grown, kernel, key) or 'from an earlier table'}); this job tuned {tuned}: the "
-            "table's entry is kept (the first writer wins)"), scope="process")
-    for kernel, key, old, new, why in found.replaced:
-        if old != new:
-            guard.warn_once(f"table growth replaced: {path}|{kernel}|{key}", (
-                f"table {path}: kernel {kernel} key ({key}) arch {arch} now holds {new} ({why}); {old}, which it held, "
-                "is kept beside it in the entry's history (report show)"), logging.INFO, scope="process",
-                name="table-replaced")
-    for note in found.notes:
-        guard.warn_once(f"table growth note: {path} {note}", f"{path}: {note}", scope="process")
-    stale = found.stale
-    for kernel, differs, left_out in stale:
-        guard.warn_once(f"table growth stale: {path}|{kernel}", (
-            f"table {path} holds entries for kernel {kernel} recorded against another version of it "
-            f"({', '.join(differs)}): this job's {left_out} new winner{'' if left_out == 1 else 's'} for it "
-            f"{'is' if left_out == 1 else 'are'} not added (a table keeps one version of a kernel); delete the "
-            "kernel's entries there (or start a new table directory) and the next consensus run tunes and adds "
-            "them"), scope="process")
 
 
 def _kernel_provenance(additions: dict) -> dict:
