@@ -38,19 +38,32 @@ def store_urls(table_path) -> list[str]:
 def split_table_path(value: str, sep: str = os.pathsep) -> list[str]:
     """The entries of an AUTOTUNE_TABLE_PATH text. With ``:`` as the separator a URL's own colons
     (``host:port``, ``user:password``) are joined back: a URL runs on until an entry that starts a
-    path (``/``, ``.``, ``~``) or another URL."""
+    path (``/``, ``.``, ``~``) or another URL; a piece that starts like a path but holds the ``@`` the
+    URL still lacks is its password's tail (a password may hold ``:/``)."""
     pieces = value.split(sep)
     entries: list[str] = []
     in_url = False
-    for piece in pieces:
+    for index, piece in enumerate(pieces):
         starts_url = piece.lower() in SCHEMES or is_store_url(piece)
         starts_path = piece.startswith(("/", ".", "~")) and not piece.startswith("//")
+        if in_url and starts_path and "@" not in entries[-1].partition("//")[2] and _at_ahead(pieces[index:]):
+            starts_path = False  # a password holding ':/' (user:pa:/ss@host): its tail, never a path of its own
         if in_url and not starts_url and not starts_path:
             entries[-1] += sep + piece
             continue
         entries.append(piece)
         in_url = starts_url
     return [entry for entry in entries if entry]
+
+
+def _at_ahead(pieces: list[str]) -> bool:
+    """Whether an ``@`` comes in ``pieces`` before the next URL starts (the userinfo runs on to it)."""
+    for piece in pieces:
+        if "@" in piece:
+            return True
+        if piece.lower() in SCHEMES or is_store_url(piece):
+            return False
+    return False
 
 
 class StoreAddress(NamedTuple):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
+from .store_url import hide_password
 from .terminal import on_one_line
 
 BATCH_INVARIANT = "VLLM_BATCH_INVARIANT"
@@ -32,9 +33,15 @@ KNOWN = {
 
 
 def in_force(environ: Mapping[str, str]) -> dict[str, str]:
-    """The switches set to something other than off, by name, in name order."""
+    """The switches set to something other than off, by name, in name order, each as it may be said:
+    a URL's password hidden (``FLAGGEMS_DB_URL=postgresql://user:***@db/tune``), since the values go to
+    the log and into every evidence file."""
     names = [n for n in environ if n in KNOWN or (n.endswith(AITER_SUFFIX) and not n.startswith("AUTOTUNE_"))]
-    return {n: environ[n] for n in sorted(names) if _on(n, environ[n])}
+    return {n: _said(environ[n]) for n in sorted(names) if _on(n, environ[n])}
+
+
+def _said(value: str) -> str:
+    return hide_password(value) if "://" in value else value
 
 
 def batch_invariant(value: str) -> bool:
@@ -79,4 +86,4 @@ def startup_line(found: Mapping[str, str], mode: str | None, mode_from: str | No
 
 def shown(found: Mapping) -> str:
     """``NAME=value, ...`` for the report (values from a file: control characters escaped)."""
-    return ", ".join(f"{on_one_line(str(name))}={on_one_line(str(value))}" for name, value in found.items())
+    return ", ".join(f"{on_one_line(str(name))}={on_one_line(_said(str(value)))}" for name, value in found.items())
