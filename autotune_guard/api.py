@@ -30,7 +30,9 @@ def install(policy: AutotunePolicy | Mapping | None = None, *, deterministic: bo
     else:
         raise TypeError(f"install() takes an AutotunePolicy, a mapping or None, not {type(policy).__name__}")
     guard = current()
+    ended = guard.epoch
     activation.carry_out(guard, new)
+    evidence.write_files(ended_epoch=ended)  # the replaced policy's record is whole on disk
     _put_back(guard.held(UNDONE, list))
     return new
 
@@ -48,7 +50,9 @@ def uninstall() -> None:
     with the guard's replacement under it passing every call through. ``install()`` puts the
     patches back."""
     guard = current()
+    ended = guard.epoch
     guard.replace(None)  # first: the adapters drop what they hung on instances for the old policy
+    evidence.write_files(ended_epoch=ended)  # what it chose is whole on disk (a record cut short can't merge)
     evidence.configure(None)
     patches = _patching.in_force()
     kept = _patching.undo_all()

@@ -58,3 +58,26 @@ def test_a_zero_timing_among_real_ones_never_wins_and_never_divides(guard, tmp_p
     (measured,) = table["measured"]["kernels.winners.tagged_kernel"].values()
     zero = measured["candidates"]["BLOCK=16,num_warps=1,num_stages=3,num_ctas=1"]
     assert measured["winner"].startswith("BLOCK=32,") and zero["median"] is None  # kept as could-not-run
+
+
+@pytest.mark.parametrize("then", ["uninstall", "install"])
+def test_a_record_is_whole_and_complete_when_its_policy_is_replaced(guard, tmp_path, then):
+    """Issue 59: record mode, 10 keys, then ``uninstall()`` (or ``install()`` of another policy): the
+    record held 6 of 10 choices, said ``complete: false``, and ``report merge`` refused it."""
+    import glob
+
+    import autotune_guard
+    from autotune_guard.report import cli
+
+    guard({"AUTOTUNE_MODE": "record", "AUTOTUNE_RECORD_PATH": str(tmp_path / "rec"), "AUTOTUNE_RETIME_ROUNDS": "0"})
+    kernel = winners.make(ORDER)
+    for n in range(100, 1100, 100):
+        winners.launch(kernel, n)
+    if then == "uninstall":
+        autotune_guard.uninstall()
+    else:
+        guard({"AUTOTUNE_MODE": "auto"})
+    (path,) = glob.glob(str(tmp_path / "rec.rank*.json"))
+    record = json.loads(open(path).read())
+    assert record["complete"] is True and len(record["kernels"]["kernels.winners.tagged_kernel"]) == 10
+    assert cli.main(["merge", str(tmp_path / "rec"), "-o", str(tmp_path / "t.json")]) == 0

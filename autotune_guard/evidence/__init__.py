@@ -144,17 +144,22 @@ def configure(policy) -> None:
         evidence_signals.watch(_save_now)
 
 
-def write_files(complete: bool = False) -> None:
+def write_files(complete: bool = False, ended_epoch=None) -> None:
     """Bring this rank's choices and record files up to date now: whole (atomically) while
     small and at the end (``complete`` at exit, which the files then say only where the process
-    ended normally), else the new entries appended to their journals."""
+    ended normally), else the new entries appended to their journals. ``ended_epoch``: a policy's
+    epoch that another one (or none, ``uninstall``) has just replaced: its files written whole and
+    complete, since nothing more is chosen under it."""
     shell = _files_writer()
     with shell.lock:
-        if shell.final_written and not complete:
+        if shell.final_written and not complete and ended_epoch is None:
             return  # the final state is on disk; a late background write must not replace it
-        shell.final_written = shell.final_written or complete
         guard = current()
-        epoch = guard.epoch
+        if ended_epoch is not None:
+            epoch, complete = ended_epoch, True
+        else:
+            shell.final_written = shell.final_written or complete
+            epoch = guard.epoch
         if epoch.installed is None:
             return
         policy = epoch.settled_policy()
