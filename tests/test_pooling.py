@@ -228,7 +228,8 @@ def test_the_readmes_command_pools_two_runs_on_two_ranks_and_the_third_reads_the
         if run == 1:
             assert measured and not pooled_lines and not any("pooled" in m for m in measured)
         if run == 2:  # a key whose run 1 found one candidate 10 % ahead of the rest is settled: not timed again
-            assert pooled_lines and set(pooled_lines) == {"2"}, proc.stderr[-3000:]
+            assert set(pooled_lines) <= {"2"}, proc.stderr[-3000:]
+            assert bool(pooled_lines) == any("pooled" in m for m in measured), proc.stderr[-3000:]
             for m in measured:
                 settled = pooling.to_time([m], list(m["candidates"]), 2) is None
                 assert (m["pooled"]["runs"] == 2 and len(m["earlier"]) == 1) if "pooled" in m else settled, m
