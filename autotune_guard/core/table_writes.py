@@ -55,12 +55,12 @@ def grow_table(document: Mapping | None, arch: str, additions: Mapping, provenan
         if not _admits(state, kernel, entries, live, stale):
             continue
         for key, desc in sorted(entries.items()):
-            said = add_winner(state, kernel, key, desc, provenance, defaults)
+            said, change = add_winner(state, kernel, key, desc, provenance, defaults)
             count += said in ("added", "replaced")
             if said == "differs":
                 differing.append((kernel, key, state.kernels[kernel][key]))
-            elif said == "replaced" and state.last is not None:
-                replaced.append((kernel, key, *state.last))
+            elif said == "replaced":
+                replaced.append((kernel, key, *change))
     return Grown(state.document(), differing, count, stale, replaced, state.notes)
 
 
@@ -77,7 +77,6 @@ class _State:
         self.retune = {kernel: dict(keys) for kernel, keys in _mapping(grown, RETUNE).items() if isinstance(keys, dict)}
         self.superseded = [item for item in grown.get(SUPERSEDED) or [] if isinstance(item, dict)] \
             if isinstance(grown.get(SUPERSEDED), list) else []
-        self.last = None  # (old signature, new signature, why) of the entry add_winner replaced last
 
     def document(self) -> dict:
         grown = self.grown
@@ -117,22 +116,22 @@ def _admits(state: _State, kernel: str, entries: Mapping, live, stale: list) -> 
     return True
 
 
-def add_winner(state: _State, kernel: str, key: str, desc, author: Mapping, defaults: Mapping) -> str:
+def add_winner(state: _State, kernel: str, key: str, desc, author: Mapping, defaults: Mapping) -> tuple[str, tuple]:
     """Write one winner: ``added`` (new key), ``kept`` (the first writer wins; its measurement goes
     beside the entry), ``differs`` (kept, and another config), or ``replaced`` (it was chosen to
-    replace the entry: the old one goes beside it with who added it)."""
+    replace the entry: the old one goes beside it with who added it), with (old signature, new
+    signature, why) where it replaced one."""
     entries = state.kernels.setdefault(kernel, {})
     measured = state.measured.setdefault(kernel, {})
     who = state.who.setdefault(kernel, {})
     kept = entries.get(key)
     new_measured = dict(getattr(desc, "measured", None) or {}) or None
     why = _why_replaced(state, kernel, key, desc)
-    state.last = None
     if kept is not None and why is None:
         if new_measured:
             old = measured.get(key) or {}
             measured[key] = {**old, EARLIER: _bounded([*(old.get(EARLIER) or []), new_measured])}
-        return "differs" if table_index(kept, [desc], defaults) is None else "kept"
+        return ("differs" if table_index(kept, [desc], defaults) is None else "kept"), ()
     previous = measured.get(key)
     beside = [*(previous.get(EARLIER) or [])] if previous else []
     if kept is not None:  # what it replaces, and who had added it, go beside it
@@ -149,9 +148,8 @@ def add_winner(state: _State, kernel: str, key: str, desc, author: Mapping, defa
         measured[key] = {EARLIER: _bounded(beside)}
     state.retune.get(kernel, {}).pop(key, None)
     if kept is None:
-        return "added"
-    state.last = (signature({"kwargs": {}, **kept}), signature({"kwargs": {}, **chosen}), why)
-    return "replaced"
+        return "added", ()
+    return "replaced", (signature({"kwargs": {}, **kept}), signature({"kwargs": {}, **chosen}), why)
 
 
 def _why_replaced(state: _State, kernel: str, key: str, desc) -> str | None:

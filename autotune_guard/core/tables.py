@@ -53,7 +53,7 @@ def installed_version(package: str) -> str | None:
 PROVENANCE = "provenance"  # a table's kernel -> what its entries were recorded against (model.provenance)
 MEASURED = "measured"  # a table's kernel -> key -> what was measured to choose the entry (deciding.retime)
 RETUNE = "retune"  # a table's kernel -> key -> who asked (report retune): the next consensus run times the key again
-EARLIER_KEPT = 2 * MOST_RUNS - 1  # measurements kept beside an entry's (EARLIER): other runs', and the entries it replaced
+EARLIER_KEPT = 2 * MOST_RUNS - 1  # kept beside an entry's measurement (EARLIER): other runs', entries it replaced
 
 
 class KernelEntries(dict):
@@ -110,7 +110,8 @@ def clean_measured(value, nested: bool = False) -> tuple[dict | None, str | None
     beside = value.get(EARLIER)
     if EARLIER in value:
         clean.pop(EARLIER)
-        items = [clean_measured(item, nested=True) for item in beside] if isinstance(beside, list) and not nested else []
+        items = [clean_measured(item, nested=True) for item in beside] \
+            if isinstance(beside, list) and not nested else []
         kept = [item for item, _ in items if item is not None]
         if kept:
             clean[EARLIER] = kept
@@ -119,23 +120,27 @@ def clean_measured(value, nested: bool = False) -> tuple[dict | None, str | None
     return clean, (f"holds {', '.join(dropped)} that cannot be used: left out" if dropped else None)
 
 
-def table_measured(tables: Mapping, qualified: str, key: str):
-    """What was measured to choose the entry ``table_entry`` gives, where the table kept it."""
+def kernel_entries(tables: Mapping, qualified: str):
+    """The kernel's entries the tables hold, by its qualified name, else by its bare function name
+    (as ``table_entry`` looks a kernel up); None where neither has any."""
     for name in (qualified, qualified.rpartition(".")[2]):
         entries = tables.get(name)
         if entries:
-            measured = getattr(entries, "measured", None) or {}
-            return measured.get(key) if key in entries else measured.get("*")
+            return entries
     return None
+
+
+def table_measured(tables: Mapping, qualified: str, key: str):
+    """What was measured to choose the entry ``table_entry`` gives, where the table kept it."""
+    entries = kernel_entries(tables, qualified)
+    measured = getattr(entries, "measured", None) or {}
+    return measured.get(key if entries is not None and key in entries else "*")
 
 
 def retune_asked(tables: Mapping, qualified: str, key: str) -> bool:
     """Whether ``report retune`` asked that the entry ``table_entry`` gives be timed again."""
-    for name in (qualified, qualified.rpartition(".")[2]):
-        entries = tables.get(name)
-        if entries:
-            return (key if key in entries else "*") in getattr(entries, "retune", ())
-    return False
+    entries = kernel_entries(tables, qualified)
+    return entries is not None and (key if key in entries else "*") in getattr(entries, "retune", ())
 
 
 class Tables(dict):
@@ -274,11 +279,7 @@ def table_entry(tables: Mapping, qualified: str, key: str):
 
 def table_provenance(tables: Mapping, qualified: str):
     """The provenance the tables hold for a kernel, looked up as ``table_entry`` looks it up."""
-    for name in (qualified, qualified.rpartition(".")[2]):
-        entries = tables.get(name)
-        if entries:
-            return getattr(entries, "provenance", None)
-    return None
+    return getattr(kernel_entries(tables, qualified), "provenance", None)
 
 
 # --- tables that grow: consensus adds what a job tuned --------------------------------------------
