@@ -32,6 +32,8 @@ def main(now: bool = False):
     global _stage
     if _stage == ARMED or os.environ.get("AUTOTUNE_DISABLE", "").strip().lower() in ("1", "true", "yes", "on"):
         return
+    if not now and not any(key.startswith("AUTOTUNE_") for key in os.environ) and not wakes(os.environ):
+        return _sleep()  # the .pth line's cheap test let in a switch that is off (VLLM_BATCH_INVARIANT=false)
     first, _stage = not _stage, ARMED
     if first:
         _at_exit_last()
@@ -46,6 +48,13 @@ def main(now: bool = False):
             _watch.watch(_arm)
     except Exception as exc:  # never raise from start-up; say so instead
         sys.stderr.write(f"autotune_guard: could not arm the import hook ({exc!r}); Triton runs unguarded\n")
+
+
+def _sleep() -> None:
+    """What the ``.pth`` line does where nothing wakes the guard: a finder that only compares names."""
+    if not getattr(sys.meta_path[0], _watch.LATE_FINDER, 0):
+        sys.meta_path.insert(0, type(sys.implementation)(
+            **{_watch.LATE_FINDER: 1}, find_spec=lambda name, *rest: name in ("triton", "torch") and late(name) or None))
 
 
 def _at_exit_last() -> None:
@@ -134,8 +143,11 @@ def wakes(environ) -> bool:
     1, as each library reads it): it asks for what a determinism request does, so it wakes the guard
     without an ``AUTOTUNE_*`` setting; the ``.pth`` line makes the same test (``core.switches`` says
     how it combines with the mode)."""
-    return (environ.get("VLLM_BATCH_INVARIANT", "0").strip() not in ("", "0")
-            or environ.get("TORCHINDUCTOR_BATCH_INVARIANT") == "1")
+    if "VLLM_BATCH_INVARIANT" not in environ and "TORCHINDUCTOR_BATCH_INVARIANT" not in environ:
+        return False  # an inactive start imports nothing more
+    from .core import switches  # only where such a switch is set: its library's rule, read once
+
+    return switches.wakes(environ)
 
 
 def _name_settings_set_too_late() -> None:

@@ -11,9 +11,11 @@ bottom (four times over under a 2-rank torchrun). An uncaught error the guard ra
 is shown as that one line and what to do next; an on-purpose refusal (``AUTOTUNE_ON_MISS=error``)
 as a few lines naming every key refused and the fix; ``AUTOTUNE_TRACEBACK=1`` shows the frames as
 usual. A program that catches the exception gets it whole: only the uncaught report changes.
-Triton's ``0 active drivers`` (a timing mode on a machine without a GPU) keeps its traceback and
-gets the guard's hint after it. Every other exception goes to the hook the program had. The report
+Triton's ``0 active drivers`` (no GPU, no ``TRITON_INTERPRET=1``) is shown as the guard's hint, one
+block. Every other exception goes to the hook the program had. The report
 is made through the process's one ``sys.excepthook`` wrapper, ``evidence.signals.ExceptHook``.
+
+Over 350 lines: every adapter's hook is wired here, so that one file shows what a policy touches.
 """
 
 from __future__ import annotations
@@ -99,10 +101,31 @@ def _on_inductor(module) -> None:
 
 def _on_helion(module) -> None:
     from .adapters import helion  # noqa: F401  (its family registers at import)
+
+    _on_family_module(module)
+
+
+def _on_family_module(module) -> None:
+    """Each module family that patches ``module`` installs; a third-party one that fails is named
+    and disabled, and the program goes on."""
     from .deciding import families
 
-    for install in families.installers(module.__name__):
-        install(module)
+    for family in families.installers(module.__name__):
+        try:
+            family.install(module)
+        except Exception as exc:
+            if not families.third_party(family):
+                raise
+            families.disable(family, f"its install({module.__name__}) raised {exc!r}")
+
+
+def _hook_module_families(guard) -> None:
+    """The modules third-party module families patch, hooked as Helion's is (at once where imported)."""
+    from .deciding import families
+
+    for name in families.modules():
+        if name != HELION:
+            guard.when_imported(name, _on_family_module)
 
 
 def carry_out(guard, policy: AutotunePolicy) -> None:
@@ -127,17 +150,24 @@ def carry_out(guard, policy: AutotunePolicy) -> None:
     # The Inductor patch for a policy installed by the API: at once if Inductor is loaded.
     guard.when_imported(INDUCTOR_HEURISTICS, _on_inductor)
     guard.when_imported(HELION, _on_helion)
+    _hook_module_families(guard)
     install_excepthook(policy.mode)
     _started_with(policy, guard)
 
 
 def _started_with(policy: AutotunePolicy, guard) -> None:
     """Say what is in force and why, and name what cannot take effect."""
-    level = logging.INFO if policy.mode_from not in ("AUTOTUNE_MODE", settings.DERIVED) else logging.DEBUG
+    level = logging.DEBUG if policy.mode_from == settings.DERIVED else logging.INFO  # an explicit mode is named too
     logger.log(level, "mode %s, from %s", policy.mode, policy.mode_from)
+    evidence.say_files(policy)
     logger.debug("installed policy: %s", settings.describe(policy))
     if policy.foreign:
         logger.info("not autotune_guard settings, left to their tools: %s", ", ".join(policy.foreign))
+    if policy.env_file_note:
+        logger.warning("%s", policy.env_file_note)
+    if policy.table_dir_made:  # a typo would start a table of its own: said, not silent
+        logger.warning("AUTOTUNE_TABLE_PATH: made the table folder %s, which did not exist: this run tunes every key "
+                       "and writes <arch>.json there", policy.table_dir_made)
     found = switches.in_force(os.environ)
     if found:  # said whatever the log level asks: each decides what a library times or reads
         logger.warning("%s", switches.startup_line(found, policy.mode, policy.mode_from, settings.DERIVED))
@@ -223,7 +253,6 @@ def _tag_rank(record) -> bool:
 
 TRACEBACK_VARIABLE = "AUTOTUNE_TRACEBACK"
 _MARK = "_autotune_guard_at_activation"
-TIMING_MODES = ("auto", "record", "consensus")
 
 
 def mark_activation_error(exc: BaseException) -> None:
@@ -259,10 +288,11 @@ class _ShortGuardErrors:
             if lines:
                 sys.stderr.write("".join(visible(line) + "\n" for line in lines))
                 return
-        previous(kind, value, tb)
         hint = no_driver_hint(value, self.mode)
-        if hint:
-            sys.stderr.write(f"autotune_guard: {hint}\n")
+        if hint and not _traceback_wanted():  # explained: one block instead of Triton's frames
+            sys.stderr.write(f"autotune_guard: error: {visible(hint)}\n  ({TRACEBACK_VARIABLE}=1 shows the traceback)\n")
+            return
+        previous(kind, value, tb)
 
 
 def _refusal_in(exc: BaseException | None):
@@ -312,13 +342,12 @@ def _traceback_wanted() -> bool:
 
 
 def no_driver_hint(exc: BaseException, mode: str | None) -> str | None:
-    """What to do when a timing mode met Triton's ``0 active drivers`` (no GPU), else None."""
-    if mode not in TIMING_MODES or not isinstance(exc, RuntimeError) or "active drivers" not in str(exc):
+    """What to do when a guarded program met Triton's ``0 active drivers`` (no GPU), else None."""
+    if mode is None or not isinstance(exc, RuntimeError) or "active drivers" not in str(exc):
         return None
-    return (f"mode {mode} times candidate configs, and Triton found no GPU driver ({exc}). Without a GPU: "
-            "AUTOTUNE_MODE=pinned chooses without timing; TRITON_INTERPRET=1 runs kernels on the CPU, where a "
-            "timing mode needs a timer of the kernel's own (triton.autotune(..., do_bench=...)), since Triton's "
-            "default timer needs a GPU")
+    pinned = "" if mode == "pinned" else "; AUTOTUNE_MODE=pinned chooses configs without timing"
+    return (f"Triton found no GPU driver to run the kernels on ({exc})\n  without a GPU, TRITON_INTERPRET=1 runs "
+            f"them on the CPU, where the timing modes time candidate configs with the wall clock{pinned}")
 
 
 def install_excepthook(mode: str | None = None) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from . import activation, evidence
-from .adapters import _patching
+from . import _patching
 from .core.model import digest_of
 from .core.settings import AutotunePolicy, policy_from_environment, policy_from_settings
 from .runtime import current

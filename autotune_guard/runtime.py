@@ -11,6 +11,9 @@ Its lifecycle (``core.lifecycle``, its base class) is the process's, one mechani
 the adapters and writers keep (``held``), the one fork hook below, the one exit sequence
 (``on_exit``, in the order of the ``EXIT_*`` steps) and the one post-import hook registry
 (``when_imported``). Imports only the core: the adapters fill it in, the API reads it.
+
+Over 350 lines: the Guard is the one owner of the process's state (as pluggy's PluginManager is one class);
+its parts live in held objects elsewhere.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import os
 import threading
 from typing import Callable
 
-from .core import settings
+from .core import late_settings, settings
 from .core import misses
 from .core.errors import ConsensusError, SelectionError, StoreError
 from .core.lifecycle import Lifecycle
@@ -171,6 +174,8 @@ class Guard(Lifecycle):
     def replace(self, policy) -> Epoch:
         """Make ``policy`` the one carried out, with a new log and tables, in one step; the
         epoch listeners (adapters dropping what they hung on foreign objects) run under the lock."""
+        if policy is not None:  # outside the lock: settings the program changes after they were read
+            self.on_exit(late_settings.say_set_too_late, EXIT_SUMMARY)
         with self.lock:
             self.epoch = Epoch(policy, self.epoch.generation + 1, self._settle)
             for listener in self._epoch_listeners:

@@ -68,7 +68,7 @@ def main() -> int:
     from triton.runtime import autotuner as triton_autotuner
 
     import autotune_guard
-    from autotune_guard.adapters import _patching
+    from autotune_guard import _patching
     from autotune_guard.adapters import triton as triton_adapter
 
     def stub_timer(kernel_call, quantiles):

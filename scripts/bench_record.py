@@ -61,7 +61,7 @@ def main() -> int:
     from triton.runtime import autotuner as triton_autotuner
 
     import autotune_guard
-    from autotune_guard.adapters import _patching
+    from autotune_guard import _patching
 
     if opts.gpu:
         timer = None  # Triton's own

@@ -2,7 +2,8 @@
 # The problem and the fix, on a CPU-only machine: an unmodified 3-rank torchrun program
 # (examples/train.py: a float32 row sum whose candidates add in different orders) under Triton's
 # interpreter, in each mode, with the evidence read back by `python -m autotune_guard.report`.
-#   bash scripts/demo.sh          (about 30 s on 2 cores once the venv exists; about 2 min the first time)
+#   bash scripts/demo.sh   (2026-12-07, 2 cores at load 7-8: 96 s once the venv exists, 182 s the first time;
+#                           about half that on an idle machine; downloads add to the first time)
 # The venv is the tests' one for (python3, Triton 3.9.0) (scripts/venv.sh), made on first use.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,7 +18,9 @@ guard_venv "$PYTHON" 3.9.0 || { echo "demo: could not set up a venv for $PYTHON 
 export TRITON_INTERPRET=1 OMP_NUM_THREADS=1
 runs=$(mktemp -d /tmp/autotune-guard-demo.XXXXXX)
 train="$PWD/examples/train.py"
-step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+# A step's title in bold on a terminal; plain text into a file or a pipe (no escape codes there).
+if [ -t 1 ]; then bold=$'\033[1m' plain=$'\033[0m'; else bold="" plain=""; fi
+step() { printf '\n%s== %s%s\n' "$bold" "$*" "$plain"; }
 report() { (cd "$runs" && "$VENV_PY" -m autotune_guard.report "$@"); }
 
 # job NAME: the program under torchrun with 3 ranks; its output (less torchrun's own warnings) is

@@ -3,14 +3,15 @@
 - module-level mutable names outside the Guard, per module, and their count;
 - functions over 60 lines, modules over 400 lines;
 - the modules that name Triton's internals (``nargs|configs_timings|best_config|f_locals``).
-- the modules other than the Triton seam that read an autotuner's fields or frames.
+- the modules other than the Triton seam that read an autotuner's fields or frames;
+- the modules other than the Inductor seam that read Inductor's internals (``inductor_reads``).
 
     python3 scripts/house_metrics.py [PACKAGE_DIR] [--json] [--check]
 
 ``--check`` exits 1 when a limit is broken: 10 or more mutable names, a function over 60 lines, a
-module over 400, Triton's internals named in more than one module, or an autotuner's fields or
-frames read outside the seam (``autotuner_reads``). tests/test_layout.py runs
-the same functions.
+module over 400, Triton's internals named in more than one module, an autotuner's fields or
+frames read outside the seams (``autotuner_reads``), or Inductor's read outside its seam
+(``inductor_reads``). tests/test_layout.py runs the same functions.
 
 A module-level mutable name (architecture-review-2.md §1.3 and §9) is a name bound at module level
 (also inside a module-level ``if``/``try``/``with``) that the package changes after import:
@@ -60,10 +61,26 @@ FRAME_FIELDS = ("f_back", "f_locals", "f_globals", "f_code", "_getframe")
 # Autotuner: its ``cache`` is the seam its family governs; docs/families.md).
 OWN_SEAMS = {"adapters.triton.gptq": ("cache",)}
 # Modules that read frames or autotuner-like fields of objects that are not Triton's ``Autotuner``,
-# and cannot reach the seam: the start-up finder imports nothing of ours; Inductor's adapter reads
-# Inductor's ``CachingAutotuner`` and its generated module's frames, and an adapter never imports
-# another. Listed, not counted.
-NOT_TRITONS = ("_watch", "adapters.inductor.names")
+# and cannot reach the seam: the start-up finder imports nothing of ours. Listed, not counted.
+NOT_TRITONS = ("_watch",)
+# Inductor's internals are read by the Inductor adapter's seam alone (``CachingAutotuner``, its
+# launchers, Dynamo's side table, ``select_algorithm``; its generated program's frames and the traced
+# ``@triton.autotune`` kernel too, as an adapter never imports another), whatever the object is called:
+# ``x.<field>``, the name imported, or written as a string in code (``getattr(x, "bench")``).
+INDUCTOR_SEAM = "adapters.inductor.seam"
+INDUCTOR_FIELDS = ("launchers", "_cached_launcher", "inductor_meta", "triton_meta", "size_hints", "custom_kernel",
+                   "bench", "def_args", "store_cubin", "_release_static_launchers_except", "triton_interpret",
+                   "dump_launch_params", "dump_launch_tensors", "_plugins", "get_active_debug_mode",
+                   "kernel_side_table", "id_to_kernel", "preprocessing_fns", "pick_deterministic_choice",
+                   "create_inputs_key", "ExternKernelCaller", "return_choice", "return_multi_template",
+                   "select_algorithm_autotune")
+# Fields Inductor's objects share with Triton's and others' objects: flagged inside the Inductor
+# adapter only, where such an object can only be Inductor's (or the kernel Dynamo traced).
+INDUCTOR_SHARED_FIELDS = ("fn", "configs", "arg_names", "keys", "config", "src")
+# {module: {field: why}}: where one of those names is another object's own field, not Inductor's.
+INDUCTOR_LOOKALIKES = {
+    "adapters.inductor.names": {"keys": "TuningKey's own key names (core.model), built from the traced kernel's"},
+}
 SANCTIONED = {("runtime", "_guard")}  # the Guard itself
 MUTATING_METHODS = {
     "add", "append", "appendleft", "clear", "discard", "extend", "extendleft", "insert", "pop", "popitem",
@@ -307,13 +324,14 @@ def triton_internals(mods=None):
 
 
 def autotuner_reads(mods=None):
-    """{module: [line, ...]} where a module other than the seam reads an autotuner's field
+    """{module: [line, ...]} where a module other than the seams reads an autotuner's field
     (``AUTOTUNER_FIELDS`` of a name in ``AUTOTUNER_NAMES``) or a frame (``FRAME_FIELDS``); the
-    ``_watch`` module (the start-up finder, standard library only) is not an adapter's."""
+    ``_watch`` module (the start-up finder, standard library only) is not an adapter's. The Inductor
+    seam reads Inductor's autotuner and its generated program's frames (``inductor_reads``)."""
     mods = modules() if mods is None else mods
     out = {}
     for m, (_, _, tree, _) in mods.items():
-        if m == SEAM:
+        if m in (SEAM, INDUCTOR_SEAM):
             continue
         own = OWN_SEAMS.get(m, ())
         lines = set()
@@ -325,6 +343,33 @@ def autotuner_reads(mods=None):
                 (isinstance(holder, ast.Attribute) and holder.attr == "autotuner")
             if (named and n.attr in AUTOTUNER_FIELDS and n.attr not in own) or n.attr in FRAME_FIELDS:
                 lines.add(n.lineno)
+        if lines:
+            out[m] = sorted(lines)
+    return out
+
+
+def inductor_reads(mods=None):
+    """{module: [line, ...]} where a module other than the Inductor seam reads one of Inductor's
+    internals, whatever the object is called: an attribute of ``INDUCTOR_FIELDS`` (of
+    ``INDUCTOR_SHARED_FIELDS`` too inside the Inductor adapter), or one of ``INDUCTOR_FIELDS``
+    imported or written as a string in code (not in a docstring); ``INDUCTOR_LOOKALIKES`` left out."""
+    mods = modules() if mods is None else mods
+    adapter = INDUCTOR_SEAM.rpartition(".")[0] + "."
+    out = {}
+    for m, (_, _, tree, _) in mods.items():
+        if m == INDUCTOR_SEAM:
+            continue
+        lookalikes = set(INDUCTOR_LOOKALIKES.get(m, ()))
+        fields = set(INDUCTOR_FIELDS) - lookalikes
+        attributes = fields | (set(INDUCTOR_SHARED_FIELDS) - lookalikes if m.startswith(adapter) else set())
+        docs = _docstrings(tree)
+        methods = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}  # ``d.keys()`` reads no field
+        lines = {n.lineno for n in ast.walk(tree)
+                 if (isinstance(n, ast.Attribute)
+                     and (n.attr in fields or (n.attr in attributes and id(n) not in methods)))
+                 or (isinstance(n, ast.ImportFrom) and any(a.name in fields for a in n.names))
+                 or (isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs
+                     and n.value in fields)}
         if lines:
             out[m] = sorted(lines)
     return out
@@ -355,6 +400,7 @@ def measure(package=DEFAULT_PACKAGE):
         "triton_internals": triton_internals(mods),
         "triton_internals_grep": grep_triton_internals(mods),
         "autotuner_reads": autotuner_reads(mods),
+        "inductor_reads": inductor_reads(mods),
     }
 
 
@@ -371,6 +417,8 @@ def broken(figures):
         out.append(f"Triton's internals named in {len(runtime_readers)} modules (limit 1): " + ", ".join(runtime_readers))
     out += [f"module {m} reads an autotuner's fields or frames (lines {', '.join(map(str, ls))}): only {SEAM} may"
             for m, ls in figures["autotuner_reads"].items() if m not in NOT_TRITONS]
+    out += [f"module {m} reads Inductor's internals (lines {', '.join(map(str, ls))}): only {INDUCTOR_SEAM} may"
+            for m, ls in figures["inductor_reads"].items()]
     return out
 
 
@@ -393,6 +441,8 @@ def _text(figures):
     lines.append(f"modules other than {SEAM} reading an autotuner's fields or frames: {len(figures['autotuner_reads'])} "
                  f"({', '.join(NOT_TRITONS)}, whose objects are not Triton's, not counted against the limit)")
     lines += [f"  {m}: lines {', '.join(map(str, ls))}" for m, ls in figures["autotuner_reads"].items()]
+    lines.append(f"modules other than {INDUCTOR_SEAM} reading Inductor's internals: {len(figures['inductor_reads'])}")
+    lines += [f"  {m}: lines {', '.join(map(str, ls))}" for m, ls in figures["inductor_reads"].items()]
     return "\n".join(lines)
 
 

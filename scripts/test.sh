@@ -14,52 +14,90 @@
 # torchrun jobs), with the 10-minute claimer of tests/conftest.py in a session of its own beside them.
 # A (Python, Triton) pair the package index has no wheel for is skipped with one line; any other
 # failure, and a pytest run that collected no test (exit 5), fails the script. At the end: one
-# line per pair. Venvs live in $GUARD_VENVS (default ~/.cache/autotune_guard/venvs) and
-# are reused while their torch and Triton stay the same.
+# line per pair.
+# What it installs, and where: nothing outside $GUARD_VENVS (default ~/.cache/autotune_guard/venvs)
+# but pip's download cache. There: one venv per pair (torch, the Triton, numpy, pytest, the redis
+# client, ..., this checkout), reused while its torch and Triton stay the same; and, where no
+# redis-server is on PATH (nor GUARD_REDIS_SERVER), Debian's redis-server unpacked into debian/
+# (apt-get download and dpkg -x: no root, not installed). Chromium is found on PATH (or
+# GUARD_CHROMIUM), else its 2 browser tests are skipped and named. No apt-get install, no root.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/venv.sh
 
-# apt_install NAME COMMAND "PACKAGES" "FOR WHAT" "HOW MUCH": Debian's PACKAGES when COMMAND is
-# missing and this is root with apt-get; otherwise, or when apt-get fails, one line says what cannot
-# run (those tests then skip, and fail where CI is set). Returns 0 when it installed them now.
-apt_install() {
-  local name=$1 command=$2 packages=$3 purpose=$4 size=$5 log
-  command -v "$command" >/dev/null 2>&1 && return 1
-  if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
-    echo "$name: missing, and installing it needs root with apt-get: the $purpose cannot run"
-    return 1
+# The real programs some tests start are never installed: each is found (GUARD_REDIS_SERVER /
+# GUARD_CHROMIUM, else PATH), or Debian's redis-server is unpacked without root into $DEBIAN (not
+# installed: dpkg never hears of it); what is still missing has its tests skipped, and named here
+# (under CI=true they fail). The test sessions find what was found first on PATH, through links in
+# a folder of this run's own.
+DEBIAN="$VENVS/debian"
+
+# unpack_debian NAME PACKAGES...: PACKAGES, and those of their dependencies this machine lacks (an
+# apt-get simulation lists them, no root needed), downloaded with apt-get download and unpacked with
+# dpkg -x into $DEBIAN/NAME/root, once; later runs reuse it. Under a lock: scripts started at once.
+unpack_debian() {
+  local name=$1 dir="$DEBIAN/$1" tmp lacking deb lock rc=0
+  shift
+  command -v apt-get >/dev/null 2>&1 && command -v dpkg >/dev/null 2>&1 || { UNPACK_WHY="no apt-get and dpkg here"; return 1; }
+  mkdir -p "$DEBIAN" && exec {lock}>>"$dir.lock" && flock -x "$lock" || { UNPACK_WHY="cannot write $DEBIAN"; return 1; }
+  if [ ! -f "$dir/.unpacked" ]; then
+    tmp=$(mktemp -d "$dir.unpacking.XXXXXX") || rc=1
+    lacking=$(apt-get install -s --no-install-recommends "$@" 2>/dev/null | awk '/^Inst / {print $2}')
+    # shellcheck disable=SC2046  # one package name a word
+    if [ $rc = 0 ] && (cd "$tmp" && apt-get download $(printf '%s\n' "$@" $lacking | sort -u)) >"$tmp/download.log" 2>&1; then
+      for deb in "$tmp"/*.deb; do dpkg -x "$deb" "$tmp/root" || { rc=1; UNPACK_WHY="dpkg -x $deb failed"; }; done
+      for deb in "$tmp"/*.deb; do dpkg-deb --showformat='${Package}=${Version}\n' -W "$deb"; done >"$tmp/.unpacked"
+      rm -f "$tmp"/*.deb
+    else
+      UNPACK_WHY="apt-get download $* failed: $(grep -E '^(E|W):' "$tmp/download.log" | head -n 1)"; rc=1
+    fi
+    if [ $rc = 0 ]; then rm -rf "$dir" && mv "$tmp" "$dir" || rc=1; else rm -rf "$tmp"; fi
   fi
-  log=$(mktemp "/tmp/autotune-guard-$name.XXXXXX")
-  echo "$name: missing; installing Debian's ${packages// / and } with apt-get, for the $purpose"
-  echo "  ($size; apt-get's output: $log)"
-  if with_progress "$log" env DEBIAN_FRONTEND=noninteractive bash -c \
-      "apt-get update && apt-get install -y -o Dpkg::Use-Pty=0 $packages"; then
-    return 0
-  fi
-  echo "$name: apt-get install $name failed (its output: $log): the $purpose cannot run"
-  return 1
+  exec {lock}>&-
+  return $rc
 }
 
-# The browser test (tests/test_report_html.py) opens a page in Debian's headless Chromium: installed
-# by apt_install when missing.
-# GUARD_CHROMIUM names the browser command (default chromium).
-CHROMIUM="${GUARD_CHROMIUM:-chromium}"
-ensure_chromium() {
-  apt_install chromium "$CHROMIUM" "chromium chromium-driver" "browser test" "about 1 minute, about 100 MB downloaded" \
-    && echo "chromium: installed $("$CHROMIUM" --version 2>/dev/null) with apt-get"
-  return 0
+# unpacked_command NAME PROGRAM: a script in $DEBIAN/NAME/bin that runs the unpacked PROGRAM with the
+# unpacked libraries first (LD_LIBRARY_PATH); prints its path once it has run PROGRAM --version.
+unpacked_command() {
+  local dir="$DEBIAN/$1" command="$DEBIAN/$1/bin/${2##*/}" libs
+  libs=$(find "$dir/root" -name '*.so*' -printf '%h\n' | sort -u | paste -sd:)
+  mkdir -p "$dir/bin" || return 1
+  {
+    echo '#!/bin/sh'
+    echo "# $2, unpacked by scripts/test.sh (not installed): its own libraries first"
+    [ -n "$libs" ] && echo "export LD_LIBRARY_PATH=\"$libs\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}\""
+    echo "exec \"$dir/root$2\" \"\$@\""
+  } >"$command.$$" && chmod 755 "$command.$$" && mv -f "$command.$$" "$command" \
+    && "$command" --version >/dev/null 2>&1 && echo "$command"  # mv: a script another run may be starting
 }
 
-# The table-store tests (tests/test_redis_store.py, test_redis_tls.py, test_store_snapshot.py) start
-# Debian's redis-server on a loopback port. The redis client goes into each venv (scripts/venv.sh).
-ensure_redis_server() {
-  apt_install redis-server redis-server redis-server "table-store tests" \
-      "under a minute, a few MB downloaded; it is started only by the tests, on 127.0.0.1" || return 0
-  echo "redis-server: installed $(redis-server --version 2>/dev/null | cut -d' ' -f3) with apt-get"
-  # Debian's package starts a system service on port 6379; the tests start their own and need none.
-  command -v systemctl >/dev/null 2>&1 && systemctl stop redis-server >/dev/null 2>&1
-  return 0
+# find_programs LINKS: links in LINKS to the redis-server and browser the tests are to use, one line
+# each saying which, or which tests are skipped.
+find_programs() {
+  local links=$1 found
+  mkdir -p "$links"
+  found=${GUARD_REDIS_SERVER:-$(command -v redis-server)}
+  if [ -n "${GUARD_REDIS_SERVER:-}" ] && ! found=$(command -v "$GUARD_REDIS_SERVER"); then
+    echo "redis-server: GUARD_REDIS_SERVER=$GUARD_REDIS_SERVER is not a command here: the table-store tests are skipped"
+  elif [ -n "$found" ]; then
+    echo "redis-server: $found$([ -n "${GUARD_REDIS_SERVER:-}" ] && echo ' (GUARD_REDIS_SERVER)')"
+  elif unpack_debian redis-server redis-server redis-tools && found=$(unpacked_command redis-server /usr/bin/redis-server); then
+    echo "redis-server: not on PATH; Debian's redis-server unpacked (dpkg -x, not installed) in $DEBIAN/redis-server:"
+    echo "  $(paste -sd' ' "$DEBIAN/redis-server/.unpacked")"
+  else
+    echo "redis-server: not on PATH (nor GUARD_REDIS_SERVER), and not unpacked (${UNPACK_WHY:-it does not run here}):"
+    echo "  the table-store tests (tests/test_redis_*.py, test_store_*.py, ...) are skipped$([ -n "${CI:-}" ] && echo '; under CI they fail')"
+  fi
+  [ -n "$found" ] && ln -sf "$(realpath -s "$found")" "$links/redis-server"
+  found=${GUARD_CHROMIUM:-$(command -v chromium || command -v chromium-browser)}
+  if [ -n "$found" ] && found=$(command -v "$found"); then
+    echo "chromium: $found$([ -n "${GUARD_CHROMIUM:-}" ] && echo ' (GUARD_CHROMIUM)')"
+    ln -sf "$(realpath -s "$found")" "$links/chromium"
+  else
+    echo "chromium: not on PATH (nor GUARD_CHROMIUM): the 2 browser tests of tests/test_report_html.py are skipped$([ -n "${CI:-}" ] && echo '; under CI they fail')"
+    echo "  (Debian's chromium brings about 120 packages; this script installs none: .ci/run does, as root)"
+  fi
 }
 
 # --all: the latest release of every minor the package index holds from 3.3 on (scripts/triton_minors.py),
@@ -71,20 +109,20 @@ pytest_args=()
 for arg in "$@"; do
   case "$arg" in
     --all) TRITONS="$(python3 scripts/triton_minors.py 2>/dev/null || echo "$ALL_TRITONS")" ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     *) pytest_args+=("$arg") ;;
   esac
 done
 
 WORKERS="${GUARD_WORKERS:-2}"  # pytest-xdist workers per pytest session (0: none, one process)
-echo "scripts/test.sh: installs chromium and redis-server with apt-get when they are missing (root only); makes or reuses"
-echo "  one venv per (Python, Triton) for $PYTHONS x Triton $TRITONS in $VENVS: torch $TORCH, Triton, numpy,"
-echo "  pytest, pytest-xdist, the redis client and this checkout ($PWD) as a package (a few GB the first time);"
-echo "  nothing else is installed. Then the pairs' test sessions run at once, each over $WORKERS pytest-xdist workers"
-echo "  (GUARD_WORKERS), their output in a folder under ${TMPDIR:-/tmp}. It asks no question."
+echo "scripts/test.sh: makes or reuses one venv per (Python, Triton) for $PYTHONS x Triton $TRITONS in $VENVS:"
+echo "  torch $TORCH, Triton, ${VENV_DEPS[*]} and this checkout ($PWD) as a package (a few GB the"
+echo "  first time). The redis-server and chromium the tests start are found on PATH; a redis-server that is"
+echo "  not is unpacked (apt-get download, dpkg -x; no root) into $DEBIAN, not installed."
+echo "  nothing else is installed, and nothing outside $VENVS (pip's download cache aside). Then the pairs'"
+echo "  test sessions run at once, each over $WORKERS pytest-xdist workers (GUARD_WORKERS), their output in a"
+echo "  folder under ${TMPDIR:-/tmp}. It asks no question."
 [ "$TRITONS" = 3.9.0 ] && echo "  Triton 3.9.0 is the newest supported; CI also tests the oldest: TRITONS=\"3.9.0 3.3.1\" bash scripts/test.sh"
-ensure_chromium
-ensure_redis_server
 
 # session_args: the pytest arguments of every session; a session of its own runs the 10-minute
 # claimer (tests/conftest.py: long_claimer) beside the first pair's, unless the arguments name test
@@ -132,11 +170,12 @@ done
 # /tmp/pytest-of-<user> back to 0700, which a test acting as a second user must reach.
 # Short names: a test binds a unix socket in its directory, and a socket's path holds 107 bytes at most.
 runs=$(mktemp -d "${TMPDIR:-/tmp}/ag-tests.XXXXXX")
+[ "${#ready[@]}" -gt 0 ] && find_programs "$runs/bin"
 pids=() names=() starts=()
 session() {  # session NAME LONG PYTHON ARGS...: one pytest session in the background, its output in $runs/NAME.log
   local name=$1 long_claimer=$2 py=$3
   shift 3
-  (cd tests && GUARD_LONG=$long_claimer TRITON_INTERPRET=1 "$py" -m pytest -p no:cacheprovider -q \
+  (cd tests && PATH="$runs/bin:$PATH" GUARD_LONG=$long_claimer TRITON_INTERPRET=1 "$py" -m pytest -p no:cacheprovider -q \
     --basetemp "$runs/${#pids[@]}" "$@") >"$runs/$name.log" 2>&1 &
   pids+=($!) names+=("$name") starts+=($SECONDS)
 }

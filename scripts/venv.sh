@@ -15,18 +15,28 @@ SKIPPED=3  # guard_venv's status for a pair the index has no wheel for
 PROGRESS_EVERY="${GUARD_PROGRESS_EVERY:-15}"  # seconds between the progress lines of a long step
 
 # with_progress LOG CMD...: run CMD with stdin from /dev/null (it can ask no question, and needs no
-# terminal) and its output in LOG; every PROGRESS_EVERY seconds one line says how long it has run
-# and LOG's last line; at the end, how long it took, or (on failure) LOG's last lines.
+# terminal) and its output in LOG; every PROGRESS_EVERY seconds one line says how long it has run,
+# how much it has written to disk (PROGRESS_DIR, when set) and LOG's last line, or, when that line is
+# the one already shown, for how long LOG has said nothing new (pip downloading a big wheel says one
+# line, then nothing for a minute: that must not read as the same line repeated, as if hung).
+# At the end, how long it took, or (on failure) LOG's last lines.
 with_progress() {
-  local log=$1 start=$SECONDS n=0 rc
+  local log=$1 start=$SECONDS n=0 rc shown="" last since=$SECONDS size
   shift
   "$@" </dev/null >"$log" 2>&1 &
   local pid=$!
   while kill -0 "$pid" 2>/dev/null; do
     sleep 1
     n=$((n + 1))
-    if [ $((n % PROGRESS_EVERY)) = 0 ]; then
-      echo "    ... $((SECONDS - start)) s: $(tail -n 1 "$log" 2>/dev/null | cut -c1-110)"
+    [ $((n % PROGRESS_EVERY)) = 0 ] || continue
+    last=$(tail -n 1 "$log" 2>/dev/null | cut -c1-100)
+    size=""
+    [ -n "${PROGRESS_DIR:-}" ] && size=", $(du -sh "$PROGRESS_DIR" 2>/dev/null | cut -f1) on disk"
+    if [ "$last" != "$shown" ]; then
+      echo "    ... $((SECONDS - start)) s$size: $last"
+      shown=$last since=$SECONDS
+    else
+      echo "    ... $((SECONDS - start)) s$size: still working, no new line for $((SECONDS - since)) s"
     fi
   done
   wait "$pid"
@@ -75,7 +85,10 @@ build_venv() {
   local python=$1 venv=$2 want=$3 tmp
   tmp=$(mktemp -d "$venv.building.XXXXXX") && chmod 755 "$tmp" || return 1  # as python -m venv makes it: others run it
   "$python" -m venv "$tmp" && venv_ready "$tmp" || { echo "  $tmp: not a venv of its own after python -m venv"; rm -rf "$tmp"; return 1; }
-  local pip=("$tmp/bin/python" -m pip install --no-input --disable-pip-version-check)
+  local pip=(env TMPDIR="$tmp/.pip-tmp" "$tmp/bin/python" -m pip install --no-input --disable-pip-version-check)
+  # pip downloads and unpacks under TMPDIR: inside the folder whose size the progress lines say
+  mkdir -p "$tmp/.pip-tmp" || { rm -rf "$tmp"; return 1; }
+  local PROGRESS_DIR=$tmp
   for wanted in "triton $triton" "torch $TORCH"; do
     if ! index_has "$tmp/bin/python" $wanted; then
       rm -rf "$tmp"
@@ -94,6 +107,7 @@ build_venv() {
   echo "  installing ${VENV_DEPS[*]}"
   with_progress "$log" "${pip[@]}" --progress-bar off "${VENV_DEPS[@]}" || { rm -rf "$tmp"; return 1; }
   # Scripts pip wrote name the temporary folder's python: they name the venv's once it is moved.
+  rm -rf "$tmp/.pip-tmp"
   grep -lsI "^#!$tmp/bin/" "$tmp"/bin/* | xargs -r sed -i "1s|^#!$tmp/bin/|#!$venv/bin/|"
   rm -rf "$venv" && mv "$tmp" "$venv" || { rm -rf "$tmp"; return 1; }
   if ! venv_ready "$venv" || ! AUTOTUNE_DISABLE=1 "$venv/bin/python" -c '

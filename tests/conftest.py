@@ -73,9 +73,10 @@ def long_claimer(request, tmp_path_factory):
             proc.wait()
 
 
-# The two tiers: `pytest -m "not slow"` runs the in-process tests (under a minute on 2 cores);
+# The two tiers: `pytest -m "not slow"` runs the in-process tests (under 30 s of CPU);
 # `pytest -m slow` the tests that start another process (a subprocess, torchrun, multiprocessing
-# workers, a fresh venv, a browser, a fork). A test is slow by its module's `pytestmark` or its own
+# workers, a fresh venv, a browser, a fork), and the few in-process ones that take seconds of CPU
+# each (simulations of many cold runs, the fuzzers, retunes through the interpreter). A test is slow by its module's `pytestmark` or its own
 # `@pytest.mark.slow` (pyproject.toml registers the marker). So that the fast tier stays fast, a
 # test without the marker that starts a process fails, naming what it started.
 # subprocess keeps its own reference to fork_exec (`_fork_exec`, Python 3.11+); multiprocessing uses the module's.

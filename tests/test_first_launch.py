@@ -89,7 +89,7 @@ def test_triton_pinned_chooses_again_under_the_policy_installed_meanwhile(guard,
     x = torch.arange(100.0)
     assert add(x, x).equal(x * 2) and handler.installed == 1
     assert list(_only_noted("kernels.demo.add_kernel").values()) == [
-        "BLOCK=32,num_warps=1,num_stages=3,num_ctas=1;pinned"]
+        "BLOCK=32,num_warps=1,num_stages=3,num_ctas=1;fallback (first)"]
 
 
 def test_triton_consensus_chooses_again_under_the_policy_installed_meanwhile(guard):
@@ -110,7 +110,7 @@ def test_gptq_chooses_again_under_the_policy_installed_meanwhile(guard, meanwhil
     handler = meanwhile(PINNED)
     assert torch.allclose(gptq.matmul(a, b, tuner), a @ b, atol=1e-4) and handler.installed == 1
     noted = _only_noted("kernels.gptq_autotune.matmul_kernel")
-    assert len(noted) == 1 and list(noted.values())[0].endswith(";pinned"), autotune_guard.choice_log()
+    assert len(noted) == 1 and list(noted.values())[0].endswith(";fallback (first)"), autotune_guard.choice_log()
 
 
 def test_flaggems_chooses_again_under_the_policy_installed_meanwhile(guard, meanwhile, tmp_path, monkeypatch):
@@ -122,7 +122,7 @@ def test_flaggems_chooses_again_under_the_policy_installed_meanwhile(guard, mean
     x = torch.arange(100.0)
     assert libtuner.triple(x).equal(x * 3) and handler.installed == 1
     noted = _only_noted("kernels.libtuner.triple_kernel")
-    assert len(noted) == 1 and list(noted.values())[0].endswith(";pinned"), autotune_guard.choice_log()
+    assert len(noted) == 1 and list(noted.values())[0].endswith(";fallback (first)"), autotune_guard.choice_log()
 
 
 def test_inductors_step_chooses_again_under_the_policy_installed_meanwhile(patched, guard, meanwhile):  # noqa: F811
@@ -131,7 +131,7 @@ def test_inductors_step_chooses_again_under_the_policy_installed_meanwhile(patch
     kernel = _generated("meanwhile")
     assert kernel.run(X, X, 8192, stream=0).kwargs == {"XBLOCK": 1024} and handler.installed == 1
     assert kernel.benchmarked == 0 and len(kernel.launchers) == 1
-    assert _entry(kernel) == "XBLOCK=1024,num_warps=4,num_stages=3,num_ctas=1;pinned"
+    assert _entry(kernel) == "XBLOCK=1024,num_warps=4,num_stages=3,num_ctas=1;fallback (first)"
 
 
 # --- the family registry beside the engine -------------------------------------------------------
@@ -250,4 +250,4 @@ def test_inductors_template_selection_chooses_again_under_the_policy_installed_m
                           timeout=400, cwd=tmp_path)
     result = result_of(proc)
     assert result["benchmarks"] == 0, result
-    assert list(result["choices"].values()) == ["choice=_mkl_linear;pinned"], result  # noted under the new policy
+    assert list(result["choices"].values()) == ["choice=_mkl_linear;fallback (deterministic)"], result  # noted under the new policy

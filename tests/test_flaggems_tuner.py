@@ -48,7 +48,7 @@ def test_pinned_times_nothing_and_reads_no_database(guard, libtuner, ag_log):
     assert len(libtuner.TIMER_CALLS) == 4  # no new timing
     assert strategy_of(libtuner.triple_kernel) == "libtuner-pinned"
     # min_cost, the on-miss default: the smallest tile, whatever the database says
-    assert choice_log() == {_entry(k): "BLOCK=16,num_warps=1,num_stages=3,num_ctas=1;pinned" for k in KEYS[:2]}
+    assert choice_log() == {_entry(k): "BLOCK=16,num_warps=1,num_stages=3,num_ctas=1;fallback (min_cost)" for k in KEYS[:2]}
     assert not [m for m in ag_log.messages() if "not govern" in m or "overrides run()" in m]
 
 
@@ -86,7 +86,7 @@ def test_record_merge_pinned_round_trip(tmp_path, capsys):
               for _ in range(2)]
     for run in pinned:
         assert run["timer_calls"] == 0 and run["hash"] == recorded["hash"]
-        assert run["choices"] == {k: v.replace(";timed", ";pinned") for k, v in recorded["choices"].items()}
+        assert run["choices"] == {k: v.replace(";timed", ";table") for k, v in recorded["choices"].items()}
 
 
 @pytest.mark.slow

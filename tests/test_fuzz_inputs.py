@@ -117,6 +117,7 @@ def run_main(capsys, argv):
     return code, out, err
 
 
+@pytest.mark.slow  # seconds of CPU: out of the fast tier (issue 60)
 @pytest.mark.parametrize("command", ["show", "merge", "diff"])
 def test_report_cli_never_tracebacks_on_generated_documents(capsys, tmp_path, command):
     good = tmp_path / "good.rank0.json"

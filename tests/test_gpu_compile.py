@@ -63,7 +63,7 @@ def test_pinned_compiled_is_eager_pinned_and_never_benchmarks(tmp_path):
     # dynamic=True Inductor compiles without knowing that n divides by 16, so the same config may
     # vectorise, and so add, differently: the choice is compared, not the bits.)
     rows = entries(result["log"])
-    assert rows[KEY] == f"{MIN_COST};pinned", result
+    assert rows[KEY] == f"{MIN_COST};fallback (min_cost)", result  # no table
     # Compiled for static shapes, the kernel keeps Inductor's own launch path; for dynamic shapes
     # the guard follows the key on each launch.
     assert result["launch_wrappers"] == {"eager": 0, "compiled": 0, "fullgraph": 0, "dynamic": 1}, result
@@ -78,8 +78,8 @@ def test_pinned_compiled_is_eager_pinned_and_never_benchmarks(tmp_path):
     dynamic, _ = run(tmp_path / "dynamic", "dynamic", AUTOTUNE_MODE="pinned", AUTOTUNE_TABLE_PATH=table,
                      AUTOTUNE_ON_MISS="error")
     assert dynamic["inductor_bench"] == 0, dynamic
-    assert entries(dynamic["log"]) == {KEY: "BLOCK=1024,num_warps=8,num_stages=3,num_ctas=1;pinned",
-                                       small: "BLOCK=512,num_warps=4,num_stages=3,num_ctas=1;pinned"}, dynamic
+    assert entries(dynamic["log"]) == {KEY: "BLOCK=1024,num_warps=8,num_stages=3,num_ctas=1;table",
+                                       small: "BLOCK=512,num_warps=4,num_stages=3,num_ctas=1;table"}, dynamic
 
 
 def test_pinned_compiled_from_a_recorded_table(tmp_path):
@@ -103,7 +103,7 @@ def test_pinned_compiled_from_a_recorded_table(tmp_path):
                     AUTOTUNE_ON_MISS="error")
     assert pinned["inductor_bench"] == 0 and pinned["triton_bench"] == 0
     assert pinned["hashes"]["compiled"] == pinned["hashes"]["eager"] == recorded["hashes"]["compiled"]
-    assert entries(pinned["log"])[KEY] == entry["signature"] + ";pinned"
+    assert entries(pinned["log"])[KEY] == entry["signature"] + ";table"
 
 
 def test_auto_observes_and_inductor_cache_cannot_override_pinned(tmp_path):
@@ -115,7 +115,7 @@ def test_auto_observes_and_inductor_cache_cannot_override_pinned(tmp_path):
     again, stderr = run(tmp_path, "compiled", AUTOTUNE_MODE="auto")
     assert again["inductor_bench"] == 0 and "best_config cache chose" in stderr
     pinned, _ = run(tmp_path, "compiled", AUTOTUNE_MODE="pinned")
-    assert pinned["inductor_bench"] == 0 and entries(pinned["log"])[KEY] == f"{MIN_COST};pinned"
+    assert pinned["inductor_bench"] == 0 and entries(pinned["log"])[KEY] == f"{MIN_COST};fallback (min_cost)"
 
 
 def test_inductor_generated_kernels_are_named_and_pinned(tmp_path):
@@ -128,7 +128,7 @@ def test_inductor_generated_kernels_are_named_and_pinned(tmp_path):
     names = {k: v for k, v in pinned["log"].items() if k.split("|")[1].startswith("inductor.")}
     # The same generated kernel gets the same name and choice in another cold process.
     assert set(names) == set(generated) and names == {k: v for k, v in again["log"].items() if k in names}
-    assert all(v.endswith(";pinned") for v in names.values())
+    assert all(v.endswith(";fallback (min_cost)") for v in names.values())  # no table
     assert pinned["hashes"] == again["hashes"]
 
 
@@ -206,4 +206,4 @@ def test_dynamic_shapes_follow_the_key_on_every_launch_without_a_wrapper(tmp_pat
     assert {tuple(s) for s in result["seen"]} == set(pins.items()), result
     assert "written-out" in result["how"], result
     assert entries(result["log"], "kernels.keyed_block.block_of") == {
-        f"{n},torch.int32": f"BLOCK={b},num_warps=4,num_stages=3,num_ctas=1;pinned" for n, b in pins.items()}, result
+        f"{n},torch.int32": f"BLOCK={b},num_warps=4,num_stages=3,num_ctas=1;table" for n, b in pins.items()}, result

@@ -50,7 +50,7 @@ def test_record_merge_pinned_makes_no_template_benchmark(tmp_path):
         pinned, stderr = worker(tmp_path, f"pinned{i}", AUTOTUNE_MODE="pinned", AUTOTUNE_ON_MISS="error",
                                 AUTOTUNE_TABLE_PATH=tmp_path / "table")
         assert pinned["template_benchmarks"] == 0 and pinned["gpu_timings"] == 0
-        assert pinned["choices"] == {key: choice.replace(";timed", ";pinned")}
+        assert pinned["choices"] == {key: choice.replace(";timed", ";table")}
         assert pinned["hash"] == recorded["hash"] and not pinned["ungoverned"]
 
 

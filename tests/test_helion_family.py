@@ -45,7 +45,7 @@ def test_pinned_sets_the_tables_config_and_helion_searches_nothing(tmp_path):
     found = last_json(proc.stdout)
     assert found["right"] and found["searches"] == [], found
     assert found["config"] == {"block_sizes": [64]}
-    assert found["log"] == {f"interpret|{LISTED}|{KEY}": "block_sizes=[64];pinned"}
+    assert found["log"] == {f"interpret|{LISTED}|{KEY}": "block_sizes=[64];table"}  # decided by the table: said so
     # Without the guard the same program runs Helion's own finite search, which needs a GPU to time
     # on and fails here (every candidate's benchmark fails): the guard's run above searched nothing.
     plain = run("listed", AUTOTUNE_DISABLE="1")
@@ -76,12 +76,43 @@ def test_a_full_search_is_pinned_from_the_table_or_to_helions_default(tmp_path):
     assert found["right"] and found["searches"] == [] and found["config"]["block_sizes"] == [32], found
 
 
+UNUSABLE = {"a block size Helion refuses": ({"block_sizes": [7]}, "got 7"),
+            "a string for block sizes": ({"block_sizes": "abc"}, "got 'abc'"),
+            "an unknown field": ({"block_sizes": [64], "foo": 1}, "Invalid config keys ['foo']"),
+            "a string pid_type": ({"block_sizes": [64], "pid_type": "abc"}, "'pid_type': 'abc' must be one of")}
+
+
+@pytest.mark.parametrize("entry, helion_says", UNUSABLE.values(), ids=list(UNUSABLE))
+def test_an_entry_helion_cannot_use_is_named_and_falls_back_not_handed_over(tmp_path, entry, helion_says):
+    tables = table(tmp_path, SEARCHED, entry)
+    proc = run("searched", AUTOTUNE_MODE="pinned", AUTOTUNE_TABLE_PATH=tables)  # the default on-miss: min_cost
+    assert proc.returncode == 0 and "InvalidConfig" not in proc.stderr, proc.stderr[-3000:]
+    named = [line for line in proc.stderr.splitlines() if "cannot be used" in line]
+    assert len(named) == 1, proc.stderr[-3000:]
+    assert SEARCHED in named[0] and KEY in named[0] and helion_says in named[0], named[0]
+    assert str(tables / "interpret.json") in named[0], named[0]
+    found = last_json(proc.stdout)
+    assert found["right"] and found["searches"] == [] and found["config"]["block_sizes"] == [32], found
+    how = found["log"][f"interpret|{SEARCHED}|{KEY}"].rpartition(";")[2]
+    assert "table" not in how and "min_cost" in how, how  # the evidence says the fallback, not the table
+
+
+@pytest.mark.parametrize("entry, helion_says", [UNUSABLE["a block size Helion refuses"], UNUSABLE["an unknown field"]])
+def test_an_entry_helion_cannot_use_is_refused_by_name_under_on_miss_error(tmp_path, entry, helion_says):
+    tables = table(tmp_path, SEARCHED, entry)
+    proc = run("searched", AUTOTUNE_MODE="pinned", AUTOTUNE_TABLE_PATH=tables, AUTOTUNE_ON_MISS="error")
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    refused = [line for line in proc.stderr.splitlines() if "refused:" in line]
+    assert refused and SEARCHED in refused[0] and helion_says in refused[0], proc.stderr[-3000:]
+    assert "AUTOTUNE_ON_MISS=error" in refused[0] and str(tables / "interpret.json") in refused[0], refused[0]
+
+
 def test_consensus_follows_the_tables_entry_and_assert_cache_hit_refuses_a_search(tmp_path):
     tables = table(tmp_path, LISTED, {"block_sizes": [32]})
     proc = run("listed", AUTOTUNE_MODE="consensus", AUTOTUNE_TABLE_PATH=tables, HELION_ASSERT_CACHE_HIT="1")
     assert proc.returncode == 0, proc.stderr
     found = last_json(proc.stdout)
-    assert found["searches"] == [] and found["log"][f"interpret|{LISTED}|{KEY}"] == "block_sizes=[32];pinned", found
+    assert found["searches"] == [] and found["log"][f"interpret|{LISTED}|{KEY}"] == "block_sizes=[32];table", found
     empty = tmp_path / "empty"
     empty.mkdir()
     refused = run("listed", AUTOTUNE_MODE="consensus", AUTOTUNE_TABLE_PATH=empty, HELION_ASSERT_CACHE_HIT="1")

@@ -94,7 +94,7 @@ sigs = ["a/1", "b/1", "c/1", "d/1"]
 ms = {"a/1": 0.5, "b/1": 0.4, "c/1": 0.3, "d/1": 0.6}
 try:
     finals = lambda known: (min(known, key=lambda i: (known[i], sigs[i])), None)  # one pass: the fastest
-    index, _, _, _ = split.decide(store, "kernel k key 1", "consensus/hostile", rank, 2, sigs,
+    index, _, _, _, _ = split.decide(store, "kernel k key 1", "consensus/hostile", rank, 2, sigs,
                                   lambda idx: {i: ms[sigs[i]] for i in idx}, 30.0, 30.0, finals)
     print(json.dumps({"winner": sigs[index]}))
 except ConsensusError as exc:

@@ -22,7 +22,7 @@ from triton.runtime.jit import JITFunction
 
 import autotune_guard
 from autotune_guard import SelectionError, choice_log
-from autotune_guard.adapters import _patching
+from autotune_guard import _patching
 from autotune_guard.adapters import inductor
 from autotune_guard.adapters.inductor import names
 
@@ -135,7 +135,7 @@ def test_pinned_never_benchmarks_and_picks_the_eager_rule(patched, guard, tmp_pa
     kernel = _generated(inductor_meta={"coordinate_descent_tuning": True})
     assert kernel.run(X, X, 8192, stream=0).kwargs == {"XBLOCK": 128}  # min_cost: the smallest tile
     assert kernel.benchmarked == 0 and len(kernel.launchers) == 1
-    assert _entry(kernel) == "XBLOCK=128,num_warps=4,num_stages=3,num_ctas=1;pinned"
+    assert _entry(kernel) == "XBLOCK=128,num_warps=4,num_stages=3,num_ctas=1;fallback (min_cost)"
     # Re-tuning after the choice is skipped, and marked so that Inductor does not ask again.
     assert kernel.descended == 0 and kernel.launchers[0].config.found_by_coordesc is True
     assert kernel.run(X, X, 8192, stream=0).kwargs == {"XBLOCK": 128} and kernel.descended == 0
@@ -267,7 +267,7 @@ def test_a_user_kernel_keeps_its_eager_name_and_tritons_key(patched, guard):
     # Heuristic values Dynamo folded into the compiled configs (EVEN) are not in the signature.
     assert _user_kernel().run(F16, F32, 4096, stream=0).kwargs == {"BLOCK": 32, "EVEN": True}
     assert choice_log()[f"{USER}|4096,torch.float16,torch.float32"] == \
-        "BLOCK=32,num_warps=4,num_stages=3,num_ctas=1;pinned"
+        "BLOCK=32,num_warps=4,num_stages=3,num_ctas=1;fallback (min_cost)"
 
 
 def test_a_key_argument_inductor_made_a_constant_still_counts(patched, guard):
@@ -289,7 +289,7 @@ def test_an_unmatched_user_kernel_is_named_by_inductor_and_said_once(patched, gu
     copy = types.SimpleNamespace(__name__="nowhere", src="def nowhere(x_ptr, BLOCK):\n    return 7\n")
     for _ in range(2):
         _autotuner(copy, list(CONFIGS), custom_kernel=True).run(F32, F32, 8, stream=0)
-    assert choice_log()["interpret|torch_compile.nowhere_0|*"].endswith(";pinned")
+    assert choice_log()["interpret|torch_compile.nowhere_0|*"].endswith(";fallback (min_cost)")
     assert sum("nowhere" in m and "not found" in m for m in ag_log.messages()) == 1
 
 
@@ -344,8 +344,8 @@ def test_a_program_whose_key_can_change_is_followed_launch_by_launch(patched, gu
     assert program.call(F16, F32, 2048).kwargs == {"BLOCK": 64, "EVEN": True}
     assert program.call(F16, F32, 4096).kwargs == {"BLOCK": 128, "EVEN": True}
     assert {k: v for k, v in choice_log().items() if k.startswith(USER)} == {
-        f"{USER}|4096,torch.float16,torch.float32": "BLOCK=128,num_warps=4,num_stages=3,num_ctas=1;pinned",
-        f"{USER}|2048,torch.float16,torch.float32": "BLOCK=64,num_warps=4,num_stages=3,num_ctas=1;pinned"}
+        f"{USER}|4096,torch.float16,torch.float32": "BLOCK=128,num_warps=4,num_stages=3,num_ctas=1;table",
+        f"{USER}|2048,torch.float16,torch.float32": "BLOCK=64,num_warps=4,num_stages=3,num_ctas=1;table"}
 
 
 def test_auto_notes_each_new_key_with_the_launcher_inductor_kept(patched, guard, tmp_path):

@@ -75,7 +75,7 @@ def test_record_merge_then_pinned_makes_no_benchmark_and_the_recorded_choice(tmp
     pinned = result_of(compile_in_a_cold_process(tmp_path, "pinned", AUTOTUNE_MODE="pinned", AUTOTUNE_ON_MISS="error",
                                                  AUTOTUNE_TABLE_PATH=tmp_path / "table"))
     assert pinned["benchmarks"] == 0
-    assert pinned["choices"] == {key: choice.replace(";timed", ";pinned")}
+    assert pinned["choices"] == {key: choice.replace(";timed", ";table")}
     assert pinned["hash"] == recorded["hash"] and not pinned["ungoverned"]
 
 
@@ -91,7 +91,7 @@ def test_pinned_without_an_entry_takes_inductors_deterministic_choice_untimed_an
     proc = compile_in_a_cold_process(tmp_path, "default", AUTOTUNE_MODE="pinned")
     result = result_of(proc)
     assert result["benchmarks"] == 0
-    assert list(result["choices"].values()) == ["choice=_mkl_linear;pinned"]  # aten, as config.deterministic picks
+    assert list(result["choices"].values()) == ["choice=_mkl_linear;fallback (deterministic)"]  # aten, as config.deterministic picks
     assert "no table entry: Inductor's deterministic choice, choice=_mkl_linear, untimed" in proc.stderr
 
 

@@ -187,10 +187,10 @@ def test_pinned_runs_megatron_entries_per_key_star_and_bare_name(guard, tmp_path
     x = torch.arange(100, dtype=torch.float32)
     assert demo.scale(x, 2.0).equal(x * 2.0) and len(demo.TIMER_CALLS) == calls
     log = choice_log()
-    assert log[logged(64)] == "BLOCK=16,num_warps=1,num_stages=3,num_ctas=1;pinned"  # its own entry
-    assert log[logged(1024)] == log[logged(512)] == "BLOCK=64,num_warps=1,num_stages=3,num_ctas=1;pinned"  # '*'
+    assert log[logged(64)] == "BLOCK=16,num_warps=1,num_stages=3,num_ctas=1;table"  # its own entry
+    assert log[logged(1024)] == log[logged(512)] == "BLOCK=64,num_warps=1,num_stages=3,num_ctas=1;table"  # '*'
     scaled = log[f"interpret|kernels.demo.scale_kernel|100,{F32},{F32}"]  # by its bare name
-    assert scaled == "BLOCK=32,num_warps=4,num_stages=3,num_ctas=1;pinned"
+    assert scaled == "BLOCK=32,num_warps=4,num_stages=3,num_ctas=1;table"
     capsys.readouterr()
     assert cli.main(["show", str(tmp_path / "interpret.json")]) == 0  # the report reads it as a table too
     assert ROWS in capsys.readouterr().out
@@ -280,7 +280,7 @@ def test_merge_worst_case_takes_the_smallest_worst_slowdown_and_the_keys_that_be
     # The table pins: a recorded key its own entry or '*', a key no record met '*'.
     guard({"AUTOTUNE_MODE": "pinned", "AUTOTUNE_ON_MISS": "error", "AUTOTUNE_TABLE_PATH": str(out.parent)})
     assert [launch_rows(n) for n in (64, 256, 512)] == [16, 64, 64]
-    assert choice_log()[logged(512)] == f"{star};pinned"
+    assert choice_log()[logged(512)] == f"{star};table"
 
 
 def test_worst_case_ties_go_to_the_first_declared_and_no_star_without_a_candidate_timed_everywhere(tmp_path, capsys):

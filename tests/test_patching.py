@@ -1,4 +1,4 @@
-"""The patching idiom (``adapters/_patching``): patch, undo that refuses to clobber another tool's
+"""The patching idiom (``_patching``): patch, undo that refuses to clobber another tool's
 wrapper, undo_all, redo, instance shadows; and ``uninstall()`` undoing every patch of a real run
 (Triton's own ``Autotuner.run`` back; the program's ``sys.exit``, ``sys.excepthook``, SIGTERM
 handler and wakeup fd back), with a later ``install()`` governing again."""
@@ -9,7 +9,7 @@ import types
 
 import pytest
 
-from autotune_guard.adapters import _patching
+from autotune_guard import _patching
 
 from support import clean_env, last_json, run_python
 
@@ -166,7 +166,7 @@ _UNINSTALL = textwrap.dedent("""
     import triton.runtime.autotuner as at
     from torch.distributed import distributed_c10d as c10d
     import autotune_guard
-    from autotune_guard.adapters import _patching
+    from autotune_guard import _patching
     from kernels.demo import TIMER_CALLS, add_kernel
 
     # (not named "barrier": the guard points every module-level alias of that name at its wrapper)
@@ -211,19 +211,19 @@ def test_uninstall_undoes_every_patch_and_install_governs_again():
     proc = run_python(_UNINSTALL, env=clean_env())
     out = last_json(proc.stdout)
     assert out["guarded_run"] and out["barrier_wrapped"]
-    assert out["first"] and all(v.endswith(";pinned") for v in out["first"])
+    assert out["first"] and all(v.endswith(";fallback (first)") for v in out["first"])
     assert out["own_run"] and out["own_barrier"], out
     assert out["in_force"] == [] and out["policy"] is None
     assert out["timed_pinned"] == 0 and out["uninstalled_log"] == {} and out["timed"] > 0  # Triton timed it
     assert out["guarded_again"] and out["barrier_again"] and out["timed_again"] == 0
-    assert out["second"] and all(v.endswith(";pinned") for v in out["second"]), out
+    assert out["second"] and all(v.endswith(";fallback (first)") for v in out["second"]), out
 
 
 _OUTER = textwrap.dedent("""
     import functools, json, torch, triton
     import triton.runtime.autotuner as at
     import autotune_guard
-    from autotune_guard.adapters import _patching
+    from autotune_guard import _patching
     from kernels.demo import TIMER_CALLS, add_kernel
 
     triton_run, triton_init = at.Autotuner.run, at.Autotuner.__init__
@@ -267,7 +267,7 @@ def test_uninstall_leaves_another_tools_wrapper_and_the_guards_run_under_it():
     assert out["untouched"][0] == 1 and out["untouched"][1] > 0 and out["untouched"][2] == {}  # Triton timed it
     assert out["init_again"]
     seen, timed, log = out["governed"]
-    assert seen == 2 and timed == out["untouched"][1] and log and all(v.endswith(";pinned") for v in log)
+    assert seen == 2 and timed == out["untouched"][1] and log and all(v.endswith(";fallback (first)") for v in log)
     assert out["own_again"]
 
 
@@ -276,7 +276,7 @@ def test_uninstall_leaves_another_tools_wrapper_and_the_guards_run_under_it():
 _HOOKS = textwrap.dedent("""
     import json, os, signal, sys, tempfile, torch, triton
     import autotune_guard
-    from autotune_guard.adapters import _patching
+    from autotune_guard import _patching
     from kernels.demo import add_kernel
 
     def programs_handler(signum, frame):

@@ -61,7 +61,7 @@ def test_pinned_is_identical_across_cold_processes_and_auto_is_not():
     assert all(r["ok"] for r in pinned + auto)
     for r in pinned:
         assert r["timer_calls"] == 0
-        assert len(r["log"]) == 8 and all(v.endswith(";pinned") for v in r["log"].values())
+        assert len(r["log"]) == 8 and all(v.endswith(";fallback (min_cost)") for v in r["log"].values())  # no table
     assert pinned[0]["log"] == pinned[1]["log"] == pinned[2]["log"]
     assert len({r["digest"] for r in pinned}) == 1
     # min_cost: the smallest tile, then fewer warps.
@@ -104,9 +104,9 @@ TABLE = interpret_table({
 
 
 def _check_table_choices(log):
-    assert log[entry("kernels.demo.add_kernel", add_key(1000))] == "BLOCK=128,num_warps=2,num_stages=3,num_ctas=1;pinned"
-    assert log[entry("kernels.demo.add_kernel", add_key(500))] == "BLOCK=64,num_warps=1,num_stages=3,num_ctas=1;pinned"
-    assert log[entry("kernels.demo.scale_kernel", unary_key(100))] == "BLOCK=32,num_warps=4,num_stages=3,num_ctas=1;pinned"
+    assert log[entry("kernels.demo.add_kernel", add_key(1000))] == "BLOCK=128,num_warps=2,num_stages=3,num_ctas=1;table"
+    assert log[entry("kernels.demo.add_kernel", add_key(500))] == "BLOCK=64,num_warps=1,num_stages=3,num_ctas=1;table"
+    assert log[entry("kernels.demo.scale_kernel", unary_key(100))] == "BLOCK=32,num_warps=4,num_stages=3,num_ctas=1;table"
     # The entry matches no live candidate: a miss, then on_miss (min_cost).
     assert log[entry("kernels.spine.copy_kernel", unary_key(100))].startswith("BLOCK=16,")
 
@@ -163,7 +163,7 @@ def test_scope_modules_and_config_invariant_leave_the_rest_to_timing():
     assert result["spine_timer"] == 4  # hooked_body is config-invariant: timed over its 4 candidates
     # Only the in-scope, not-exempt kernel was pinned, and it obeyed AUTOTUNE_BLOCK_SIZES.
     assert result["log"] == {entry("kernels.spine.copy_kernel", unary_key(100)):
-                             "BLOCK=32,num_warps=4,num_stages=3,num_ctas=1;pinned"}
+                             "BLOCK=32,num_warps=4,num_stages=3,num_ctas=1;AUTOTUNE_BLOCK_SIZES"}
 
 
 EVIDENCE_RUN = """
@@ -241,8 +241,7 @@ def test_a_kernel_without_a_timer_runs_pinned_under_the_interpreter(guard):
 
     x = _x(300)
     guard({"AUTOTUNE_MODE": "auto"})
-    with pytest.raises(Exception):  # Triton's own timer needs a GPU driver
-        spine.launch(spine.copy_kernel, x)
+    assert spine.launch(spine.copy_kernel, x).equal(x)  # timed with the wall clock (issue 58)
     guard({"AUTOTUNE_MODE": "pinned"})
     assert spine.launch(spine.copy_kernel, x).equal(x)
 

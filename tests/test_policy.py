@@ -162,7 +162,7 @@ BAD = [
     ({"AUTOTUNE_RUN_ID": "two words"}, ["letters, digits"]),
     ({"AUTOTUNE_DISABLE": "maybe"}, ["1/0, true/false"]),
     ({"AUTOTUNE_TRACEBACK": "maybe"}, ["1/0, true/false"]),
-    ({"AUTOTUNE_MDOE": "pinned"}, ["not a setting", "did you mean AUTOTUNE_MODE", "AUTOTUNE_TABLE_PATH"]),
+    ({"AUTOTUNE_MDOE": "pinned"}, ["not a setting", "did you mean AUTOTUNE_MODE", "every setting: docs/settings.md"]),
     ({"AUTOTUNE_TABLE_DIR": "tables"}, ["not a setting", "did you mean AUTOTUNE_TABLE_PATH"]),
     ({"AUTOTUNE_RECORD_PATH": "runs/same", "AUTOTUNE_DIGEST_PATH": "runs/same"}, ["are one prefix"]),
     ({"AUTOTUNE_ENV_FILE": "/nonexistent/autotune.env"}, ["no such file"]),

@@ -226,7 +226,7 @@ def test_pinned_mode_names_and_refuses_a_changed_kernel_on_a_grown_table(grown, 
     pinned = dict(AUTOTUNE_MODE="pinned", AUTOTUNE_TABLE_PATH=root / "tables")
     same = _one(root, **pinned)
     assert STALE not in same.stderr
-    assert {k: v.replace(";pinned", "") for k, v in last_json(same.stdout)["choices"].items()} == \
+    assert {k: v.replace(";table", "") for k, v in last_json(same.stdout)["choices"].items()} == \
         {k: v.replace(";consensus", "") for k, v in grown["first"][0]["choices"].items()}
     _version(root, blocks=(16, 32, 64))
     named = _one(root, **pinned)

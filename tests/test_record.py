@@ -114,7 +114,7 @@ def test_record_report_merge_pin_end_to_end(tmp_path):
         assert result["policy"] == "pinned"
         assert result["timer_calls"] == 0
         assert log_as_records(result["log"]) == table_choice
-        assert all(value.endswith(";pinned") for value in result["log"].values())
+        assert all(value.endswith(";table") for value in result["log"].values())
 
 
 @pytest.mark.slow

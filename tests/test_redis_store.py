@@ -70,8 +70,8 @@ def _need_server():
                                      ("the redis client (pip install redis)", _client())) if not ok]
     if missing:
         if os.environ.get("CI"):
-            pytest.fail(f"{' and '.join(missing)} missing: scripts/test.sh installs them")
-        pytest.skip(f"{' and '.join(missing)} missing: scripts/test.sh installs them")
+            pytest.fail(f"{' and '.join(missing)} missing: scripts/test.sh finds or unpacks them")
+        pytest.skip(f"{' and '.join(missing)} missing: scripts/test.sh finds or unpacks them")
 
 
 def _client():

@@ -166,7 +166,7 @@ def test_a_job_over_tls_adds_its_winners_and_the_next_runs_time_nothing(servers,
         assert {k: v.rpartition(";")[0] for k, v in result["log"].items()} == \
             {k: v.rpartition(";")[0] for k, v in tuned["log"].items()}, (mode, result["log"])
         # Pinned from the store (a job of one process pins a table's entry under consensus too), no fallbacks.
-        assert {v.rpartition(";")[2] for v in result["log"].values()} == {"pinned"}, (mode, result["log"])
+        assert {v.rpartition(";")[2] for v in result["log"].values()} == {"table"}, (mode, result["log"])
         assert "made 2 autotune choices" in again.stderr and "fallbacks" not in again.stderr, again.stderr
     assert _store_entries(server.client) == held
 

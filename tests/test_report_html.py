@@ -32,12 +32,12 @@ CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
 
 
 def chromium() -> str:
-    """The Chromium binary; missing: skipped on a workstation, a failure under CI (scripts/test.sh
+    """The Chromium binary; missing: skipped on a workstation, a failure under CI (.ci/run
     installs Debian's chromium there)."""
     found = shutil.which("chromium") or shutil.which("chromium-browser")
     if found:
         return found
-    why = "no chromium on PATH (Debian: apt-get install chromium; scripts/test.sh installs it as root)"
+    why = "no chromium on PATH (Debian: apt-get install chromium, as root; .ci/run installs it)"
     if os.environ.get("CI"):
         pytest.fail(f"CI is set and {why}")
     pytest.skip(why)
@@ -159,6 +159,7 @@ def _synthetic(ranks=1024, keys=2000, per_node=8) -> Page:
     return Page(rows, columns)
 
 
+@pytest.mark.slow  # seconds of CPU: out of the fast tier (issue 60)
 def test_a_page_of_1024_ranks_by_2000_keys_stays_small():
     page = _synthetic()
     started = time.monotonic()
@@ -216,3 +217,64 @@ def test_the_pages_letters_ties_headers_axis_and_legend_in_headless_chromium(tmp
     assert ticks and all(4.9 < float(t) < 5.6 for t in ticks), ticks  # the measured range, not from 0
     assert "chose differently" not in dom  # no rank of several processes here: no legend entry for it
     assert shot.stat().st_size > 10_000
+
+
+def test_a_diff_page_compares_each_run_within_itself_and_b_against_a(tmp_path):
+    # Run A: 2 ranks chose BLOCK=16; run B: 3 ranks chose BLOCK=32. Pooled over both runs, 32 would be
+    # the reference and A's ranks "wrong"; as in the text diff, A is compared with B, never with a pool.
+    for side, block, ranks in (("a", 16, 2), ("b", 32, 3)):
+        for rank in range(ranks):
+            doc = _record(rank, {"pkg.ops.mm": {"8": _entry(block, [1.0, 2.0, 3.0])}})
+            (tmp_path / f"{side}.rank{rank}.json").write_text(json.dumps(doc))
+    out = tmp_path / "diff.html"
+    assert report.main(["diff", "--format", "html", "-o", str(out), str(tmp_path / "a"), str(tmp_path / "b")]) == 0
+    text = out.read_text()
+    cells = re.findall(r'<td class="(ag-p\d+)([^"]*)" data-c="\d+" title="([^"]*)"', text)
+    assert len(cells) == 2, cells  # A's ranks alike: one row; B's: one row
+    (a_class, a_title), (b_class, b_title) = [(extra, title) for _, extra, title in cells]
+    assert "ag-x" not in a_class and "not the reference" not in a_title  # A is not wrong against a pool
+    assert "ag-chg" in b_class and "changed: run A chose BLOCK=16,num_warps=4" in b_title.replace("&#x27;", "'")
+    assert '<tr class="ag-dissent"' not in text and "0 same, 1 changed</b>" in text
+
+
+def _many_keys_page(tmp_path, keys=40):
+    """2 ranks, ``keys`` keys of long key texts; rank 1 differs on the first 3; the last key is a fallback."""
+    for rank in range(2):
+        log = {}
+        for k in range(keys):
+            block = 32 if rank == 1 and k < 3 else 16
+            how = "fallback (min_cost)" if k == keys - 1 else "table"
+            log[f"sm90|pkg.ops.kernel_{k % 5}|{k * 64},torch.bfloat16,torch.bfloat16,row_major"] = \
+                f"BLOCK={block},num_warps=4,num_stages=3,num_ctas=1;{how}"
+        doc = {"format": schema.CHOICES_FORMAT, "rank": rank, "world_size": 2, "run_id": "r", "host": "node-a",
+               "digest": "d", "count": keys, "log": log, "complete": True}
+        (tmp_path / f"ch.rank{rank}.json").write_text(json.dumps(doc))
+    page = tmp_path / "many.html"
+    assert report.main(["show", "--format", "html", "-o", str(page), str(tmp_path / "ch")]) == 0
+    return page
+
+
+@pytest.mark.slow
+def test_forty_keys_get_numbered_headers_and_a_key_list_in_headless_chromium(tmp_path):
+    page = _many_keys_page(tmp_path)
+    dom = browse(page, "--dump-dom").stdout
+    assert re.search(r'<div id="ag-errors"></div>', dom)
+    assert '<tr class="ag-keys ag-numbered">' in dom
+    heads = re.findall(r'<th id="ag-k\d+"[^>]*><span>(\d+)</span></th>', dom)
+    assert heads == [str(n) for n in range(1, 41)], heads  # horizontal numbers, no vertical key text
+    items = re.findall(r'<li value="(\d+)"( class="ag-dis")?><b>(kernel_\d)</b> <code>([^<]*)</code>', dom)
+    assert [int(n) for n, *_ in items] == list(range(1, 41)) and sum(1 for _, dis, *_ in items if dis) == 3
+    assert items[0][2:] == ("kernel_0", "0,torch.bfloat16,torch.bfloat16,row_major")  # disagreements first
+    shot = tmp_path / "many.png"
+    browse(page, f"--screenshot={shot}", "--window-size=1400,900")
+    assert shot.stat().st_size > 10_000
+    # a fallback is marked as one: hatched, said on hover and in the summary
+    assert "2 fallbacks (keys the tables lacked)</b>" in dom  # one a rank
+    fell = re.findall(r'<td class="ag-p\d+ ag-fb" data-c="\d+" title="([^"]*)"', dom)
+    assert fell and all("a fallback: the tables lacked this key" in t for t in fell)
+
+
+def test_a_few_keys_keep_their_labels_on_the_headers(tmp_path):
+    text = _many_keys_page(tmp_path, keys=html.KEYS_LABELLED).read_text()
+    assert 'class="ag-keys ag-numbered"' not in text and '<ol class="ag-keylist"' not in text
+    assert "<b>kernel_0</b> 0,torch.bfloat16" in text

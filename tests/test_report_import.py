@@ -91,7 +91,7 @@ def test_a_real_tunings_cache_file_becomes_a_table_that_pins_its_winner(guard, t
     run = last_json(run_python(PINNED, env=clean_env(AUTOTUNE_MODE="pinned", AUTOTUNE_ON_MISS="error",
                                                      AUTOTUNE_TABLE_PATH=table.parent)).stdout)
     expected = f"BLOCK={winner.kwargs['BLOCK']},num_warps={winner.num_warps},num_stages={winner.num_stages},num_ctas=1"
-    assert run["log"] == {f"interpret|kernels.demo.add_kernel|{text}": f"{expected};pinned"}
+    assert run["log"] == {f"interpret|kernels.demo.add_kernel|{text}": f"{expected};table"}
     assert run["timer_calls"] == 0
 
 

@@ -65,7 +65,7 @@ def test_fla_style_record_merge_pinned_round_trip(guard, tmp_path, capsys):
         log = choice_log()
         assert seams.TIMER_CALLS == []
         assert [log[f"interpret|{KERNEL}|{n},{F32},{F32}"].rpartition(";")[2] for n in (100, 200, 300, 400)] == \
-            ["pinned", "pinned", "library", "library"]
+            ["table", "table", "library", "library"]
         assert log[f"interpret|{KERNEL}|100,{F32},{F32}"].partition(";")[0] == \
             schema.read_document(rank_file(prefix, 0))["kernels"][KERNEL][f"100,{F32},{F32}"]["signature"]
     finally:

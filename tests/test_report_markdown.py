@@ -90,7 +90,7 @@ def test_show_reads_a_table_merged_from_a_real_record(tmp_path):
     assert code == 0
     assert out.startswith("### autotune_guard: 2 kernel/key entries in interpret.json\n")
     for (kernel, key), sig in expected.items():
-        assert f"| `{kernel}` | `{key}` | interpret | `{sig}` | 1 |" in out
+        assert f"| `{kernel}` | `{key}` | interpret | `{sig}` | `table` | 1 |" in out  # how: one word for one thing
 
 
 def test_show_json_reads_a_table_and_a_stale_table_entry_is_a_disagreement(capsys, tmp_path):
@@ -116,7 +116,8 @@ def test_markdown_show_puts_disagreements_in_a_table_and_folds_the_rest(capsys, 
                                                               "pkg.ops.a|b": {KEY: cfg(16)}}))
              for r in range(3)]
     code, out, err = run(capsys, "show", "--format", "markdown", "--check", tmp_path / "run")
-    assert code == 1 and err == ""
+    assert code == 1 and err.endswith(" show --check: FAILED, exit status 1: 1 of 3 kernel/key entries disagree "
+                                      "across 3 files\n"), err  # one closing line says the check failed
     lines = out.splitlines()
     assert lines[0] == "### autotune_guard: 1 of 3 kernel/key entries DISAGREE"
     assert "2 kernels, 3 keys, 3 files:" in lines
@@ -126,8 +127,8 @@ def test_markdown_show_puts_disagreements_in_a_table_and_folds_the_rest(capsys, 
     assert lines[header + 2] == (f"| `{K}` | `{KEY}` | sm90 | `{signature(cfg(64))}`: rank 0, rank 1"
                                  f"<br>`{signature(cfg(32))}`: rank 2 |")
     assert "<details><summary>2 kernel/key entries where every file agrees</summary>" in lines
-    assert f"| `{K}` | `{KEY2}` | sm90 | `{signature(cfg(32))}` | 3 |" in lines
-    assert f"| `pkg.ops.a\\|b` | `{KEY}` | sm90 | `{signature(cfg(16))}` | 3 |" in lines  # a pipe can't break the table
+    assert f"| `{K}` | `{KEY2}` | sm90 | `{signature(cfg(32))}` | `timed` | 3 |" in lines
+    assert f"| `pkg.ops.a\\|b` | `{KEY}` | sm90 | `{signature(cfg(16))}` | `timed` | 3 |" in lines  # a pipe can't break the table
     assert lines[-1] == "</details>"
 
     agreeing = run(capsys, "show", "--format", "markdown", "--check", paths[0], paths[1])

@@ -472,12 +472,14 @@ def whole_file_page(sections, statuses=None):
     columns = [html_model.Column(key.arch, key.kernel, key.key, [tuple(cells[i]) if i in cells else None
                                                                   for i in range(len(rows))],
                                  (statuses or {}).get(tuple(key), ""),
-                                 any(e["medians"] for cell in cells.values() for e in cell))
+                                 any(e["medians"] for cell in cells.values() for e in cell),
+                                 tuple(r.side for r in rows) if statuses is not None else ())  # a run against itself
                for key, cells in cells_by_key.items()]
     return html_model.Page(rows, columns, [(side, [s.path for s in sources]) for side, sources in sections if side],
                            len(ungoverned))
 
 
+@pytest.mark.slow  # seconds of CPU: out of the fast tier (issue 60)
 @JOBS
 def test_the_html_pages_of_many_files_render_as_from_whole_files(capsys, tmp_path, jobs):
     """60 keys (more than the page shows, so most columns keep their configs only) of 20 ranks, a

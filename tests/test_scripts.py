@@ -5,7 +5,10 @@ The set-up itself (venvs, torch, Triton) is what ``bash scripts/test.sh`` does f
 drive the scripts' own decisions with stand-in interpreters, so they need no network.
 """
 
+import hashlib
 import os
+import re
+import shutil
 import subprocess
 
 import pytest
@@ -65,30 +68,97 @@ def test_test_sh_skips_a_python_too_old_and_fails_when_nothing_ran(tmp_path):
     assert not (tmp_path / "venvs").exists()  # nothing was set up for pairs that cannot run
 
 
-def test_test_sh_says_what_it_installs_shows_progress_and_needs_no_terminal(tmp_path):
-    # A stand-in apt-get (first on PATH) that takes 3 s; no browser by the name test.sh looks for; a
-    # Python that does not exist, so nothing else is set up. No terminal: a new session, stdin /dev/null.
-    if os.geteuid() != 0:
-        import pytest
-
-        pytest.skip("test.sh installs chromium only as root")
-    bin_dir = tmp_path / "bin"
+def _path_without(tmp_path, *names):
+    """A PATH of one folder: links to every program on this PATH but ``names`` (the machine keeps them)."""
+    bin_dir = tmp_path / "path"
+    if bin_dir.exists():
+        return str(bin_dir)
     bin_dir.mkdir()
-    stand_in(bin_dir, "apt-get", f'echo "apt-get $*" >>"{tmp_path}/apt.args"\n'
-             'if [ -t 0 ] || [ -t 1 ]; then echo "a terminal" >>"' + str(tmp_path) + '/apt.args"; fi\n'
-             'for i in 1 2 3; do echo "Get:$i fake chromium part $i"; sleep 1; done\n')
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "GUARD_CHROMIUM": "no-such-browser-for-test",
-           "GUARD_PROGRESS_EVERY": "1", "PYTHONS": str(tmp_path / "no-such-python"), "TRITONS": "3.9.0",
-           "GUARD_VENVS": str(tmp_path / "venvs")}
+    for folder in os.environ["PATH"].split(os.pathsep):
+        for entry in (os.listdir(folder) if os.path.isdir(folder) else []):
+            if entry not in names and not (bin_dir / entry).exists():
+                os.symlink(os.path.join(folder, entry), bin_dir / entry)
+    return str(bin_dir)
+
+
+# The stand-in pytest of _pretend_venvs, here: which programs the test sessions find on their PATH.
+SEEN_BY_TESTS = ('  *"-m pytest"*) for p in redis-server chromium; do echo "$p=$(command -v $p | xargs -r readlink -f)|$($p --version 2>/dev/null '
+                 '| head -n 1)"; done >>"{notes}"; echo "1 passed" ;;\n')
+
+
+def _test_sh_without(tmp_path, missing, first_on_path=None):
+    """scripts/test.sh on a pretend venv (no pytest runs) with a PATH that lacks ``missing``; its
+    output, GUARD_VENVS, and what its test session found: {program: (path, first line of --version)}."""
+    venvs, notes, python = _pretend_venvs(tmp_path, ("3.9.0",), pytest_body=SEEN_BY_TESTS)
+    notes.unlink(missing_ok=True)
+    path = _path_without(tmp_path, *missing)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GUARD_", "AUTOTUNE_")) and k != "CI"}
+    env.update(PATH=f"{first_on_path}:{path}" if first_on_path else path, PYTHONS=python, TRITONS="3.9.0",
+               GUARD_VENVS=str(venvs), GUARD_LONG="0")
     proc = subprocess.run(["bash", os.path.join(REPO, "scripts", "test.sh")], env=env, capture_output=True,
-                          text=True, timeout=60, stdin=subprocess.DEVNULL, start_new_session=True)
-    lines = proc.stdout.splitlines()
-    assert proc.returncode == 1 and lines[0].startswith("scripts/test.sh: installs chromium and redis-server with apt-get"), proc.stdout
-    said = next(i for i, line in enumerate(lines) if line.startswith("chromium: missing; installing Debian's chromium"))
-    progress = [line for line in lines[said:] if line.startswith("    ... ") and "fake chromium part" in line]
-    assert progress and any(line.startswith("    done in ") for line in lines[said:]), proc.stdout
-    args = (tmp_path / "apt.args").read_text().splitlines()
-    assert args == ["apt-get update", "apt-get install -y -o Dpkg::Use-Pty=0 chromium chromium-driver"], args
+                          text=True, timeout=300, stdin=subprocess.DEVNULL, start_new_session=True)
+    seen = dict(line.split("=", 1) for line in notes.read_text().splitlines()) if notes.exists() else {}
+    return proc, venvs, {name: tuple(found.split("|", 1)) for name, found in seen.items()}
+
+
+def test_test_sh_installs_nothing_where_redis_server_and_chromium_are_missing_and_names_what_is_skipped(tmp_path):
+    """Issue 58: the test command ran apt-get install as root (116 packages). Now, with neither program
+    on PATH and an apt-get that cannot download, it asks apt-get only to simulate and download, and
+    names the tests it skips; the test session finds neither."""
+    apt = tmp_path / "apt"
+    apt.mkdir()
+    stand_in(apt, "apt-get", f'echo "apt-get $*" >>"{tmp_path}/apt.args"\necho "E: no network here"; exit 100\n')
+    proc, venvs, seen = _test_sh_without(tmp_path, ("redis-server", "chromium", "chromium-browser", "apt-get"), apt)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    calls = (tmp_path / "apt.args").read_text().splitlines()
+    assert calls and all(call.startswith(("apt-get install -s ", "apt-get download ")) for call in calls), calls
+    said = proc.stdout.splitlines()
+    assert "redis-server: not on PATH (nor GUARD_REDIS_SERVER), and not unpacked (apt-get download redis-server " \
+        "redis-tools failed: E: no network here):" in said, said
+    assert any(line.startswith("  the table-store tests (") and line.endswith("are skipped") for line in said), said
+    assert "chromium: not on PATH (nor GUARD_CHROMIUM): the 2 browser tests of tests/test_report_html.py are skipped" \
+        in said, said
+    assert seen == {"redis-server": ("", ""), "chromium": ("", "")}, seen
+    assert not (venvs / "debian" / "redis-server").exists() and not list((venvs / "debian").glob("*.unpacking.*"))
+
+
+def test_test_sh_installs_with_no_apt_get_install_and_ci_says_what_it_installs():
+    script = open(os.path.join(REPO, "scripts", "test.sh")).read()
+    code = [line for line in script.splitlines() if not line.lstrip().startswith("#")]
+    assert not [line for line in code if re.search(r"apt-get (-\S+ )*install(?! -s)", line)], "test.sh installs with apt-get"
+    assert "id -u" not in script and "sudo" not in script and "systemctl" not in script
+    ci = open(os.path.join(REPO, ".ci", "run")).read()
+    assert "apt-get install" in ci and "redis-server" in ci and "chromium" in ci  # CI installs them, and says so
+
+
+def _machine_state():
+    """What an install would change: dpkg's list and the base Python's packages (md5 of each)."""
+    dpkg = subprocess.run(["dpkg", "-l"], capture_output=True, text=True, check=True).stdout
+    pip = subprocess.run(["python3", "-m", "pip", "list"], capture_output=True, text=True).stdout
+    return hashlib.md5(dpkg.encode()).hexdigest(), hashlib.md5(pip.encode()).hexdigest()
+
+
+def test_test_sh_unpacks_a_real_redis_server_into_its_folder_where_path_has_none(tmp_path):
+    """The real thing: no redis-server on PATH, the real apt-get: Debian's redis-server downloaded and
+    unpacked (dpkg -x) under GUARD_VENVS, and the test session runs it; dpkg's list and the base
+    Python's packages are the same after. Needs Debian's package lists and the network."""
+    if not shutil.which("dpkg") or subprocess.run(["apt-get", "install", "-s", "redis-server"],
+                                                  capture_output=True).returncode != 0:
+        pytest.skip("no apt-get whose package lists name redis-server here")
+    before = _machine_state()
+    proc, venvs, seen = _test_sh_without(tmp_path, ("redis-server",))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert _machine_state() == before, "dpkg -l or the base Python's pip list changed"
+    unpacked = tmp_path / "venvs" / "debian" / "redis-server"
+    assert f"redis-server: not on PATH; Debian's redis-server unpacked (dpkg -x, not installed) in {unpacked}:" \
+        in proc.stdout, proc.stdout
+    found, version = seen["redis-server"]
+    assert found == str(unpacked / "bin" / "redis-server") and version.startswith("Redis server v="), seen
+    # a second run reuses the folder: nothing downloaded again
+    stamp = (unpacked / ".unpacked").stat().st_mtime
+    proc, _, seen = _test_sh_without(tmp_path, ("redis-server",))
+    assert proc.returncode == 0 and "Debian's redis-server unpacked" in proc.stdout, proc.stdout
+    assert (unpacked / ".unpacked").stat().st_mtime == stamp and seen["redis-server"][1].startswith("Redis server v=")
 
 
 def _base_site(python="python3"):
@@ -129,7 +199,7 @@ def test_demo_and_tests_started_at_once_over_a_planted_venv_both_pass_and_instal
         any(name.startswith(("autotune_guard", "hatchling")) for name in before)
 
 
-def _pretend_venvs(tmp_path, tritons):
+def _pretend_venvs(tmp_path, tritons, pytest_body=None):
     """``GUARD_VENVS`` holding a set-up venv per Triton whose python is a stand-in: version queries
     say 3.11, pip and imports succeed, and ``-m pytest`` notes when it started and ended (3 s apart)."""
     venvs, notes = tmp_path / "venvs", tmp_path / "sessions.txt"
@@ -137,14 +207,14 @@ def _pretend_venvs(tmp_path, tritons):
         want = subprocess.run(["bash", "-c", f'source "{VENV_SH}"; echo "torch==$TORCH triton=={triton} ${{VENV_DEPS[*]}}"'],
                               capture_output=True, text=True, check=True).stdout.strip()
         venv = venvs / f"py3.11-triton{triton}"
-        (venv / "bin").mkdir(parents=True)
+        (venv / "bin").mkdir(parents=True, exist_ok=True)
         (venv / ".autotune_guard-setup").write_text(want + "\n")
         (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")  # what scripts/venv.sh checks a venv by
         stand_in(venv / "bin", "python", 'case "$*" in\n'
                  '  *version_info*) echo 3.11 ;;\n'
-                 f'  *"-m pytest"*) echo "start $(date +%s.%N) {triton} GUARD_LONG=$GUARD_LONG $*" >>"{notes}"; sleep 3;\n'
-                 f'    echo "end $(date +%s.%N) {triton}" >>"{notes}"; echo "1 passed" ;;\n'
-                 'esac\nexit 0\n')
+                 + ((f'  *"-m pytest"*) echo "start $(date +%s.%N) {triton} GUARD_LONG=$GUARD_LONG $*" >>"{notes}"; sleep 3;\n'
+                     f'    echo "end $(date +%s.%N) {triton}" >>"{notes}"; echo "1 passed" ;;\n')
+                    if pytest_body is None else pytest_body.format(notes=notes)) + 'esac\nexit 0\n')
     python = stand_in(tmp_path, "python3.11", 'case "$*" in *version_info*) echo 3.11 ;; esac\nexit 0\n')
     return venvs, notes, python
 
@@ -224,3 +294,47 @@ def test_the_acceptance_summary_fails_a_run_that_should_time_nothing_and_names_o
     _train_log(tmp_path / "pinned", ["a", "a"])
     found = run("plain", "readme2", "pinned", "--untimed", "readme2,pinned")
     assert found.returncode == 0 and "CHECK FAILED" not in found.stdout, found.stdout
+
+
+def test_a_long_step_says_its_time_and_size_and_never_repeats_a_stale_line(tmp_path):
+    """Issue 58: pip's one line ("Downloading torch ... (190 MB)") was printed again every 15 s for
+    30 s, which read as hung. Now a line already shown is not repeated: the progress line says for
+    how long nothing new was said, and how much is on disk (PROGRESS_DIR) as it grows."""
+    grow = tmp_path / "venv"
+    grow.mkdir()
+    body = (f'echo "Downloading torch-2.13.0-cp311.whl (190.3 MB)"; for i in 1 2 3 4; do sleep 1; '
+            f'head -c 300000 /dev/urandom >"{grow}/part$i"; done')
+    proc = subprocess.run(["bash", "-c", f'source "{VENV_SH}"; PROGRESS_EVERY=1 PROGRESS_DIR="{grow}" '
+                           f'with_progress "{tmp_path}/log" bash -c "$0"', body],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("    ... ")]
+    assert len(lines) >= 3, proc.stdout
+    assert sum("Downloading torch" in line for line in lines) == 1, proc.stdout  # said once, not again and again
+    stale = [line for line in lines if "still working, no new line for " in line]
+    assert len(stale) >= 2 and len(set(stale)) == len(stale), proc.stdout  # each says a new time
+    assert all(" on disk: " in line for line in lines) and proc.stdout.splitlines()[-1].startswith("    done in "), proc.stdout
+
+
+def test_the_demo_writes_no_escape_codes_into_a_file(tmp_path):
+    """Issue 58: the demo's titles carried raw \\033[1m into a file. Its venv here is a stand-in whose
+    ranks print nothing, so the demo stops after its first title (no result hash)."""
+    venvs = tmp_path / "venvs"
+    want, source = subprocess.run(["bash", "-c", f'cd "{REPO}" && source scripts/venv.sh && '
+                                   'echo "torch==$TORCH triton==3.9.0 ${VENV_DEPS[*]}" && source_stamp'],
+                                  capture_output=True, text=True, check=True).stdout.splitlines()
+    venv = venvs / "py3.11-triton3.9.0"
+    (venv / "bin").mkdir(parents=True)
+    (venv / ".autotune_guard-setup").write_text(want + "\n")
+    (venv / ".autotune_guard-installed").write_text(source + "\n")
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    stand_in(venv / "bin", "python", 'case "$*" in *version_info*) echo 3.11 ;; esac\nexit 0\n')
+    python = stand_in(tmp_path, "python3.11", 'case "$*" in *version_info*) echo 3.11 ;; esac\nexit 0\n')
+    out = tmp_path / "demo.out"
+    with open(out, "w") as file:
+        proc = subprocess.run(["bash", os.path.join(REPO, "scripts", "demo.sh")], stdout=file, stderr=subprocess.STDOUT,
+                              env={**os.environ, "PYTHON": python, "GUARD_VENVS": str(venvs)}, timeout=120,
+                              stdin=subprocess.DEVNULL)
+    said = out.read_text()
+    assert proc.returncode != 0 and "\n== 1. auto: Triton times the candidates on every rank" in said, said
+    assert "\x1b" not in said, said

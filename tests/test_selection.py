@@ -223,3 +223,80 @@ def test_errors_share_one_base():
     assert issubclass(SelectionError, GuardError) and issubclass(SelectionError, RuntimeError)
     with pytest.raises(GuardError):
         select(CANDIDATES, on_miss="error")
+
+
+# --- a candidate out of the race after the first pass (issue 59: a 20 s timing repeated for nothing) ----
+
+def test_a_runner_up_out_of_the_race_is_not_confirmed_and_a_close_one_is():
+    from autotune_guard.core import selection
+
+    band = 0.03
+    assert selection.out_of_race({0: 1.0, 1: 10.0}, 1, band) and selection.to_confirm({0: 1.0, 1: 10.0}, [0], band) == []
+    # one slowed 2x by another process could be the best: confirmed, as before
+    assert not selection.out_of_race({0: 1.0, 1: 2.0}, 1, band)
+    assert selection.to_confirm({0: 1.0, 1: 2.0, 2: 9.0}, [0], band) == [0, 1]
+    assert selection.out_of_race({0: 1.0, 1: float("inf")}, 1, band)  # it cannot run
+
+
+def _fake_select(costs, rounds=10):
+    from autotune_guard.deciding import retime
+
+    calls = []
+
+    def time_each(indices):
+        calls.extend(indices)
+        return {i: costs[i] for i in indices}
+
+    return retime.select(time_each, range(len(costs)), 0.03, rounds), calls
+
+
+def test_the_selection_times_a_far_slower_candidate_once_and_keeps_close_winners():
+    found, calls = _fake_select([1.0, 20.0])
+    assert calls.count(1) == 1 and found.verdict.winner == 0 and found.timed == 2, calls
+    found, calls = _fake_select([20.0, 1.0, 25.0])
+    assert calls == [0, 1, 2] and found.verdict.winner == 1 and found.verdict.how == "one finalist"
+    found, calls = _fake_select([1.0, 1.5, 20.0])  # a close runner-up is still confirmed
+    assert calls == [0, 1, 2, 1, 0] and found.verdict.winner == 0
+
+
+def test_winners_stay_as_they_were_and_only_far_candidates_lose_timings(monkeypatch):
+    import math
+
+    from autotune_guard.core import selection
+    from autotune_guard.deciding import retime
+
+    def run(costs, seed):
+        rng, calls = random.Random(seed), []
+
+        def time_each(indices):
+            calls.extend(indices)
+            return {i: costs[i] * math.exp(rng.gauss(0, 0.05)) for i in indices}
+
+        return retime.select(time_each, range(len(costs)), 0.03, 10).verdict.winner, calls
+
+    saved = 0
+    for seed in range(200):
+        shape = random.Random(seed)
+        costs = [shape.choice([1.0, 1.0 + shape.random(), 2.5 + 40 * shape.random()]) for _ in range(shape.randint(2, 5))]
+        now = run(costs, seed)
+        with monkeypatch.context() as before:  # the rule before: every runner-up confirmed
+            before.setattr(selection, "out_of_race", lambda first, index, band: False)
+            then = run(costs, seed)
+        assert now[0] == then[0], (costs, now, then)
+        assert now[1] == then[1] or len(now[1]) == len(then[1]) - 2, (costs, now, then)
+        saved += len(then[1]) - len(now[1])
+    assert saved > 0
+
+
+def test_a_timer_that_names_itself_is_named_in_the_measurement():
+    from autotune_guard.deciding import retime
+
+    class Named(list):
+        timer = "wall-clock"
+
+    named = retime.select(lambda indices: {i: Named([1.0 + i, 0.9, 1.1]) for i in indices}, [0, 1], 0.03, 0)
+    plain = retime.select(lambda indices: {i: [1.0 + i, 0.9, 1.1] for i in indices}, [0, 1], 0.03, 0)
+    assert retime.summary(named, ["a", "b"], 0.03, {})["timer"] == "wall-clock"
+    assert "timer" not in retime.summary(plain, ["a", "b"], 0.03, {})
+    kept = retime.known_timings({"timer": "wall-clock", "candidates": {"a": {"median": 1.0}}}, ["a", "b"], {})
+    assert kept[0].timer == "wall-clock"  # kept timings say what timed them too

@@ -76,7 +76,7 @@ def test_the_first_three_cold_runs_pool_a_key_on_a_store_and_the_fourth_times_no
     assert any(f"table store {url}: kernel {KERNEL}" in m and "now holds BLOCK=32" in m and "(pooled)" in m
                for m in ag_log.messages()), ag_log.messages()  # said once, as for a table file
     fourth, calls = _cold_run(guard, url, 4)
-    assert calls == [] and "BLOCK=32," in fourth and fourth.endswith("pinned"), fourth
+    assert calls == [] and "BLOCK=32," in fourth and fourth.endswith(";table"), fourth
     capsys.readouterr()
     assert cli.main(["show", url]) == 0
     shown = capsys.readouterr().out

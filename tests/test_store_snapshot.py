@@ -286,7 +286,7 @@ def _fill(server, url):
     return kernels
 
 
-def _pins_the_store(ranks, kernels, how="pinned"):
+def _pins_the_store(ranks, kernels, how="table"):
     for r in ranks:
         for kernel, n in r["ran"]:
             name = ADD if kernel == "add" else SCALE

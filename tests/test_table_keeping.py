@@ -44,6 +44,7 @@ def _key(table, n):
     return key
 
 
+@pytest.mark.slow  # seconds of CPU: out of the fast tier (issue 60)
 def test_report_retune_times_one_key_again_and_keeps_the_entry_it_replaces(guard, tmp_path, capsys, ag_log):
     from autotune_guard.report import cli
 
@@ -71,6 +72,7 @@ def test_report_retune_times_one_key_again_and_keeps_the_entry_it_replaces(guard
     assert calls == []  # the request was for one run
 
 
+@pytest.mark.slow  # seconds of CPU: out of the fast tier (issue 60)
 def test_retune_of_a_kernel_marks_every_key_and_a_wrong_key_is_one_line(guard, tmp_path, capsys):
     from autotune_guard.report import cli
 
@@ -94,11 +96,12 @@ def test_pooling_over_a_table_file_is_said_once_and_times_nothing(guard, tmp_pat
     _run(guard, tmp_path)
     for run in (2, 3):
         log, calls = _run(guard, tmp_path / "interpret.json", seed=run, AUTOTUNE_POOL_RUNS="3")
-        assert calls == [] and all(text.endswith(";pinned") for text in log.values()), log
+        assert calls == [] and all(text.endswith(";table") for text in log.values()), log
     said = [m for m in ag_log.messages() if "names table files only" in m and "AUTOTUNE_POOL_RUNS=3" in m]
     assert len(said) == 2 and "no key is pooled" in said[0]  # once in each run
 
 
+@pytest.mark.slow  # seconds of CPU: out of the fast tier (issue 60)
 def test_a_malformed_measurement_is_named_and_the_table_still_grows(guard, tmp_path, ag_log):
     """Issue 57: a malformed ``measured`` part made every later run fail to add to the table with
     Python's words ('int' object is not iterable): the table never grew again."""
@@ -110,7 +113,7 @@ def test_a_malformed_measurement_is_named_and_the_table_still_grows(guard, tmp_p
     table["measured"][KERNEL]["junk"] = [1, 2]
     (tmp_path / "interpret.json").write_text(json.dumps(table))
     log, calls = _run(guard, tmp_path, (1000, 3000), seed=1)
-    assert calls and sorted(text.rpartition(";")[2] for text in log.values()) == ["pinned", "timed"], log
+    assert calls and sorted(text.rpartition(";")[2] for text in log.values()) == ["table", "timed"], log
     grown = _table(tmp_path)
     assert _key(grown, 3000) in grown["kernels"][KERNEL]  # the new key was added
     warned = " ".join(m for m in ag_log.messages(logging.WARNING) if "measured part" in m)
@@ -196,6 +199,7 @@ def test_the_readmes_recipes_in_order_lose_no_entry(tmp_path, capsys):
         assert replaced["entry"]["kwargs"]["BLOCK"] == 16 and replaced["added"] == added[key]
 
 
+@pytest.mark.slow  # seconds of CPU: out of the fast tier (issue 60)
 def test_report_merge_pooled_never_mixes_versions_and_leaves_malformed_measurements_out(guard, tmp_path, capsys):
     """Issue 57: ``--rule pooled`` pooled a Triton 3.3.1 rank's timings with 3.9.0's."""
     import glob

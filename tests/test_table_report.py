@@ -99,6 +99,7 @@ def run(capsys, *argv):
 
 # --- show: what a table knows ---------------------------------------------------------------------
 
+@pytest.mark.slow  # seconds of CPU: out of the fast tier (issue 60)
 def test_the_text_report_shows_who_added_each_entry_its_verdict_margin_pooled_verdict_and_history(grown, capsys):
     table = table_of(grown / "tables" / "interpret.json")
     key, config, measured = the_entry(table)
@@ -119,6 +120,7 @@ def test_the_text_report_shows_who_added_each_entry_its_verdict_margin_pooled_ve
         assert "others chose BLOCK=" in out
 
 
+@pytest.mark.slow  # seconds of CPU: out of the fast tier (issue 60)
 def test_an_entry_marked_for_retune_says_so(grown, capsys, tmp_path):
     path = tmp_path / "interpret.json"
     shutil.copy(grown / "retuned" / "interpret.json", path)
@@ -129,6 +131,7 @@ def test_an_entry_marked_for_retune_says_so(grown, capsys, tmp_path):
     assert json.loads(run(capsys, "show", "--json", path)[1])["tables"][0]["entries"][0]["retune"] is True
 
 
+@pytest.mark.slow  # seconds of CPU: out of the fast tier (issue 60)
 def test_the_json_markdown_and_html_reports_of_a_table_show_the_same_knowledge(grown, capsys):
     table = table_of(grown / "tables" / "interpret.json")
     key, config, measured = the_entry(table)
@@ -169,6 +172,7 @@ BAD_MEASURED = {  # a measured entry as a hand edit or a broken writer leaves it
 }
 
 
+@pytest.mark.slow  # seconds of CPU: out of the fast tier (issue 60)
 @pytest.mark.parametrize("shape", list(BAD_MEASURED))
 def test_a_malformed_measured_part_is_named_in_one_line_and_the_entry_still_shown(grown, capsys, tmp_path, shape):
     table = table_of(grown / "tables" / "interpret.json")
@@ -198,6 +202,7 @@ def test_a_malformed_measured_part_is_named_in_one_line_and_the_entry_still_show
     ("added", "me", "its 'added' part is a string, not an object of kernel -> ...: left out"),
     ("superseded", {"a": 1}, "its 'superseded' part is an object, not a list: left out"),
 ])
+@pytest.mark.slow  # seconds of CPU: out of the fast tier (issue 60)
 def test_a_malformed_part_of_the_whole_table_is_named_too(grown, capsys, tmp_path, part, value, said):
     table = table_of(grown / "tables" / "interpret.json")
     table[part] = value
@@ -211,6 +216,7 @@ def test_a_malformed_part_of_the_whole_table_is_named_too(grown, capsys, tmp_pat
 
 # --- diff TABLE RUN -------------------------------------------------------------------------------
 
+@pytest.mark.slow  # seconds of CPU: out of the fast tier (issue 60)
 def test_diff_of_a_table_and_a_run_names_what_it_lacks_holds_stale_and_holds_differently(grown, capsys, tmp_path):
     key, config, _ = the_entry(table_of(grown / "tables" / "interpret.json"))
     (path,) = (grown / "rec").glob("rec.rank0.*.json")
@@ -243,6 +249,7 @@ def test_diff_of_a_table_and_a_run_names_what_it_lacks_holds_stale_and_holds_dif
     assert code == 2 and "names tables and run files together" in err and len(err.splitlines()) == 1
 
 
+@pytest.mark.slow  # seconds of CPU: out of the fast tier (issue 60)
 def test_diff_of_a_table_and_the_run_pinned_from_it_is_all_same(grown, capsys):
     key, config, _ = the_entry(table_of(grown / "tables" / "interpret.json"))
     code, out, _ = run(capsys, "diff", "--check", grown / "tables", grown / "runs" / "run3" / "ch")
@@ -251,6 +258,7 @@ def test_diff_of_a_table_and_the_run_pinned_from_it_is_all_same(grown, capsys):
     assert code == 2 and "writes text, json or markdown" in err and "Traceback" not in err
 
 
+@pytest.mark.slow  # seconds of CPU: out of the fast tier (issue 60)
 def test_diff_looks_entries_up_as_pinned_mode_does_a_star_entry_and_a_bare_name(grown, capsys, tmp_path):
     bare = {"format": schema.TABLE_FORMAT, "arch": "interpret",
             "kernels": {"tagged_kernel": {"*": {"kwargs": {"BLOCK": 64}, "num_warps": 1, "num_stages": 3}}}}
@@ -271,6 +279,7 @@ def _configs(text: str) -> list:
     return eval(f"[{code}]", {"triton": triton})  # the lines as a user pastes them into configs=[...]
 
 
+@pytest.mark.slow  # seconds of CPU: out of the fast tier (issue 60)
 def test_python_format_prints_configs_to_paste_into_source(grown, capsys):
     table = table_of(grown / "tables" / "interpret.json")
     key, config, _ = the_entry(table)
@@ -297,6 +306,7 @@ def test_python_format_keeps_what_a_file_names_in_comments(capsys, tmp_path):
 
 # --- prune ---------------------------------------------------------------------------------------------
 
+@pytest.mark.slow  # seconds of CPU: out of the fast tier (issue 60)
 def test_prune_dry_run_changes_nothing_and_prune_drops_stale_entries_with_what_they_knew(grown, capsys, tmp_path):
     path = tmp_path / "interpret.json"
     shutil.copy(grown / "tables" / "interpret.json", path)
@@ -317,6 +327,7 @@ def test_prune_dry_run_changes_nothing_and_prune_drops_stale_entries_with_what_t
     assert run(capsys, "show", path)[0] == 0
 
 
+@pytest.mark.slow  # seconds of CPU: out of the fast tier (issue 60)
 def test_prune_drops_named_keys_and_superseded_versions_and_refuses_what_the_table_lacks(grown, capsys, tmp_path):
     table = table_of(grown / "tables" / "interpret.json")
     key, config, _ = the_entry(table)
@@ -344,6 +355,7 @@ def test_prune_drops_named_keys_and_superseded_versions_and_refuses_what_the_tab
 
 # --- audit -------------------------------------------------------------------------------------------
 
+@pytest.mark.slow  # seconds of CPU: out of the fast tier (issue 60)
 def test_audit_names_the_entry_a_retune_froze_on_one_draw_that_the_earlier_draw_contradicts(grown, capsys):
     path = grown / "retuned" / "interpret.json"
     key, config, measured = the_entry(table_of(path))
@@ -359,6 +371,7 @@ def test_audit_names_the_entry_a_retune_froze_on_one_draw_that_the_earlier_draw_
     assert code == 0 and result["contradicted"] == 0 and result["tables"][0]["entries"][0]["pooled"]
 
 
+@pytest.mark.slow  # seconds of CPU: out of the fast tier (issue 60)
 def test_audit_counts_only_draws_of_the_same_versions_and_differences_past_the_tie_floor(grown, capsys, tmp_path):
     table = table_of(grown / "retuned" / "interpret.json")
     key, config, measured = the_entry(table)

@@ -184,11 +184,11 @@ def test_pinned_process_uses_tables_from_the_path(tmp_path):
     assert proc.returncode == 0, proc.stderr
     result = last_json(proc.stdout)
     assert result["timer_calls"] == 0
-    add = "BLOCK=64,num_warps=2,num_stages=3,num_ctas=1;pinned"
+    add = "BLOCK=64,num_warps=2,num_stages=3,num_ctas=1;table"
     assert result["log"] == {
         "interpret|kernels.demo.add_kernel|100,torch.float32,torch.float32,torch.float32": add,
         "interpret|kernels.demo.add_kernel|300,torch.float32,torch.float32,torch.float32": add,
-        "interpret|kernels.demo.scale_kernel|100,torch.float32,torch.float32": "BLOCK=32,num_warps=4,num_stages=3,num_ctas=1;pinned",
+        "interpret|kernels.demo.scale_kernel|100,torch.float32,torch.float32": "BLOCK=32,num_warps=4,num_stages=3,num_ctas=1;table",
     }
     warnings = [line for line in proc.stderr.splitlines() if "WARNING" in line]
     assert len([w for w in warnings if garbage in w and "is not valid JSON" in w]) == 1, proc.stderr

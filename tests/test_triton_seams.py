@@ -10,7 +10,7 @@ import pytest
 import torch
 import triton
 
-from autotune_guard.adapters import _patching
+from autotune_guard import _patching
 from autotune_guard.adapters import triton as triton_adapter
 from kernels import seams
 
@@ -77,7 +77,7 @@ def test_a_launch_after_install_waits_for_a_pinned_launch_in_flight(guard, fresh
     assert results == {"a": True, "b": True}
     ran = {(block, n) for block, n, _ in seams.RAN}
     assert ran == {(64, 2000), (16, 100)}, ran  # (64, 100) would be A's config run for B's key
-    assert choice_log()[_entry(100)].startswith("BLOCK=16,") and choice_log()[_entry(100)].endswith(";pinned")
+    assert choice_log()[_entry(100)].startswith("BLOCK=16,") and choice_log()[_entry(100)].endswith(";fallback (min_cost)")
     assert seams.TIMER_CALLS == []
 
 
@@ -110,7 +110,7 @@ def test_no_choice_escapes_the_log_while_a_policy_is_installed(guard, fresh, mon
     # The launch ran the new policy's choice (min_cost: 16), and the new log says so.
     assert [(block, n) for block, n, _ in seams.RAN] == [(16, 100)]
     assert set(choice_log()) == {_entry(100)}
-    assert choice_log()[_entry(100)].startswith("BLOCK=16,") and choice_log()[_entry(100)].endswith(";pinned")
+    assert choice_log()[_entry(100)].startswith("BLOCK=16,") and choice_log()[_entry(100)].endswith(";fallback (min_cost)")
 
 
 def test_pinned_on_triton_3_8_is_the_only_survivor_of_pruning_and_then_triton_cached(guard, fresh):
@@ -266,7 +266,7 @@ def test_pinned_governs_keys_triton_tuned_before_and_leaves_nothing_behind(guard
     guard({"AUTOTUNE_MODE": "pinned"})
     seams.launch(kernel, _x(100))
     pruning_pins = triton_adapter.strategy_of(kernel).startswith("pin-through-pruning")
-    assert choice_log() == {_entry(100): "BLOCK=16,num_warps=4,num_stages=3,num_ctas=1;pinned"}
+    assert choice_log() == {_entry(100): "BLOCK=16,num_warps=4,num_stages=3,num_ctas=1;fallback (min_cost)"}
     assert seams.RAN[-1][:2] == (16, 100) and len(seams.TIMER_CALLS) == 4
     guard({"AUTOTUNE_MODE": "auto"})
     seams.launch(kernel, _x(100))
@@ -291,7 +291,7 @@ def test_on_triton_3_8_pinned_launches_go_straight_to_tritons_run(guard, fresh):
         assert seams.launch(kernel, _x(n)).equal(_x(n) * 2)
         assert kernel.__dict__["run"].__func__ is _tritons_run()  # Triton's run, nothing between
         assert triton_adapter.strategy_of(kernel) == "pin-through-pruning:direct"
-    assert choice_log() == {_entry(n): "BLOCK=16,num_warps=4,num_stages=3,num_ctas=1;pinned" for n in (100, 300)}
+    assert choice_log() == {_entry(n): "BLOCK=16,num_warps=4,num_stages=3,num_ctas=1;fallback (min_cost)" for n in (100, 300)}
     assert {key[0]: c.kwargs["BLOCK"] for key, c in kernel.cache.items()} == {100: 16, 300: 16}
     assert seams.TIMER_CALLS == []
     guard({"AUTOTUNE_MODE": "auto"})
@@ -344,7 +344,7 @@ def test_on_triton_3_8_a_hooked_kernels_decided_launches_take_no_lock(guard, fre
     assert done == {300: True}
     assert [(block, n) for block, n, _ in seams.RAN] == [(16, 100), (16, 100), (64, 2000), (16, 100), (64, 5000),
                                                          (16, 300)]
-    assert choice_log()[_entry(300)] == "BLOCK=16,num_warps=4,num_stages=3,num_ctas=1;pinned"
+    assert choice_log()[_entry(300)] == "BLOCK=16,num_warps=4,num_stages=3,num_ctas=1;fallback (min_cost)"
     assert seams.TIMER_CALLS == []
 
 
@@ -448,7 +448,7 @@ def test_on_triton_3_8_a_pruned_kernel_goes_straight_to_tritons_run_and_prunes_i
     kernel.keys = Interleaved(kernel.keys)
     assert seams.launch(kernel, _x(2000)).equal(_x(2000) * 2)
     assert other == [True] and pruned_for == [100, 2000]
-    assert choice_log()[_entry(2000)].startswith("BLOCK=64,") and choice_log()[_entry(2000)].endswith(";pinned")
+    assert choice_log()[_entry(2000)].startswith("BLOCK=64,") and choice_log()[_entry(2000)].endswith(";fallback (min_cost)")
     assert seams.TIMER_CALLS == []
 
 

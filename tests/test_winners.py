@@ -42,6 +42,7 @@ def _picks(guard, tmp_path, **settings):
     return picks
 
 
+@pytest.mark.slow  # seconds of CPU: out of the fast tier (issue 60)
 def test_twenty_cold_first_runs_freeze_the_same_winner_within_half_a_percent(guard, tmp_path):
     picks = _picks(guard, tmp_path)
     same = collections.Counter(picks).most_common(1)[0][1]
@@ -249,6 +250,7 @@ def _cold_record_run(guard, rec_dir, seed):
     return launched, entry, list(winners.CALLS)
 
 
+@pytest.mark.slow  # seconds of CPU: out of the fast tier (issue 60)
 def test_record_times_tritons_finalists_again_and_launches_and_records_the_verdict(guard, tmp_path):
     picks = []
     for seed in range(20):

@@ -24,17 +24,21 @@ A bound kernel keeps its config for its life (as Helion keeps it): a later polic
 
 from __future__ import annotations
 
+import copy
 import inspect
 import logging
 import os
 import threading
 
 from .. import deciding
-from ..core.errors import ConsensusError, SelectionError
+from ..core.errors import ConsensusError, FileFormatError, SelectionError
+from ..core.schema import TABLE_FORMAT, read_document
+from ..core.store_url import hide_password, is_store_url
+from ..core.tables import table_candidates
 from ..core.model import ChoiceKey, base_name, key_text, provenance, qualified_name, signature
 from ..deciding import families as registered
 from ..runtime import current
-from . import _patching
+from .. import _patching
 
 MODULE = "helion.runtime.kernel"
 ASSERT_HIT = "HELION_ASSERT_CACHE_HIT"
@@ -131,11 +135,57 @@ def _full_candidates(guard, epoch, bound, key: ChoiceKey) -> list:
     found = []
     entry = guard.table_entry(epoch, key.arch, key.kernel, key.key)
     if isinstance(entry, dict) and isinstance(entry.get("kwargs"), dict):
-        found.append(Config(**entry["kwargs"]))
+        config = _checked(guard, epoch, bound, key, entry["kwargs"])
+        if config is not None:
+            found.append(config)
     default = bound.config_spec.default_config()
     if not found or signature(_descriptor(found[0])) != signature(_descriptor(default)):
         found.append(default)
     return found
+
+
+def _checked(guard, epoch, bound, key: ChoiceKey, kwargs: dict):
+    """The table's config for ``key`` as Helion's own config validation accepts it; None, named
+    once, when it does not (a bad entry handed over would end the program at the kernel's first
+    call). Under AUTOTUNE_ON_MISS=error a table-deciding mode refuses it, naming it."""
+    from helion import Config
+    from helion.exc import BaseError
+
+    try:
+        bound.config_spec.normalize(Config(**copy.deepcopy(kwargs)))  # validates a copy: the entry stays as written
+        return Config(**kwargs)
+    except (BaseError, TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:  # InvalidConfig mostly
+        why = " ".join(str(exc).split()) or type(exc).__name__
+    where = _entry_source(epoch.policy.table_path, key.arch, key.kernel, key.key)
+    shown = ", ".join(f"{name}={value!r}" for name, value in kwargs.items())[:200]
+    said = f"Helion {key.what()}: the table entry in {where} ({shown}) cannot be used: Helion says {why}"
+    policy = epoch.policy
+    if policy.on_miss == "error" and policy.mode in ("pinned", "consensus"):
+        if key not in epoch.refused:
+            epoch.refused.append(key)
+        raise SelectionError(f"autotune_guard: {said}; AUTOTUNE_ON_MISS=error refuses it: fix or remove the entry",
+                             kernel=key.kernel, key=key.key, arch=key.arch)
+    guard.warn_once(f"helion unusable entry {key.text()}", f"{said}; it is not used (the kernel falls back as "
+                    "on a table miss)")
+    return None
+
+
+def _entry_source(table_path, arch: str, kernel: str, key: str) -> str:
+    """The table file (or the table stores before it) that holds ``kernel``'s entry for ``key``,
+    as the tables are merged: earlier files win. Read again only for a bad entry's message."""
+    stores = []
+    for path in table_candidates(table_path, arch):
+        if is_store_url(path):
+            stores.append(f"table store {hide_password(path)}")
+            continue
+        try:
+            kernels = read_document(path, formats=(TABLE_FORMAT,))["kernels"]
+        except FileFormatError:
+            continue
+        if any(key in (kernels.get(name) or {}) or "*" in (kernels.get(name) or {})
+               for name in (kernel, kernel.rpartition(".")[2])):
+            return " or ".join([*stores, path])
+    return " or ".join(stores) or "the tables (AUTOTUNE_TABLE_PATH)"
 
 
 def _descriptor(config) -> dict:

@@ -21,7 +21,7 @@ _HASH_MASK = (1 << 62) - 1  # hashes and their negations fit an int64
 
 
 class GroupState:
-    __slots__ = ("barriers", "cursor", "reference", "known", "digests", "pending", "guard")
+    __slots__ = ("barriers", "cursor", "reference", "known", "digests", "pending", "guard", "disputed", "lone")
 
     def __init__(self):
         self.barriers = 0  # barrier calls of this group seen by this rank
@@ -33,6 +33,8 @@ class GroupState:
         self.digests = [0] * BUCKETS  # XOR of the hashes of ``known`` by bucket
         self.pending: set = set()  # this rank's pairs not in ``known`` yet
         self.guard = None  # the guard's own ProcessGroupGloo for this group
+        self.disputed: dict = {}  # entry -> (where found, what each rank ran): on the group's first rank, said later
+        self.lone: set = set()  # entries one rank alone has met so far (nothing to compare): on the first rank
 
 
 def pair_hash(key: ChoiceKey, signature: str) -> tuple[int, int]:

@@ -9,6 +9,9 @@ A decision is one (arch, kernel, tuning key).  Its Store name deliberately leave
 list out: ranks whose candidate lists differ for the same key must meet under the same name, so
 that the waiter sees the claimer's list hash in the published value and refuses, instead of both
 tuning under different names and silently running different configs.
+
+Over 350 lines: both protocols' values (one claimer, split) with their checks, side by side: ranks decode
+what others encode.
 """
 
 from __future__ import annotations
@@ -303,14 +306,24 @@ def encode_roster(members: int, signatures: Sequence[str]) -> str:
                        "candidates_hash": candidates_hash(signatures)}, sort_keys=True)
 
 
-def encode_share(slot: int, rank: int, timings: Mapping[str, float] | None, error: str | None = None) -> str:
-    """One share's published timings (milliseconds, the median of each candidate), or its error."""
+def encode_share(slot: int, rank: int, timings: Mapping[str, float] | None, error: str | None = None,
+                 timer: str | None = None) -> str:
+    """One share's published timings (milliseconds, the median of each candidate), or its error;
+    ``timer``: the timer that took them where it named itself (``wall-clock``: not GPU timings)."""
     payload = {"format": SPLIT_FORMAT, "slot": slot, "rank": rank}
     if error is not None:
         payload["error"] = error
     else:
         payload["timings"] = {sig: (t if math.isfinite(t) else None) for sig, t in timings.items()}
+    if timer is not None:
+        payload["timer"] = timer
     return json.dumps(payload, sort_keys=True)
+
+
+def share_timer(payload: dict) -> str | None:
+    """The timer a decoded share names, where it names one as text."""
+    timer = payload.get("timer")
+    return timer if isinstance(timer, str) else None
 
 
 def encode_final(rank: int, winner: str, measured: Mapping | None) -> str:

@@ -10,6 +10,7 @@ import stat
 from typing import Mapping
 
 from .errors import PolicyError
+from .safe_files import user_name
 
 _REFERENCE = re.compile(r"\$\{(?P<name>[^}:]*)(?::-(?P<default>[^}]*))?\}")  # python-dotenv's own syntax
 
@@ -68,11 +69,13 @@ def _read_regular_file(path: str) -> str:
         raise PolicyError(f"AUTOTUNE_ENV_FILE={path!r} cannot be opened"
                           f"{f' (it is {kind})' if kind else ''}: {exc.strerror}") from None
     try:
-        mode = os.fstat(fd).st_mode
+        info = os.fstat(fd)
+        mode = info.st_mode
         if not stat.S_ISREG(mode):
             kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
             raise PolicyError(f"AUTOTUNE_ENV_FILE={path!r} is {kind}, not a file; it names a regular dotenv file "
                               "of AUTOTUNE_* lines")
+        _refuse_if_others_write(path, info)
         with os.fdopen(os.dup(fd), "rb") as src:
             data = src.read()
     finally:
@@ -81,6 +84,31 @@ def _read_regular_file(path: str) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise PolicyError(f"AUTOTUNE_ENV_FILE={path!r} cannot be read: it is not UTF-8 text ({exc})") from None
+
+
+def _refuse_if_others_write(path: str, info: os.stat_result) -> None:
+    """A file of another user (root included) that a group or every user can write is refused, on
+    the descriptor read: anyone of them could set what this process runs (a file planted or changed in
+    /tmp). The running user's own file is theirs to keep as they like."""
+    if info.st_uid == os.geteuid() or not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return
+    who = "every user" if info.st_mode & stat.S_IWOTH else f"group {info.st_gid}"
+    raise PolicyError(f"AUTOTUNE_ENV_FILE={path!r} is a file of {user_name(info.st_uid)} that {who} can write "
+                      f"(mode {stat.filemode(info.st_mode)}): any of them could set what this process runs, so it "
+                      "is refused; use a copy of your own (cp it, then chmod 600), or ask its owner to chmod go-w it")
+
+
+def owner_note(path: str) -> str | None:
+    """The line naming the owner of an env file that is another user's (not root's), said at start:
+    its settings are applied as they are (one it does not let others write is not refused)."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    if info.st_uid in (os.geteuid(), 0):
+        return None
+    return (f"AUTOTUNE_ENV_FILE={path!r} is a file of {user_name(info.st_uid)}, not yours: its settings are applied "
+            "as that user wrote them")
 
 
 def _kind(path: str) -> str | None:

@@ -4,6 +4,8 @@ Reads never hang on a FIFO, never take more than ``MAX_FILE_BYTES`` and refuse d
 huge integers; every error names the file. Writes go to a temporary file in the same directory and
 are renamed over the target, so a reader (or a process killed mid-write) never sees half a file;
 they never write ``Infinity`` or ``NaN`` (null instead).
+
+Over 350 lines: the bounded reader and the atomic writer share their checks of one file descriptor.
 """
 
 from __future__ import annotations

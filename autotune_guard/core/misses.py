@@ -10,12 +10,12 @@ import os
 from typing import Sequence
 
 from .errors import FileFormatError
+from .model import AT_EXIT  # noqa: F401 (the runtime and the exit summary read it here)
 from .schema import TABLE_FORMAT, read_document
 from .store_url import hide_password, is_store_url
 from .tables import PACKAGED_TABLES
 
 FALLBACKS = ("min_cost", "first")  # the pinned picks that mean "the tables lacked it"
-AT_EXIT = "error_at_exit"  # the pick of AUTOTUNE_ON_MISS=error_at_exit: min_cost now, a refusal at exit
 
 FIX = ("record then merge a table: AUTOTUNE_RECORD_PATH=runs/rec <your command>, then python -m autotune_guard.report "
        "merge runs/rec -o {table}; or let consensus tune the missing keys once and keep them: "

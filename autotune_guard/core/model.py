@@ -27,8 +27,26 @@ EXTRA_FIELDS = {
     "reg_inc_consumer": 0,
     "ir_override": None,
 }
-# How a choice was made, as logs and files spell it.
-HOW = ("pinned", "timed", "consensus", "table", "library", "cache hit", "pruned to one", "reused")
+# How a choice was made, as logs, files and reports spell it: one word for one thing, said here only.
+TABLE, TIMED, CONSENSUS = "table", "timed", "consensus"
+HOW = (TABLE, TIMED, CONSENSUS, "library", "cache hit", "pruned to one", "reused", "AUTOTUNE_BLOCK_SIZES",
+       "chaos (on purpose)")
+FALLBACK = "fallback"  # a key the tables lacked, run by an on-miss rule: "fallback (min_cost)"
+OLD_PINNED = "pinned"  # files before this vocabulary said it of every pinned choice, table or fallback: still read
+AT_EXIT = "error_at_exit"  # the pick of AUTOTUNE_ON_MISS=error_at_exit: min_cost now, a refusal at exit
+# The pinned rule's ``Pick.why`` (core.pinned) as a how; the on-miss rules become fallbacks.
+_PICK_HOW = {"table": TABLE, "block_sizes": "AUTOTUNE_BLOCK_SIZES", "chaos": "chaos (on purpose)",
+             AT_EXIT: f"{FALLBACK} (min_cost; refused at exit)"}
+
+
+def how_of_pick(why: str) -> str:
+    """The how a pinned choice is noted with: ``table``, ``fallback (min_cost)``, ..."""
+    return _PICK_HOW.get(why) or f"{FALLBACK} ({why})"
+
+
+def is_fallback(how: str) -> bool:
+    """Whether a choice's how says the tables lacked its key (an on-miss rule ran)."""
+    return how.startswith(FALLBACK + " (")
 
 
 class ChoiceKey(NamedTuple):

@@ -23,6 +23,7 @@ EARLIER = "earlier"  # in a table's measured entry: measurements of other runs k
 MOST_RUNS = 5  # a table keeps the newest measurement and 4 beside it (tables.EARLIER_KEPT)
 SPIKE = 0.1  # a run's log ratio this far from the runs' median is another process's spike, left out
 CONTENDS = 0.10  # a candidate pooled this far behind the best is settled: later pooling runs skip it
+SETTLED = "settled"  # in a pooling run's measurement: the candidates it left out, settled for good
 FIT_ROUNDS = 200  # the alternating fit converges in a few dozen on any real table
 
 
@@ -163,11 +164,21 @@ def to_time(measurements: Sequence[Mapping], signatures: Sequence[str], wanted: 
     """What a pooling run still has to time for a key (``signatures``: today's candidates), None when
     the key is settled: every candidate that still contends (within ``CONTENDS`` of the pooled best,
     or never timed: new since) was timed by ``wanted`` runs, or only one contends. A candidate the
-    runs found far behind is not timed again (a pooling run this cheap times only the close ones)."""
+    runs found far behind is not timed again (a pooling run this cheap times only the close ones),
+    nor is one an earlier pooling run left out as settled unless it leads now: otherwise a later
+    run's shift of the best could bring it back within reach and pool the key once more."""
     ratios = log_ratios(measurements, signatures)
     score = {sig: _centre(values) for sig, values in ratios.items()}
     best = min(score.values(), default=0.0)
-    contending = [sig for sig in signatures if sig not in score or score[sig] - best <= math.log1p(CONTENDS)]
+    left_out = {sig for m in measurements if isinstance(m.get(SETTLED), list) for sig in m[SETTLED]}
+    contending = [sig for sig in signatures if sig not in score
+                  or (score[sig] - best <= math.log1p(CONTENDS) and not (sig in left_out and score[sig] > best))]
     if len(contending) < 2 or all(len(ratios.get(sig, ())) >= wanted for sig in contending):
         return None
     return contending
+
+
+def left_out(measured: Mapping, signatures: Sequence[str]) -> list[str]:
+    """The candidates a pooling run's measurement did not time: settled by the runs before it."""
+    timed = measured.get("candidates") if isinstance(measured.get("candidates"), Mapping) else {}
+    return [sig for sig in signatures if sig not in timed]

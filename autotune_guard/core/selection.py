@@ -1,7 +1,7 @@
 """Choosing a winner worth freezing from noisy timings: pure rules over plain numbers.
 
 A first pass times every candidate once (a lone finalist and its runner-up twice, the lower
-timing of each counting). The finalists (those within ``band`` of the best, or
+timing of each counting, unless the runner-up is out of the race: ``out_of_race``). The finalists (those within ``band`` of the best, or
 within the noise the rounds measure) are then timed again in rounds, the order alternating
 from round to round, and compared in pairs within each round, so that a drift of the device's
 clock between rounds cancels. A finalist is dropped once it is slower than the leader by more
@@ -24,17 +24,20 @@ TIE_FLOOR = 0.005  # differences under 0.5 % never decide: such candidates tie
 Z = 2.0  # how many standard errors an estimate must be from TIE_FLOOR to decide before the last round
 SCREEN_Z = 3.0  # a first-pass candidate within this many per-call noises of the best joins the finalists
 SCREEN_MOST = 4  # ... but never one further behind than this many bands
+SPIKE_MOST = 2.0  # another process slows one timing by at most this factor (40-100 % seen on an H100)
 MIN_ROUNDS = 3  # rounds a finalist is timed in before it can be dropped
 MAD_TO_SD = 1.4826  # the median absolute deviation of a normal sample, to its standard deviation
 OUTLIER = 4.0  # a paired difference this many robust deviations from their median is a spike, left out
 
 
 class Sample(NamedTuple):
-    """One timing of one candidate: its median (ms; inf: it cannot run) and the relative spread
-    the timer reported around it (p80 - p20 over the median; None when it gave only a median)."""
+    """One timing of one candidate: its median (ms; inf: it cannot run), the relative spread the
+    timer reported around it (p80 - p20 over the median; None when it gave only a median), and the
+    timer that took it where it says (``wall-clock``: not a GPU timing; None: the kernel's or Triton's)."""
 
     median: float
     spread: float | None = None
+    timer: str | None = None
 
 
 def usable(median) -> bool:
@@ -54,7 +57,8 @@ def as_sample(value) -> Sample:
     spread = None
     if len(values) >= 3 and all(isinstance(v, (int, float)) for v in values[:3]) and 0 < median < math.inf:
         spread = abs(float(values[2]) - float(values[1])) / median
-    return Sample(median, spread)
+    timer = getattr(value, "timer", None)  # a list that names its timer (the guard's wall clock)
+    return Sample(median, spread, timer if isinstance(timer, str) else None)
 
 
 def finalists(first: Mapping[int, float], band: float) -> list[int]:
@@ -72,15 +76,29 @@ def finalists(first: Mapping[int, float], band: float) -> list[int]:
     return sorted(chosen)
 
 
-def to_confirm(first: Mapping[int, float], alive: Sequence[int]) -> list[int]:
+def out_of_race(first: Mapping[int, float], index: int, band: float) -> bool:
+    """Whether candidate ``index`` is out of the race after the first pass: even were its timing
+    slowed SPIKE_MOST-fold by another process, it would lie beyond the farthest any finalist is
+    taken from (SCREEN_MOST bands of the best), so timing it again cannot change the winner."""
+    finite = [t for t in first.values() if usable(t)]
+    timing = first.get(index)
+    if not finite or not usable(timing):
+        return True  # it cannot run: nothing to time again
+    return timing > min(finite) * SPIKE_MOST * (1 + SCREEN_MOST * band)
+
+
+def to_confirm(first: Mapping[int, float], alive: Sequence[int], band: float) -> list[int]:
     """A lone finalist and the first pass's runner-up, to be timed once more (the lower of each one's
     two timings then screens): another process slowing one first-pass timing 1.4-2x can push the true
     best out of the band, and no round would time it again (2 of 6 four-rank jobs on an H100 froze a
-    launcher 4.5-6 % behind so). Empty where there are several finalists or no runner-up."""
+    launcher 4.5-6 % behind so). Empty where there are several finalists, no runner-up, or the
+    runner-up is ``out_of_race`` (a candidate whose timing takes 20 s was timed again for nothing)."""
     if len(alive) != 1:
         return []
     others = sorted((t, i) for i, t in first.items() if i not in alive and math.isfinite(t) and t > 0)
-    return [alive[0], others[0][1]] if others else []
+    if not others or out_of_race(first, others[0][1], band):
+        return []
+    return [alive[0], others[0][1]]
 
 
 def round_order(alive: Sequence[int], round_number: int) -> list[int]:

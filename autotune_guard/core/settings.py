@@ -3,6 +3,8 @@ start-up settings read once, both built from ``AUTOTUNE_*`` settings and the opt
 
 Every bad value raises :class:`PolicyError` naming the variable, the value and what is allowed:
 a guard that silently ignores a typo leaves the program unguarded.
+
+Over 350 lines: the one table of every setting with its parser and the cross-checks between settings.
 """
 
 from __future__ import annotations
@@ -12,12 +14,12 @@ import os
 from dataclasses import dataclass, field, fields, replace
 from typing import Mapping, NamedTuple
 
-from .envfile import read_env_file
+from .envfile import owner_note, read_env_file
 from .store_url import hide_password, store_urls
 from .errors import PolicyError
-from . import warning_names
+from . import late_settings, warning_names
 from .pooling import MOST_RUNS
-from .settings_values import (parse_block_sizes, parse_bool, parse_switch, parse_choice, parse_file_path, parse_int_at_least,
+from .settings_values import (made_table_dir, parse_block_sizes, parse_bool, parse_switch, parse_choice, parse_file_path, parse_int_at_least,
                               parse_int_between, parse_mode, parse_names, parse_paths, parse_percent, parse_seconds,
                               parse_seconds_or_none, parse_token)
 
@@ -62,6 +64,8 @@ class AutotunePolicy:
     pool_runs: int = DEFAULT_POOL_RUNS  # AUTOTUNE_POOL_RUNS: a table's key is timed again until this many runs
     disable_warnings: tuple[str, ...] = ()  # AUTOTUNE_DISABLE_WARNINGS: names of warnings logged at DEBUG instead
     env_file: str | None = field(default=None, compare=False)
+    env_file_note: str | None = field(default=None, compare=False)  # names its owner when another user wrote it
+    table_dir_made: str | None = field(default=None, compare=False)  # the table folder consensus made at start
     # Why the mode is what it is (logged at install); "default" means no setting chose it, so a
     # determinism request the program makes later is looked for again at the first launch.
     mode_from: str = field(default="AUTOTUNE_MODE", compare=False)
@@ -131,6 +135,7 @@ _STARTUP_VARIABLES = {"AUTOTUNE_VERIFY_EVERY": ("verify_every", lambda var, v: p
 _CONTROL_VARIABLES = ("AUTOTUNE_DISABLE", "AUTOTUNE_ENV_FILE", "AUTOTUNE_TRACEBACK")
 _FIELD_TO_VAR = {name: var for var, (name, _) in {**_VARIABLES, **_STARTUP_VARIABLES}.items()}
 KNOWN_VARIABLES = tuple(_VARIABLES) + tuple(_STARTUP_VARIABLES) + _CONTROL_VARIABLES
+EVERY_SETTING = "docs/settings.md, section Every setting"  # where a did-you-mean sends for the rest
 
 
 def close_to_ours(name: str) -> str | None:
@@ -159,7 +164,9 @@ def settings_from_environment(environ: Mapping[str, str] | None = None) -> tuple
     A ``.env`` in the working directory is *not* read on its own: name it with
     ``AUTOTUNE_ENV_FILE=.env``, so that what a process does never depends on where it starts.
     """
-    environ = os.environ if environ is None else environ
+    if environ is None:
+        environ = os.environ
+        late_settings.remember(environ)  # a later change is named at exit: it does nothing
     env_file = (environ.get("AUTOTUNE_ENV_FILE") or "").strip() or None
     settings = read_env_file(env_file, environ) if env_file else {}
     settings.update({k: v for k, v in environ.items() if k.startswith("AUTOTUNE_")})
@@ -198,13 +205,15 @@ def policy_from_settings(settings: Mapping, *, deterministic: bool = False, env_
             meant = close_to_ours(name)
             if meant:
                 raise PolicyError(f"{name}={raw!r} is not a setting autotune_guard knows; did you mean {meant}? "
-                                  f"known: {', '.join(KNOWN_VARIABLES)}", variable=name, value=raw,
-                                  allowed=tuple(KNOWN_VARIABLES))
+                                  f"(every setting: {EVERY_SETTING})", variable=name, value=raw,
+                                  allowed=tuple(KNOWN_VARIABLES))  # the list is in the docs: the hint is the line
             foreign.append(name)  # another tool's variable
             continue
         if raw is None or (isinstance(raw, str) and not raw.strip()):
             continue  # an empty variable counts as unset
         field_name, parse = _VARIABLES[var]
+        if var == "AUTOTUNE_TABLE_PATH" and str(settings.get("AUTOTUNE_MODE", settings.get("mode"))).strip() == "consensus":
+            values["table_dir_made"] = made_table_dir(var, raw)  # consensus writes its table there
         values[field_name] = parse(var, raw)
     if "mode" in values:
         values["mode_from"] = "AUTOTUNE_MODE"
@@ -217,7 +226,7 @@ def policy_from_settings(settings: Mapping, *, deterministic: bool = False, env_
     else:
         values["mode_from"] = DERIVED  # pinned if torch's deterministic flag is on at the first launch
     return AutotunePolicy(**values, env_file=env_file, foreign=tuple(sorted(foreign)), startup_given=tuple(startup),
-                          on_miss_given="on_miss" in values)
+                          on_miss_given="on_miss" in values, env_file_note=owner_note(env_file) if env_file else None)
 
 
 def policy_from_environment(environ: Mapping[str, str] | None = None, *, deterministic: bool = False) -> AutotunePolicy:

@@ -81,9 +81,27 @@ def parse_paths(var: str, value) -> tuple[str, ...]:
             allowed = ("directories holding <arch>.json tables, table files, or a table store's URL "
                        f"(redis://host:port/db), separated by {os.pathsep!r}")
             shown = hide_password(str(value))
-            raise PolicyError(f"{var}={shown!r}: {path!r} does not exist; allowed: {allowed}",
+            raise PolicyError(f"{var}={shown!r}: {path!r} does not exist (a table folder to start: mkdir -p {path}; "
+                              f"AUTOTUNE_MODE=consensus makes it); allowed: {allowed}",
                               variable=var, value=shown, allowed=allowed)
     return paths
+
+
+def made_table_dir(var: str, value) -> str | None:
+    """Under consensus, the first entry of the table path is the folder the table grows in: one not
+    there yet is made, as ``mkdir -p`` (its first run then writes the table); None: nothing made."""
+    items = split_table_path(value) if isinstance(value, str) else list(value)
+    first = str(items[0]) if items else ""
+    if not first or is_store_url(first) or os.path.lexists(first) or first.endswith(".json"):
+        return None
+    try:
+        os.makedirs(first, exist_ok=True)  # ranks of one node may race to make it
+    except OSError as exc:
+        shown = hide_password(str(value))
+        raise PolicyError(f"{var}={shown!r}: the table folder {first!r} does not exist and cannot be made "
+                          f"({exc.strerror}); make it (mkdir -p {first}) or name one this process can write",
+                          variable=var, value=shown, allowed="a table folder this process can make or write") from None
+    return os.path.abspath(first)
 
 
 def parse_block_sizes(var: str, value) -> tuple[tuple[str, int], ...]:

@@ -52,12 +52,23 @@ def batch_invariant(value: str) -> bool:
         return False
 
 
+# A switch read by its library's own rule; any other is on unless it says off.
+RULES = {
+    BATCH_INVARIANT: batch_invariant,
+    INDUCTOR_BATCH_INVARIANT: lambda value: value == "1",  # torch/_inductor/config.py
+    "HELION_ASSERT_CACHE_HIT": lambda value: value == "1",  # helion/autotuner/base_cache.py
+}
+WAKES = (BATCH_INVARIANT, INDUCTOR_BATCH_INVARIANT)  # switches that wake the guard without AUTOTUNE_*
+
+
 def _on(name: str, value: str) -> bool:
-    if name == BATCH_INVARIANT:
-        return batch_invariant(value)
-    if name == INDUCTOR_BATCH_INVARIANT:
-        return value == "1"
-    return value.strip().lower() not in OFF
+    rule = RULES.get(name)
+    return rule(value) if rule is not None else value.strip().lower() not in OFF
+
+
+def wakes(environ: Mapping[str, str]) -> bool:
+    """A batch-invariance switch on, by its library's rule: it asks for what a determinism request does."""
+    return any(name in environ and _on(name, environ[name]) for name in WAKES)
 
 
 def _mode_words(mode: str | None, mode_from: str | None, derived: str) -> str:

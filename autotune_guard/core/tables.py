@@ -1,7 +1,11 @@
 """Tables: where they are searched, how several merge, when they are stale, which entry a kernel
 and key get, and how a table grows by what a consensus job tuned (``grow_table``, with who added
 each entry and what each kernel was). Reading goes through ``schema``; warnings are returned, so
-the caller says each once."""
+the caller says each once.
+
+Over 350 lines: search, merge, staleness and provenance of the one table format (writes live in
+table_writes).
+"""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from ..core import consensus as protocol
 from ..core import tables
 from ..core.errors import SelectionError
 from ..core.selection import UNTIMED
-from ..core.model import Choice, ChoiceKey, record_entry, signature, tuned_winner
+from ..core.model import TABLE, Choice, ChoiceKey, how_of_pick, record_entry, signature, tuned_winner
 from ..core.pinned import Pick
 from ..runtime import Epoch, current
 from . import consensus, pooling, retime, split, table_checks
@@ -118,13 +118,13 @@ def decide(epoch: Epoch, tunable: Tunable) -> Decision:
 
 
 def pinned(epoch: Epoch, tunable: Tunable) -> Decision:
-    """The pinned rule, untimed, noted as ``pinned``."""
+    """The pinned rule, untimed, noted as what picked it (``table``, ``fallback (min_cost)``, ...)."""
     tunable.check_provenance()
     pick = tunable.pick(epoch)
-    chosen = signature(tunable.descriptors[pick.index])
-    noted_here = current().note(epoch, tunable.key, Choice(chosen, "pinned"))
+    chosen, how = signature(tunable.descriptors[pick.index]), how_of_pick(pick.why)
+    noted_here = current().note(epoch, tunable.key, Choice(chosen, how))
     logger.debug("pinned %s -> %s (%s)", tunable.key.what(), chosen, pick.why)
-    return Decision(pick.index, "pinned", None, noted_here)
+    return Decision(pick.index, how, None, noted_here)
 
 
 def timed(epoch: Epoch, tunable: Tunable, how: str, for_job: bool = False) -> Decision:
@@ -236,9 +236,13 @@ def _consensus(epoch: Epoch, tunable: Tunable) -> Decision:
     # settings that change where ranks meet, compared once per process on the job's Store (a node's
     # fan-in store hands compare_set to the job's)
     consensus.agree_settings(store, guard.facts.ask("rank_now", (0, 1))[0], epoch.policy.consensus_split)
-    if epoch.policy.consensus_split and table is None and known is None and pooled is None and len(signatures) > 1 \
-            and tunable.splits:
-        return _split(guard, epoch, tunable, store, signatures)
+    if epoch.policy.consensus_split and known is None and pooled is None and len(signatures) > 1 and tunable.splits:
+        if table is None:
+            return _split(guard, epoch, tunable, store, signatures)
+        job = store.job if getattr(store, "node_store", None) is not None else store  # the job's, as _split's
+        index = split.from_table(job, key.what(), protocol.decision_name(
+            key.arch, key.kernel, key.key), guard.facts.ask("rank_now", (0, 1))[0], signatures, signatures[table])
+        return _followed(guard, epoch, tunable, index, signatures, TABLE if index == table else "consensus")
 
     def tune():  # on the claimer only, when its table lacks the key
         tuned = selected(epoch, tunable, "consensus", known, pooled.indices if pooled is not None else None)
@@ -292,12 +296,13 @@ def _split(guard, epoch: Epoch, tunable: Tunable, store, signatures: list) -> De
         measured_on = table_checks.measured_on(key.arch)
         return found.verdict.winner, retime.summary(found, signatures, policy.retime_band, measured_on)
 
-    index, timed_here, timings, measured = split.decide(
+    index, timed_here, timings, measured, finalist = split.decide(
         store, key.what(), protocol.decision_name(key.arch, key.kernel, key.key), rank, world, signatures,
         tunable.time_share, policy.consensus_timeout, policy.consensus_dead_after, finals)
     epoch.split[key] = (timed_here, len(signatures))  # for the exit's one line on what the split saved
-    untimed = isinstance(measured, dict) and measured.get("how") == UNTIMED
-    if policy.table_path and rank == 0 and not untimed:  # one rank grows a table directory by it
+    # nothing timed (no candidate could be), or a rank's table entry decided: nothing for a table
+    untimed = measured is None or isinstance(measured, dict) and measured.get("how") in (UNTIMED, split.TABLE_FINAL)
+    if policy.table_path and finalist and not untimed:  # the rank that published the winner grows the table
         guard.tuned_for_job(epoch, key, tuned_winner(tunable.descriptors[index], tunable.provenance(), measured,
                                                      replaces=epoch.retimed.get(key)))
     return _followed(guard, epoch, tunable, index, signatures, "consensus", timings, measured)
@@ -309,7 +314,7 @@ def _alone(guard, epoch: Epoch, tunable: Tunable, table: int | None, known: tupl
     job of one process grows the table by it, and pools its runs as a job of several does)."""
     if table is not None:
         chosen = signature(tunable.descriptors[table])
-        return Decision(table, "pinned", None, guard.note(epoch, tunable.key, Choice(chosen, "pinned")))
+        return Decision(table, TABLE, None, guard.note(epoch, tunable.key, Choice(chosen, TABLE)))
     world = guard.facts.ask("rank_now", (0, 1))[1]
     if world > 1:  # a distributed job that has not initialized its group yet: choices may differ
         guard.warn_once("consensus: no process group", "AUTOTUNE_MODE=consensus but torch.distributed is not "

@@ -40,6 +40,7 @@ class Family:
     name = "?"
     recognises = ""
     module = ""
+    disabled = False  # a third-party family one of whose steps failed (``disable``)
 
     def shaped(self, owner) -> bool:
         raise NotImplementedError
@@ -52,11 +53,13 @@ class Family:
 
 
 class Registered:
-    """The registered families by what they recognise, held by the ``Guard``."""
+    """The registered families by what they recognise, held by the ``Guard``; ``third_party``: the
+    types that came through the entry point group (a step of theirs that fails disables them)."""
 
     def __init__(self):
         self.by_kind: dict[str, list[Family]] = {kind: [] for kind in RECOGNISES}
         self.entry_points_read = False
+        self.third_party: set = set()
 
 
 def verify(family) -> None:
@@ -92,39 +95,74 @@ def _methods_problem(family) -> str | None:
 def register(family: Family) -> None:
     """Check ``family`` (``verify``) and add it to the families of its kind (once per type)."""
     verify(family)
-    found = current().held(HELD, Registered).by_kind[family.recognises]
-    if all(type(known) is not type(family) for known in found):
-        found.append(family)
+    registered = current().held(HELD, Registered)
+    found = registered.by_kind[family.recognises]
+    if any(type(known) is type(family) for known in found):
+        return
+    # the guard's own families are asked before any third-party one, whenever each registered
+    ours = type(family) not in registered.third_party
+    found.insert(next((i for i, known in enumerate(found) if ours and type(known) in registered.third_party),
+                      len(found)), family)
 
 
 def installers(module_name: str) -> list:
-    """The ``install`` of each registered module family that patches ``module_name``."""
+    """Each registered module family that patches ``module_name``."""
     found = current().held(HELD, Registered).by_kind["module"]
-    return [family.install for family in found if family.module == module_name]
+    return [family for family in found if family.module == module_name]
+
+
+def modules() -> list[str]:
+    """The modules that registered module families patch (the entry point group read first)."""
+    read_entry_points()
+    return sorted({family.module for family in current().held(HELD, Registered).by_kind["module"]})
+
+
+def third_party(family: Family) -> bool:
+    return type(family) in current().held(HELD, Registered).third_party
+
+
+def disable(family: Family, why: str) -> None:
+    """Take ``family`` out of the registry, said once: the program and the other families go on,
+    and its autotuners run as their library wrote them."""
+    family.disabled = True
+    found = current().held(HELD, Registered).by_kind.get(family.recognises, [])
+    if family in found:
+        found.remove(family)
+    current().warn_once(f"family {family.name} disabled", (
+        f"autotuner family {family.name} ({type(family).__module__}) is disabled: {why}; the autotuners it "
+        "governed run as their library wrote them, not governed by autotune_guard"), scope="process")
 
 
 def family_of(owner, kind: str) -> Family | None:
-    """The registered family of ``kind`` whose autotuner ``owner`` (a class defining ``run``) is."""
-    guard = current()
-    registered = guard.held(HELD, Registered)
-    if not registered.entry_points_read:
-        registered.entry_points_read = True
-        _read_entry_points(guard)
-    for family in registered.by_kind[kind]:
-        if family.shaped(owner):
-            return family
+    """The registered family of ``kind`` whose autotuner ``owner`` (a class defining ``run``) is;
+    a family whose ``shaped`` raises is disabled (named once) and the next one asked."""
+    read_entry_points()
+    for family in list(current().held(HELD, Registered).by_kind[kind]):
+        try:
+            if family.shaped(owner):
+                return family
+        except Exception as exc:
+            disable(family, f"its shaped({getattr(owner, '__qualname__', owner)}) raised {exc!r}")
     return None
 
 
-def _read_entry_points(guard) -> None:
-    """Third-party families; one that cannot load or register is named, and its autotuners stay
-    named as not governed."""
+def read_entry_points() -> None:
+    """Third-party families, once per process; one that cannot load or register (an exception, or
+    ``sys.exit`` in its module) is named, and its autotuners stay named as not governed."""
+    guard = current()
+    registered = guard.held(HELD, Registered)
+    if registered.entry_points_read:
+        return
+    registered.entry_points_read = True
     from importlib import metadata
 
     for point in metadata.entry_points(group=ENTRY_POINTS):
         try:
             found = point.load()
-            register(found() if isinstance(found, type) else found)
-        except Exception as exc:
+            family = found() if isinstance(found, type) else found
+            verify(family)
+            registered.third_party.add(type(family))
+            register(family)
+        except (Exception, SystemExit) as exc:  # a plugin's sys.exit must not end the user's program
             guard.warn_once(f"family {point.name}", f"autotuner family {point.name} = {point.value} (entry "
-                            f"point group {ENTRY_POINTS}) not registered: {exc}", scope="process")
+                            f"point group {ENTRY_POINTS}) not registered: {exc!r}", scope="process")

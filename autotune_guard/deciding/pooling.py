@@ -86,4 +86,6 @@ def pooled(guard, epoch, tunable, tuned, kept: list):
         f"(AUTOTUNE_POOL_RUNS={epoch.policy.pool_runs}); the table's winner is now {found.winner} "
         f"({'; '.join(verdict)})"), logging.INFO, name="pooling-run")
     winner = tunable.descriptors[signatures.index(found.winner)]
-    return tuned._replace(winner=winner, measured={**tuned.measured, "pooled": found.as_dict()})
+    settled = pooling.left_out(tuned.measured, signatures)
+    return tuned._replace(winner=winner, measured={**tuned.measured, "pooled": found.as_dict(),
+                                                   **({pooling.SETTLED: settled} if settled else {})})

@@ -35,6 +35,7 @@ class Retimed(NamedTuple):
     timed: int
     seconds: float
     confirmed: tuple = ()
+    timer: str | None = None  # the timer that took the timings where it says (``Sample.timer``)
 
 
 def select(time_each: Callable[[Sequence[int]], Mapping], indices: Sequence[int], band: float, max_rounds: int,
@@ -43,30 +44,35 @@ def select(time_each: Callable[[Sequence[int]], Mapping], indices: Sequence[int]
     winner chosen before among the ``known`` candidates; it stands when no new one is a finalist."""
     started = time.monotonic()
     known = {i: as_sample(value) for i, value in (known or {}).items()}
+    timing = _Timing(time_each, known.values())
     missing = [i for i in indices if i not in known]
-    first = {**{i: known[i] for i in indices if i in known}, **_timed(time_each, missing)}
-    timed = len(missing)
+    first = {**{i: known[i] for i in indices if i in known}, **timing(missing)}
     medians = {i: s.median for i, s in first.items()}
     alive = selection.finalists(medians, band)
     if kept is not None and known and not set(alive) & set(missing):
         others = [t for i, t in medians.items() if i != kept and math.isfinite(t)]
         margin = min(others) / medians[kept] - 1 if others and medians.get(kept) else None
-        return Retimed(selection.Verdict(kept, "kept", (), margin, 0), first, [], timed, time.monotonic() - started)
-    confirmed = tuple(selection.to_confirm(medians, alive)) if max_rounds > 0 else ()
+        return timing.retimed(selection.Verdict(kept, "kept", (), margin, 0), first, [], started)
+    confirmed = tuple(selection.to_confirm(medians, alive, band)) if max_rounds > 0 else ()
     if confirmed:  # the runner-up first: a spike on the lone finalist's own timing is caught too
-        again = _timed(time_each, confirmed[::-1])
-        timed += len(again)
+        again = timing(confirmed[::-1])
         first.update({i: min(first[i], again[i], key=lambda sample: sample.median) for i in confirmed})
         medians = {i: s.median for i, s in first.items()}
         alive = selection.finalists(medians, band)
     if max_rounds <= 0 or len(alive) <= 1:
         verdict = selection.verdict(medians, [], alive, retimed=max_rounds > 0)
-        return Retimed(verdict, first, [], timed, time.monotonic() - started, confirmed)
+        return timing.retimed(verdict, first, [], started, confirmed)
+    rounds, alive = _rounds(timing, medians, alive, band, max_rounds)
+    verdict = selection.verdict(medians, rounds, alive, retimed=True)
+    return timing.retimed(verdict, first, rounds, started, confirmed)
+
+
+def _rounds(timing, medians: Mapping[int, float], alive: list, band: float, max_rounds: int) -> tuple[list, list]:
+    """The finalists timed in rounds of alternating order until the standing settles: (the rounds,
+    the finalists left)."""
     rounds, joined, limit, number = [], {i: 0 for i in alive}, max_rounds, 0
     while number < limit:
-        timed_now = _timed(time_each, selection.round_order(alive, number))
-        timed += len(timed_now)
-        rounds.append({i: s.median for i, s in timed_now.items()})
+        rounds.append({i: s.median for i, s in timing(selection.round_order(alive, number)).items()})
         number += 1
         if number == 2:  # the noise measured may say the band was too narrow for these timings
             late = selection.widened(medians, alive, band, selection.noise(rounds, alive))
@@ -79,21 +85,36 @@ def select(time_each: Callable[[Sequence[int]], Mapping], indices: Sequence[int]
             alive = list(standing.alive)
             if len(alive) == 1 or standing.settled:
                 break
-    verdict = selection.verdict(medians, rounds, alive, retimed=True)
-    return Retimed(verdict, first, rounds, timed, time.monotonic() - started, confirmed)
+    return rounds, alive
 
 
-def _timed(time_each, indices: Sequence[int]) -> dict[int, Sample]:
-    if not indices:
-        return {}
-    found = time_each(list(indices))
-    return {i: as_sample(found[i]) if found.get(i) is not None else Sample(math.inf) for i in indices}
+class _Timing:
+    """``time_each`` as the selection calls it: how many timings it made here, and which timers
+    named themselves (``Sample.timer``), kept timings' included."""
+
+    def __init__(self, time_each, known):
+        self.time_each, self.count = time_each, 0
+        self.timers = {sample.timer for sample in known if sample.timer}
+
+    def __call__(self, indices: Sequence[int]) -> dict[int, Sample]:
+        if not indices:
+            return {}
+        found = self.time_each(list(indices))
+        samples = {i: as_sample(found[i]) if found.get(i) is not None else Sample(math.inf) for i in indices}
+        self.count += len(samples)
+        self.timers.update(sample.timer for sample in samples.values() if sample.timer)
+        return samples
+
+    def retimed(self, verdict, first, rounds, started, confirmed=()) -> Retimed:
+        timer = ", ".join(sorted(self.timers)) or None
+        return Retimed(verdict, first, rounds, self.count, time.monotonic() - started, confirmed, timer)
 
 
 def summary(retimed: Retimed, signatures: Sequence[str], band: float, versions: Mapping) -> dict:
     """What a record or table keeps of a selection: how it ended (``clear``, ``tie``, ``one
     finalist``, ``one pass``), the rounds, the winner's margin, the tie, every candidate's median and
-    spread by signature, how many timings this process made, and what it was measured on."""
+    spread by signature, how many timings this process made, and what it was measured on (with the
+    timer where it named itself: ``wall-clock`` timings are not GPU timings)."""
     verdict = retimed.verdict
     kept = selection.summary(retimed.first, retimed.rounds, retimed.confirmed)
     return {"how": verdict.how, "rounds": verdict.rounds, "band": band,
@@ -101,6 +122,7 @@ def summary(retimed: Retimed, signatures: Sequence[str], band: float, versions: 
             "tied": [signatures[i] for i in verdict.tied], "winner": signatures[verdict.winner],
             "timed": retimed.timed, "seconds": round(retimed.seconds, 3),
             "candidates": {signatures[i]: _rounded(entry) for i, entry in sorted(kept.items())},
+            **({"timer": retimed.timer} if retimed.timer else {}),
             **{name: value for name, value in versions.items() if value}}
 
 
@@ -120,10 +142,11 @@ def known_timings(measured: Mapping | None, signatures: Sequence[str], versions:
         return None
     kept = measured["candidates"]
     known = {}
+    timer = measured.get("timer") if isinstance(measured.get("timer"), str) else None
     for index, sig in enumerate(signatures):
         entry = kept.get(sig)
         if isinstance(entry, Mapping) and isinstance(entry.get("median"), (int, float)):
-            known[index] = Sample(float(entry["median"]), entry.get("spread"))
+            known[index] = Sample(float(entry["median"]), entry.get("spread"), timer)
         elif isinstance(entry, Mapping) and sig in kept:
             known[index] = Sample(math.inf)  # it could not run then
     if len(known) == len(signatures) or not known:

@@ -23,9 +23,10 @@ import time
 from typing import Callable, Sequence
 
 from ..core.consensus import (SPLIT, attempt_prefix, candidates_hash, decision_key, decode_split, encode_final,
-                              encode_roster, encode_share, final_winner, share_timings, split_shares, text)
+                              encode_roster, encode_share, final_winner, share_timer, share_timings, split_shares,
+                              text)
 from ..core.consensus_text import store_lost_message
-from ..core.selection import as_sample
+from ..core.selection import Sample, as_sample
 from ..core.errors import ConsensusError
 from ..runtime import current
 from . import consensus
@@ -37,6 +38,7 @@ JOIN_S = 1.0  # the join window: ranks that reach a decision this long after the
 GRACE_S = 2.0  # a rank that is not the first closes the window itself this much later (the first died)
 POLL_S = 0.25  # the longest pause between two looks at the shares
 STRAGGLER_S = 0.1  # once as many ranks as came last time are in, how long the window waits for more
+TABLE_FINAL = "table"  # a final's measured how where a rank's table entry decided, untimed
 
 
 class _Present:
@@ -55,10 +57,10 @@ def _present(guard) -> _Present:
 
 
 def decide(store, what: str, name: str, rank: int, world: int, signatures: Sequence[str], time_share: Callable,
-           timeout: float | None, dead_after: float, finals: Callable) -> tuple[int, int, dict, dict | None]:
+           timeout: float | None, dead_after: float, finals: Callable) -> tuple[int, int, dict, dict | None, bool]:
     """One split decision: (the winner's index in ``signatures``, how many candidates were timed
     here, every share's timings by signature: what a record keeps, what the finalists' re-timing
-    measured). ``world``: how many ranks may reach it (the window closes as soon as they all have).
+    measured, whether this rank published the winner). ``world``: how many ranks may reach it (the window closes as soon as they all have).
     ``finals(known)``: the finalists of the shares' timings (by index) timed again on this rank,
     ``(winner index, measured)``: run by one rank only (slot 1, or whoever takes over when it dies),
     since timings of different devices are never compared with each other.
@@ -67,6 +69,8 @@ def decide(store, what: str, name: str, rank: int, world: int, signatures: Seque
     key = decision_key(attempt_prefix(os.environ), name) + SPLIT
     me = claimer_identity(rank)
     try:
+        if store.check([key + "/final"]):  # decided before this rank came (a rank's table held it): nothing to time
+            return list(signatures).index(_published(store, key, signatures, what)), 0, {}, None, False
         slot = int(store.add(key + "/arrivals", 1))
         store.set(f"{key}/member/{slot}", me)
         roster = _roster(store, key, slot, world, signatures, what)
@@ -81,9 +85,11 @@ def decide(store, what: str, name: str, rank: int, world: int, signatures: Seque
         timed = 0
         if slot in shares:
             timed += _time_and_publish(store, key, slot, rank, shares[slot], signatures, time_share)
-        timings, more = _collect(store, key, shares, (rank, me), signatures, time_share, (what, timeout, dead_after))
-        known = {signatures.index(sig): t for sig, t in timings.items() if sig in signatures}
-        winner, measured = _final(store, key, slot, (rank, me), signatures, lambda: finals(known),
+        timings, more, timers = _collect(store, key, shares, (rank, me), signatures, time_share,
+                                         (what, timeout, dead_after))
+        known = {signatures.index(sig): Sample(t, None, timers[sig]) if sig in timers else t
+                 for sig, t in timings.items() if sig in signatures}
+        winner, measured, finalist = _final(store, key, slot, (rank, me), signatures, lambda: finals(known),
                                   (what, timeout, dead_after))
     except ConsensusError:
         raise
@@ -92,7 +98,29 @@ def decide(store, what: str, name: str, rank: int, world: int, signatures: Seque
     except Exception as exc:  # what the Store's client raised
         raise ConsensusError(store_lost_message(what, exc)) from exc
     logger.debug("consensus split %s: slot %d of %d, timed %d here -> %s", what, slot, len(shares), timed + more, winner)
-    return list(signatures).index(winner), timed + more, timings, measured
+    return list(signatures).index(winner), timed + more, timings, measured, finalist
+
+
+def from_table(store, what: str, name: str, rank: int, signatures: Sequence[str], entry: str) -> int:
+    """A rank whose table holds the key, under split tuning: its ``entry`` is published as the split's
+    final winner, untimed, unless the split ranks published theirs first (first publication wins),
+    so that ranks with and without the entry (a warm node beside a cold one) run one config.
+    Returns the job's winner's index in ``signatures``."""
+    key = decision_key(attempt_prefix(os.environ), name) + SPLIT
+    try:
+        store.compare_set(key + "/final", "", encode_final(rank, entry, {"how": TABLE_FINAL}))
+        return list(signatures).index(_published(store, key, signatures, what))
+    except ConsensusError:
+        raise
+    except Exception as exc:  # what the Store's client raised
+        raise ConsensusError(store_lost_message(what, exc)) from exc
+
+
+def _published(store, key: str, signatures: Sequence[str], what: str) -> str:
+    """The split's final winner, published (by the finalists' rank or by a table's entry)."""
+    final_key = key + "/final"
+    payload = decode_split(text(store.get(final_key)), what, final_key, "winner")
+    return final_winner(payload, list(signatures), what, final_key)
 
 
 def _time_finals(store, key, rank, signatures, finals) -> None:
@@ -111,19 +139,21 @@ def _time_finals(store, key, rank, signatures, finals) -> None:
         beats.stop(store, f"{key}/beat/1")
 
 
-def _final(store, key, slot, who, signatures, finals, limits) -> tuple[str, dict | None]:
+def _final(store, key, slot, who, signatures, finals, limits) -> tuple[str, dict | None, bool]:
     """The winner over every share: the finalists timed again by slot 1's rank alone (by a live rank
-    in its place when it dies), published once; every other rank reads it."""
+    in its place when it dies), published once; every other rank reads it. With what they measured,
+    and whether this rank published it (it grows the table: rank 0 may never meet the key)."""
     rank, me = who
     what, timeout, dead_after = limits
     final_key, holder, started, pause = key + "/final", _Holder(), time.monotonic(), 0.02
     mine = slot == 1
     while True:
-        if mine:
+        if mine and not store.check([final_key]):  # a table's entry may have decided meanwhile
             _time_finals(store, key, rank, signatures, finals)
         if store.check([final_key]):
             payload = decode_split(text(store.get(final_key)), what, final_key, "winner")
-            return final_winner(payload, list(signatures), what, final_key), payload.get("measured")
+            return final_winner(payload, list(signatures), what, final_key), payload.get("measured"), \
+                payload.get("rank") == rank
         if _died(store, key, 1, holder, dead_after):
             taken = text(store.compare_set(f"{final_key}/holder/{holder.takeovers + 1}", "", me))
             holder.moved_to(taken)
@@ -179,8 +209,10 @@ def _time_and_publish(store, key, slot, rank, share, signatures, time_share) -> 
     failed = None
     try:
         try:
-            timed = time_share([list(signatures).index(sig) for sig in share])
-            value = encode_share(slot, rank, {signatures[index]: as_sample(ms).median for index, ms in timed.items()})
+            timed = {signatures[index]: as_sample(ms) for index, ms in
+                     time_share([list(signatures).index(sig) for sig in share]).items()}
+            timer = next((sample.timer for sample in timed.values() if sample.timer), None)
+            value = encode_share(slot, rank, {sig: sample.median for sig, sample in timed.items()}, timer=timer)
         except Exception as exc:
             failed, value = exc, encode_share(slot, rank, None, repr(exc)[:500])
         store.compare_set(f"{key}/share/{slot}", "", value)
@@ -208,17 +240,20 @@ class _Holder:
 
 
 def _collect(store, key, shares, who, signatures, time_share, limits):
-    """Every share's timings, taking over the share of a holder that died: (timings, timed here)."""
+    """Every share's timings, taking over the share of a holder that died: (timings, timed here,
+    the timer each candidate's share named)."""
     what, timeout, dead_after = limits
-    timings, timed, started = {}, 0, time.monotonic()
+    timings, timers, timed, started = {}, {}, 0, time.monotonic()
     holders = {slot: _Holder() for slot in shares}
     pending, pause = set(shares), 0.02
     while pending:
         for slot in sorted(pending):
             share_key = f"{key}/share/{slot}"
             if store.check([share_key]):
-                timings.update(share_timings(decode_split(text(store.get(share_key)), what, share_key, "timings"),
-                                             what, share_key, shares[slot]))
+                payload = decode_split(text(store.get(share_key)), what, share_key, "timings")
+                timings.update(share_timings(payload, what, share_key, shares[slot]))
+                if share_timer(payload):  # the finals' measurement names the timer that took them
+                    timers.update(dict.fromkeys(shares[slot], share_timer(payload)))
                 pending.discard(slot)
             elif _died(store, key, slot, holders[slot], dead_after):
                 timed += _take_over(store, key, slot, holders[slot], who, shares[slot], signatures, time_share, what)
@@ -230,7 +265,7 @@ def _collect(store, key, shares, who, signatures, time_share, limits):
         if pending:
             time.sleep(pause)
             pause = min(pause * 1.5, POLL_S)
-    return timings, timed
+    return timings, timed, timers
 
 
 def _died(store, key, slot, holder: _Holder, dead_after: float) -> bool:

@@ -144,6 +144,13 @@ def configure(policy) -> None:
         evidence_signals.watch(_save_now)
 
 
+def say_files(policy) -> None:
+    """At start, after the mode: the files this job writes, once for the job (its first rank, or a lone process)."""
+    line = evidence_paths.files_line(policy.digest_path, policy.record_path)
+    if line and os.environ.get("RANK", "0") in ("0", ""):
+        logger.info("%s", line)
+
+
 def write_files(complete: bool = False, ended_epoch=None) -> None:
     """Bring this rank's choices and record files up to date now: whole (atomically) while
     small and at the end (``complete`` at exit, which the files then say only where the process

@@ -53,6 +53,17 @@ def rank_file(prefix: str, rank: int) -> str:
     return f"{absolute(prefix)}.rank{rank}.{process_tag()}.json"
 
 
+def files_line(digest_path: str | None, record_path: str | None) -> str | None:
+    """The start-up line naming the files this job writes and the command that reads them."""
+    named = [f"{what} files {absolute(prefix)}.rank<N>.<host>-<pid>.json ({variable})"
+             for what, prefix, variable in (("choices", digest_path, "AUTOTUNE_DIGEST_PATH"),
+                                            ("record", record_path, "AUTOTUNE_RECORD_PATH")) if prefix]
+    if not named:
+        return None
+    prefixes = " ".join(absolute(p) for p in (digest_path, record_path) if p)
+    return f"writes {' and '.join(named)}, one a process; read them: python -m autotune_guard.report show {prefixes}"
+
+
 def check_writable(prefix: str, variable: str) -> None:
     """Fix ``prefix``'s absolute form; refuse one whose directory cannot be created or written,
     or whose files' names would be too long there, before any kernel runs."""

@@ -26,7 +26,7 @@ import sys
 import threading
 from typing import Callable
 
-from ..adapters import _patching
+from .. import _patching
 from ..runtime import current
 
 logger = logging.getLogger("autotune_guard")

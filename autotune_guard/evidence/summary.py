@@ -1,6 +1,6 @@
 """What a process says at exit about its choices: the exit line (count, fallbacks, digest, kernels
-not governed) and, at INFO on rank 0, a short table of what it chose and how (timed, table,
-consensus, fallback, ...), cut at ``ROWS`` rows with the report command for the rest.
+not governed) and, at INFO on rank 0, a short table of what it chose and how (the words of
+``core.model.HOW``: timed, table, consensus, fallback (min_cost), ...), cut at ``ROWS`` rows.
 ``AUTOTUNE_LOG_LEVEL=warning`` silences the table; a fallback's own warning was said when it
 happened."""
 
@@ -8,23 +8,14 @@ from __future__ import annotations
 
 import logging
 
-from ..core.misses import AT_EXIT, FALLBACKS, fix_hint, miss_reasons
-from ..core.model import digest_of, hows, log_text
+from ..core.misses import AT_EXIT, fix_hint, miss_reasons
+from ..core.model import digest_of, hows, is_fallback, log_text
 
 logger = logging.getLogger("autotune_guard")
 
 ROWS = 20
 _WIDTHS = (40, 32, 48)  # kernel, key, config: longer texts are cut with '...'
-_PICKED = {"table": "table", "block_sizes": "AUTOTUNE_BLOCK_SIZES", "chaos": "chaos (on purpose)",
-           AT_EXIT: "refused (min_cost until exit)"}
 REFUSED_SHOWN = 20  # keys the exit's refusal names one a line; the rest are counted
-
-
-def how_of(choice, picked: str | None) -> str:
-    """The summary's word for how a choice was made."""
-    if picked in FALLBACKS:
-        return f"fallback ({picked})"
-    return _PICKED.get(picked, choice.how) if picked else choice.how
 
 
 def say_at_exit(guard, rank: int, policy) -> None:
@@ -36,7 +27,7 @@ def say_at_exit(guard, rank: int, policy) -> None:
     missed = dict(guard.ungoverned)
     if not entries and not missed:
         return
-    fallbacks = sum(1 for key in entries if picked.get(key) in FALLBACKS + (AT_EXIT,))
+    fallbacks = sum(1 for choice in entries.values() if is_fallback(choice.how))
     log = log_text(entries)
     # The digest names the configs only; how they were chosen is said beside it.
     logger.info("rank %d made %d autotune choice%s%s, digest %s%s%s", rank, len(entries), "s" * (len(entries) != 1),
@@ -50,7 +41,8 @@ def say_at_exit(guard, rank: int, policy) -> None:
     if rank == 0 and epoch.split:
         logger.info("%s", split_line(dict(epoch.split)))
     if rank == 0 and entries and logger.isEnabledFor(logging.INFO):
-        for line in table_lines(entries, picked, policy):
+        stopped = [key for key in epoch.refused if picked.get(key) != AT_EXIT]  # AUTOTUNE_ON_MISS=error raised
+        for line in table_lines(entries, policy, stopped):
             logger.info("%s", line)
 
 
@@ -82,12 +74,16 @@ def _cut(text: str, width: int) -> str:
     return text if len(text) <= width else text[:width - 3] + "..."
 
 
-def table_lines(entries: dict, picked: dict, policy) -> list[str]:
-    """The rows (first choices first), a header, and where to find the rest."""
-    rows = [(key.kernel, key.key, choice.signature, how_of(choice, picked.get(key))) for key, choice in entries.items()]
+def table_lines(entries: dict, policy, stopped=()) -> list[str]:
+    """The rows (first choices first), a header, and where to find the rest; ``stopped``: keys
+    AUTOTUNE_ON_MISS=error refused, said in the header and at the end so the table never reads as a success."""
+    rows = [(key.kernel, key.key, choice.signature, choice.how) for key, choice in entries.items()]
     shown = rows[:ROWS]
     widths = [min(w, max(len(r[i]) for r in shown + [("kernel", "key", "config", "how")])) for i, w in enumerate(_WIDTHS)]
-    lines = [f"what this process chose ({len(rows)} choice{'s' * (len(rows) != 1)}):"]
+    count = f"{len(rows)} choice{'s' * (len(rows) != 1)}"
+    lines = [f"what this process chose before AUTOTUNE_ON_MISS=error refused {len(stopped)} key"
+             f"{'s' * (len(stopped) != 1)} ({count}; the run was refused):" if stopped
+             else f"what this process chose ({count}):"]
     for row in [("kernel", "key", "config", "how")] + shown:
         lines.append("  " + "  ".join(_cut(text, w).ljust(w) for text, w in zip(row, widths)) + "  " + row[3])
     prefix = policy.digest_path or policy.record_path
@@ -95,4 +91,5 @@ def table_lines(entries: dict, picked: dict, policy) -> list[str]:
              "AUTOTUNE_DIGEST_PATH=runs/choices keeps them all, then python -m autotune_guard.report show runs/choices")
     if len(rows) > ROWS:
         lines.append(f"  ... and {len(rows) - ROWS} more: {where}")
+    lines += [f"refused (AUTOTUNE_ON_MISS=error, no table entry): {key.what()}" for key in stopped[:REFUSED_SHOWN]]
     return lines

@@ -25,7 +25,9 @@ def parser() -> argparse.ArgumentParser:
         prog=_prog(),
         description="Read autotune_guard record and choices files; merge records into a table; compare runs. "
                     "FILES are files, glob patterns, or the prefix given to AUTOTUNE_RECORD_PATH/AUTOTUNE_DIGEST_PATH "
-                    "(runs/rec reads runs/rec.rank*.json). Exit status: 0 done, 1 disagreement with --check, "
+                    "(runs/rec reads runs/rec.rank*.json). A table is a FILE too: a table file (<dir>/<arch>.json) "
+                    "or a table folder (AUTOTUNE_TABLE_PATH's directory: every table in it), for show and diff "
+                    "(merge reads record files, prune and retune one table file). Exit status: 0 done, 1 disagreement with --check (one line on stderr says so), "
                     "2 unusable input.")
     top.add_argument("--version", action="version", version=f"autotune_guard {__version__}")
     commands = top.add_subparsers(dest="command", metavar="{" + ",".join(COMMANDS) + "}")
@@ -86,10 +88,10 @@ def _main(argv) -> int:
         if store.needs_store(args):  # show redis://..., merge -o redis://...
             return store.with_store_arguments(args, args.run, Visible(sys.stdout))
         if getattr(args, "write_to", None):
-            return write_atomically(args.write_to, lambda out: args.run(args, out))
+            return _checked(args, write_atomically(args.write_to, lambda out: args.run(args, out)))
         status = args.run(args, Visible(sys.stdout))
         sys.stdout.flush()  # here, not at exit, so that a reader who left is seen below
-        return status
+        return _checked(args, status)
     except GuardError as exc:  # InputError, and any unusable file the core names
         message = " ".join(str(exc).split())  # one line, whatever a file's keys hold
         if len(message) > 1000:
@@ -100,7 +102,15 @@ def _main(argv) -> int:
         # `... | head`: the reader left. The check's verdict stands (computed before any output),
         # so `set -o pipefail` still sees ranks that disagree.
         _silence_stdout()
-        return getattr(args, "check_status", 0)
+        return _checked(args, getattr(args, "check_status", 0))
+
+
+def _checked(args, status: int) -> int:
+    """A --check that fails ends with one line on stderr saying so (stdout may be JSON or a page)."""
+    if getattr(args, "check", False) and status == 1:
+        why = getattr(args, "check_why", "see the report above")
+        print(f"{_prog()} {args.command} --check: FAILED, exit status 1: {why}", file=sys.stderr)
+    return status
 
 
 def _silence_stdout() -> None:

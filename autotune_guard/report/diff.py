@@ -26,6 +26,11 @@ def run(args, out) -> int:
         return table_diff.run(args, out, first, folds[0])
     sides = [first, read_sources([args.b], ("record", "choices"), "diff", args.all_runs, fold=folds[1], jobs=args.jobs)]
     rows = compare(*(fold.configs(side) for fold, side in zip(folds, sides)))
+    for name, fold, side in zip("ab", folds, sides):  # a fallback is said, never passed off as a pinned choice
+        fell = fold.fallbacks(side)
+        for r in rows:
+            if fell.get((r["arch"], r["kernel"], r["key"])):
+                r[f"{name}_fallback"] = fell[r["arch"], r["kernel"], r["key"]]
     counts = Counter(r["status"] for r in rows)
     both = sorted({r["kernel"] for r in rows if not r["status"].startswith("only")})
     numerics = parity.differing(both, *(parity.side_numerics(side, fold) for side, fold in zip(sides, folds)))
@@ -98,6 +103,9 @@ def print_diff(sides, rows, counts, compared, out) -> None:
         for name in "ab":
             if r[f"{name}_ranks_disagree"]:
                 print(f"      ({name.upper()}'s ranks disagree among themselves)", file=out)
+            if r.get(f"{name}_fallback"):
+                print(f"      ({name.upper()}: a fallback on {r[f'{name}_fallback']} file(s): the tables lacked this "
+                      "key, the AUTOTUNE_ON_MISS rule chose)", file=out)
     print(f"{counts['same']} same, {counts['changed']} changed, {counts['only in A']} only in A, "
           f"{counts['only in B']} only in B" + (f", {counts['same, ranks disagree']} where ranks disagree"
                                                  if counts['same, ranks disagree'] else "")
@@ -143,7 +151,8 @@ def print_diff_markdown(sides, rows, counts, failing, out) -> None:
     if shown:
         print("\n| kernel | key | arch | status | A | B |\n|---|---|---|---|---|---|", file=out)
         for r in shown:
-            status = r["status"] + "".join(f", {n.upper()}'s ranks disagree" for n in "ab" if r[f"{n}_ranks_disagree"])
+            status = r["status"] + "".join(f", {n.upper()}'s ranks disagree" for n in "ab" if r[f"{n}_ranks_disagree"]) \
+                + "".join(f", {n.upper()}: a fallback" for n in "ab" if r.get(f"{n}_fallback"))
             a, b = ("<br>".join(md(sig) for sig in r[n]) or "—" for n in "ab")
             print(f"| {md(r['kernel'])} | {md(r['key'])} | {r['arch']} | {status} | {a} | {b} |", file=out)
 
@@ -159,6 +168,6 @@ def add_parser(commands, common) -> None:
                            "(--json is --format json)")
     diff.add_argument("-o", "--output", dest="write_to", metavar="FILE",
                       help="write the output to FILE (atomically) instead of stdout")
-    diff.add_argument("a", metavar="RUN_A", help="a run, or a TABLE (diff TABLE RUN)")
+    diff.add_argument("a", metavar="RUN_A", help="a run (files or a prefix), or a TABLE: a table file or table folder (diff TABLE RUN)")
     diff.add_argument("b", metavar="RUN_B")
     diff.set_defaults(run=run)

@@ -12,6 +12,7 @@ from collections import Counter
 from html import escape
 
 from .. import __version__
+from ..core.model import is_fallback
 from . import html_model, html_tables
 from .html_assets import CSS, ERROR_TRAP, OTHER_COLOUR, PALETTE, SCRIPT
 from .html_model import Page, row_groups
@@ -19,6 +20,7 @@ from .html_svg import min_cost_text, strip_plot
 
 MAX_PLOTS = html_model.MAX_PLOTS
 MAX_FILES_LISTED = 24
+KEYS_LABELLED = 12  # past it, the key headers are numbers (horizontal) and a numbered key list follows the grid
 
 
 def show_page(sources, rows, details) -> str:
@@ -74,7 +76,7 @@ def render(page: Page, title: str, paths: list, note: str = "", tables: str = ""
              legend(palette, _mixed(page, shown)), "<div class=\"ag-wrap\"><div class=\"ag-scroll\">",
              grid(page, shown, groups, palette), "</div>",
              "<aside id=\"ag-detail\"><b>Details</b>Click a cell: its ranks, config, how it was chosen, "
-             "and what Triton measured.</aside></div>",
+             "and what Triton measured.</aside></div>", key_list(page, shown),
              more_note(page, order, shown, groups), plots(page, order, palette), tables,
              f"<footer>written by autotune_guard {escape(__version__)} report; self-contained: "
              "no network, no external files.</footer></main>",
@@ -107,8 +109,10 @@ def summary_line(page: Page) -> str:
         verdict = (f"<b class=\"bad\">{_plural(disagree, 'disagreement')}</b>" if disagree
                    else "<b class=\"good\">0 disagreements</b>")
     governed = f"<b class=\"bad\">{page.ungoverned:,} not governed</b>" if page.ungoverned else "0 not governed"
+    fell = sum(1 for c in page.columns for cell in c.cells if cell for e in cell if is_fallback(e.get("how", "")))
+    fell_text = f" \u00b7 <b class=\"bad\">{_plural(fell, 'fallback')} (keys the tables lacked)</b>" if fell else ""
     return (f"<p id=\"ag-summary\">{who} \u00b7 {_plural(kernels, 'kernel')} \u00b7 "
-            f"{_plural(len(page.columns), 'key')} \u00b7 {verdict} \u00b7 {governed}</p>")
+            f"{_plural(len(page.columns), 'key')} \u00b7 {verdict} \u00b7 {governed}{fell_text}</p>")
 
 
 def numerics_note(rows) -> str:
@@ -140,6 +144,7 @@ def legend(palette: Palette, mixed: bool) -> str:
         items.append(f"<span><span class=\"sw ag-po\"></span>{_plural(len(rest), 'other config')}</span>")
     if mixed:
         items.append("<span><span class=\"sw ag-mix\"></span>a rank whose processes chose differently</span>")
+    items.append("<span><span class=\"sw ag-po ag-fb\"></span>hatched: a fallback (the tables lacked the key)</span>")
     items.append("<span class=\"ag-n\">colour: the config, the same on every key; letter: a key's configs, "
                  "most chosen first (a, b, ...), as in the text report</span>")
     return f"<div class=\"ag-legend\" id=\"ag-legend\">{''.join(items)}</div>"
@@ -170,16 +175,33 @@ def grid(page: Page, shown, groups, palette: Palette) -> str:
 
 def _key_header(page: Page, shown) -> str:
     cells = ["<th class=\"ag-corner\">ranks \u2193 keys \u2192</th>"]
-    for i in shown:
+    for number, i in enumerate(shown, 1):
         c = page.columns[i]
         configs = c.configs()
         state = c.status or ("agree" if c.agree else f"DISAGREE: {len(configs)} configs")
-        info = f"{c.kernel} [{c.key}] arch {c.arch}\n{state}"
+        info = f"{c.kernel} [{c.key}] arch {c.arch}\n{state}" + (f"\nkey {number}" if len(shown) > KEYS_LABELLED else "")
         cls = "" if c.agree else " class=\"ag-dis\""
         name = c.kernel.rsplit(".", 1)[-1]
-        cells.append(f"<th id=\"ag-k{i}\"{cls} title=\"{escape(info)}\"><div><b>{escape(name)}</b> "
-                     f"{escape(c.key)}</div></th>")
-    return f"<tr class=\"ag-keys\">{''.join(cells)}</tr>"
+        label = (f"<div><b>{escape(name)}</b> {escape(c.key)}</div>" if len(shown) <= KEYS_LABELLED
+                 else f"<span>{number}</span>")
+        cells.append(f"<th id=\"ag-k{i}\"{cls} title=\"{escape(info)}\">{label}</th>")
+    numbered = " ag-numbered" if len(shown) > KEYS_LABELLED else ""
+    return f"<tr class=\"ag-keys{numbered}\">{''.join(cells)}</tr>"
+
+
+def key_list(page: Page, shown) -> str:
+    """Past ``KEYS_LABELLED`` keys, the headers are numbers: this list says which key each one is,
+    read across, in columns (never a wall of vertical text)."""
+    if len(shown) <= KEYS_LABELLED:
+        return ""
+    items = []
+    for number, i in enumerate(shown, 1):
+        c = page.columns[i]
+        state = c.status or ("agree" if c.agree else "DISAGREE")
+        cls = "" if c.agree else " class=\"ag-dis\""
+        items.append(f"<li value=\"{number}\"{cls}><b>{escape(c.kernel.rsplit('.', 1)[-1])}</b> "
+                     f"<code>{escape(_short(c.key, 80))}</code> <span class=\"ag-n\">{escape(state)}</span></li>")
+    return f"<ol class=\"ag-keylist\" id=\"ag-keylist\">{''.join(items)}</ol>"
 
 
 def _node_label(page: Page, group) -> str:
@@ -201,27 +223,35 @@ def _group_row(page: Page, shown, group, g_index: int, palette: Palette) -> str:
     first = group.members[0]
     for i in shown:
         column = page.columns[i]
-        cells.append(_cell(column.cells[first], column, i, palette))
+        cells.append(_cell(column.cells[first], column, i, palette, first))
     cells.append("</tr>")
     return "".join(cells)
 
 
-def _cell(cell, column, column_index: int, palette: Palette) -> str:
+def _cell(cell, column, column_index: int, palette: Palette, row: int) -> str:
     if not cell:
         return "<td class=\"ag-none\" title=\"no choice for this key\">\u00b7</td>"
-    mode = column.reference
+    mode = column.reference_at(row)
     configs = sorted({e["config"] for e in cell})
     odd = " ag-x" if mode is not None and any(sig != mode for sig in configs) else ""
+    changed = column.status == "changed" and column.sides[row] == "B" and set(configs) - column.side_configs("A")
+    fell = any(is_fallback(e.get("how", "")) for e in cell)
     if len(configs) > 1:
         cls, code = "ag-mix", "*"
     else:
         cls, code = palette.css_class(configs[0]), column.letters[configs[0]]
     title = "\n".join(_entry_text(e) for e in cell)
+    if fell:
+        title += "\na fallback: the tables lacked this key, the AUTOTUNE_ON_MISS rule chose"
+    if changed:
+        title += f"\nchanged: run A chose {' | '.join(sorted(column.side_configs('A')))}"
     if odd:
-        title += f"\nnot the reference config {mode} (the one most ranks chose)"
+        run = f" of run {column.sides[row]}" if column.sides else ""
+        title += f"\nnot the reference config {mode} (the one most ranks{run} chose)"
     elif mode is None and not column.agree:
         title += "\nthe ranks tie: no config is the most chosen, so none is marked as differing"
-    return f"<td class=\"{cls}{odd}\" data-c=\"{column_index}\" title=\"{escape(title)}\">{code}</td>"
+    extra = odd + (" ag-chg" if changed else "") + (" ag-fb" if fell else "")
+    return f"<td class=\"{cls}{extra}\" data-c=\"{column_index}\" title=\"{escape(title)}\">{code}</td>"
 
 
 def _entry_text(e: dict) -> str:

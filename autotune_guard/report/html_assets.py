@@ -28,6 +28,10 @@ table.ag-grid{border-collapse:separate;border-spacing:1px;font-size:11px}
 .ag-grid thead tr.ag-keys th{min-height:190px;vertical-align:bottom;padding:2px 0;border-bottom:2px solid #999}
 .ag-grid thead tr.ag-keys th div{writing-mode:vertical-rl;transform:rotate(180deg);white-space:nowrap;
  margin:0 auto}
+.ag-grid thead tr.ag-keys.ag-numbered th{min-height:0;vertical-align:bottom;padding:2px 1px;font-size:10px}
+.ag-keylist{columns:4 300px;column-gap:24px;font-size:12px;margin:8px 0;padding-left:34px}
+.ag-keylist li{break-inside:avoid;overflow-wrap:anywhere}
+.ag-keylist li.ag-dis,.ag-keylist li.ag-dis b{color:#c62828}
 .ag-grid thead th.ag-corner{vertical-align:bottom;text-align:left;padding:2px 6px;color:#777}
 .ag-grid th.ag-dis,.ag-grid thead th.ag-dis div{color:#c62828;font-weight:700}
 .ag-grid tbody th{left:0;z-index:1;text-align:left;padding:0 8px 0 4px;white-space:nowrap}
@@ -36,6 +40,8 @@ table.ag-grid{border-collapse:separate;border-spacing:1px;font-size:11px}
 .ag-grid td{width:24px;min-width:24px;height:22px;text-align:center;color:#fff;font-weight:600;cursor:pointer;
  border-radius:2px;font-size:11px}
 .ag-grid td.ag-x{outline:2px solid #b71c1c;outline-offset:-2px}
+.ag-grid td.ag-chg{outline:2px dashed #0d47a1;outline-offset:-2px}
+.ag-grid td.ag-fb,.ag-legend span.sw.ag-fb{background-image:repeating-linear-gradient(135deg,transparent 0 3px,rgba(255,255,255,.55) 3px 5px)}
 .ag-grid td.ag-none{background:#f0f0f0;color:#999;cursor:default}
 .ag-grid td.ag-sel{outline:3px solid #000;outline-offset:-3px}
 .ag-n{color:#777;font-weight:normal;margin-left:4px}

@@ -39,6 +39,7 @@ class Column:
     cells: list
     status: str = ""  # diff: same / changed / only in A / ...
     timed: bool = False  # some entry holds Triton's measurements (the column can be plotted)
+    sides: tuple = ()  # a diff page's side of each row ("A", "B"): each run is compared within itself
 
     @cached_property
     def counts(self) -> Counter:
@@ -56,18 +57,39 @@ class Column:
     def reference(self):
         """The reference config: the one most rows chose. None for an empty column, and on a tie
         (no rank is the one that differs there)."""
-        counts = self.counts
-        if not counts:
-            return None
-        top = max(counts.values())
-        tied = [sig for sig, n in counts.items() if n == top]
-        return tied[0] if len(tied) == 1 else None
+        return _most_chosen(self.counts)
+
+    @cached_property
+    def side_references(self) -> dict:
+        """A diff page's reference per run: a rank differs from its own run's ranks, never from a
+        pool of both runs (A against B is the column's status, as in the text diff)."""
+        found = {}
+        for side in set(self.sides):
+            found[side] = _most_chosen(Counter(e["config"] for cell, at in zip(self.cells, self.sides)
+                                               if cell and at == side for e in cell))
+        return found
+
+    def reference_at(self, row: int):
+        """The config the cell of ``row`` is compared with."""
+        return self.side_references[self.sides[row]] if self.sides else self.reference
+
+    def side_configs(self, side: str) -> set:
+        """The configs one run's rows chose (a diff page)."""
+        return {e["config"] for cell, at in zip(self.cells, self.sides) if cell and at == side for e in cell}
 
     @cached_property
     def letters(self) -> dict:
         """A letter per config of this key, most chosen first, as the text report marks them (a, b, ...)."""
         ordered = sorted(self.counts, key=lambda sig: (-self.counts[sig], sig))
         return {sig: chr(ord("a") + i) if i < 26 else "+" for i, sig in enumerate(ordered)}
+
+
+def _most_chosen(counts: Counter):
+    if not counts:
+        return None
+    top = max(counts.values())
+    tied = [sig for sig, n in counts.items() if n == top]
+    return tied[0] if len(tied) == 1 else None
 
 
 @dataclass
@@ -108,8 +130,9 @@ def build(sections, statuses=None, details=None) -> Page:
             ungoverned.update(_ungoverned_of(source))
         files.append((folded, sources, row_of))
         _configs_of(folded, sources, row_of, (cells_by_key, timed, ungoverned, shared))
+    sides = tuple(row.side for row in rows) if statuses is not None else ()
     columns = [Column(key.arch, key.kernel, key.key, [tuple(cells[i]) if i in cells else None for i in range(len(rows))],
-                      (statuses or {}).get(tuple(key), ""), key in timed) for key, cells in cells_by_key.items()]
+                      (statuses or {}).get(tuple(key), ""), key in timed, sides) for key, cells in cells_by_key.items()]
     page = Page(rows, columns, [(side, [s.path for s in sources]) for side, sources, _ in sections if side],
                 len(ungoverned))
     if details is not None:
@@ -174,10 +197,9 @@ def ordered_columns(page: Page) -> list[int]:
 
 
 def _dissenting_rows(column: Column) -> int:
-    mode = column.reference
-    if mode is None:  # a tie: nobody differs
-        return 0
-    return sum(1 for cell in column.cells if cell and any(e["config"] != mode for e in cell))
+    """Rows that differ from their reference (a tie: nobody differs)."""
+    return sum(1 for r, cell in enumerate(column.cells) if cell and (mode := column.reference_at(r)) is not None
+               and any(e["config"] != mode for e in cell))
 
 
 @dataclass
@@ -217,14 +239,15 @@ def rank_ranges(ranks) -> str:
 def row_groups(page: Page) -> list[RowGroup]:
     """The rows, grouped by side and node, runs of alike rows collapsed; then consecutive nodes
     that are each one such run, alike, merged."""
-    modes = [c.reference for c in page.columns]
     prints = [tuple(_cell_print(c.cells[r]) for c in page.columns) for r in range(len(page.rows))]
+    refs: dict[str, list] = {}  # per side, each column's reference (a diff page compares each run within itself)
     groups: list[RowGroup] = []
     for r, row in enumerate(page.rows):
         last = groups[-1] if groups else None
         if last and last.side == row.side and last.nodes[-1] == row.node and prints[last.members[0]] == prints[r]:
             last.members.append(r)
             continue
+        modes = refs.get(row.side) or refs.setdefault(row.side, [c.reference_at(r) for c in page.columns])
         dissent = sum(1 for c, mode in zip(prints[r], modes) if c is not None and mode is not None and c != (mode,))
         groups.append(RowGroup(row.side, [row.node], [r], dissent))
     per_node = Counter((row.side, row.node) for row in page.rows)

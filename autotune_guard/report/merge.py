@@ -1,5 +1,9 @@
 """``report merge``: per-rank record files -> one table for pinned mode (majority vote, the
-fastest by Triton's measured times across ranks, or the winner pooled over every process's selection)."""
+fastest by Triton's measured times across ranks, or the winner pooled over every process's selection).
+
+Over 350 lines: three rules (vote, fastest, pooled) and the filtering by run and owner that decides what a
+table is made of.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from ..core import pooling, schema, tables
 from ..core.errors import InputError
 from ..core.jsonfile import atomic_write_json
 from ..core.model import static_cost
+from ..core.safe_files import user_name
 from .output import dump
 from .reading import MADE_BY, Source, read_sources
 from .tally import Tally
@@ -81,7 +86,8 @@ def _output_path(output: str) -> str:
 
 def _records(args, output: str, tally) -> tuple[list[Source], str, list[str]]:
     """The record files to merge (of one arch, none partial unless allowed), the arch, and notes."""
-    sources = read_sources(args.files, ("record",), "merge", args.all_runs, fold=tally, jobs=args.jobs,
+    files = args.files if args.others else _own_when_mixed(args.files)
+    sources = read_sources(files, ("record",), "merge", args.all_runs, fold=tally, jobs=args.jobs,
                            others=args.others)
     if os.path.abspath(output) in {os.path.abspath(s.path) for s in sources}:
         raise InputError(f"{output}: is one of the inputs; write the table elsewhere", path=output)
@@ -103,6 +109,26 @@ def _records(args, output: str, tally) -> tuple[list[Source], str, list[str]]:
     arch = _arch(archs, args.arch, used[0].path)
     notes = [f"skipped {path}: arch {a}" for a, paths in sorted(archs.items()) if a != arch for path in paths]
     return [s for s in used if s.arch == arch], arch, notes
+
+
+def _own_when_mixed(files: list[str]) -> list[str]:
+    """Files named one by one (the shell's glob of a shared prefix) of other users, beside files of
+    this user: named on stderr and left out, as the prefix form leaves them out (a later run another
+    user put there would decide the table otherwise). Only files of others named: all read."""
+    owners = {}
+    for path in files:
+        try:
+            owners[path] = os.stat(path).st_uid if os.path.isfile(path) else None
+        except OSError:
+            owners[path] = None
+    if os.geteuid() not in owners.values():
+        return files
+    theirs = [path for path in files if owners[path] not in (None, os.geteuid())]
+    for path in theirs:
+        print(f"python -m autotune_guard.report: note: left out {path}: a file of {user_name(owners[path])}, not of "
+              "this user, named beside files of this user (a shell's glob of a shared prefix finds both); merge "
+              "--others reads it", file=sys.stderr)
+    return [path for path in files if path not in theirs]
 
 
 def _arch(archs: dict[str, list[str]], wanted, first: str) -> str:
@@ -331,6 +357,7 @@ def add_parser(commands, common) -> None:
     merge.add_argument("--allow-partial", action="store_true",
                        help="also merge records of ranks that did not exit normally (killed, a signal, an exception)")
     merge.add_argument("--others", action="store_true",
-                       help="also merge the files of other users that a prefix, pattern or directory found (in a shared "
-                            "place anyone can write a run there); by default they are named on stderr and left out")
+                       help="also merge the files of other users that a prefix, pattern or directory found, or that are "
+                            "named beside files of yours (a shell's glob: in a shared place anyone can write a run "
+                            "there); by default they are named on stderr and left out")
     merge.set_defaults(run=run)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from array import array
 from functools import partial
 
-from ..core.model import Choice, ChoiceKey
+from ..core.model import TABLE, TIMED, Choice, ChoiceKey, is_fallback
 from ..core.tables import PROVENANCE, added_by
 from .configs import Signatures
 from .table_facts import medians_of, verdict_of
@@ -51,7 +51,7 @@ def digest_rows(kind: str, document: dict) -> dict:
         for key, entry in keyed.items():
             if kind == "table":  # its timings: the medians its entry's last measurement kept, where it kept one
                 sig, timings = sigs.of(entry), medians_of(document, kernel, key)
-                entries.append(((arch, kernel, key), sig, "table", summary_values(sig, timings, None), bool(timings)))
+                entries.append(((arch, kernel, key), sig, TABLE, summary_values(sig, timings, None), bool(timings)))
                 continue
             sig = sigs.of(entry["config"])
             candidates = sigs.of_list(entry.get("candidates", []))
@@ -59,7 +59,7 @@ def digest_rows(kind: str, document: dict) -> dict:
             if order is None:  # the cheapest first of the candidates and the config (cost_order)
                 order = orders[candidates, sig] = cost_order({s: sigs.descriptors[s] for s in (*candidates, sig)})
             timings = entry.get("timings")
-            entries.append(((arch, kernel, key), sig, str(entry.get("how", "timed")),
+            entries.append(((arch, kernel, key), sig, str(entry.get("how", TIMED)),
                             summary_values(sig, timings, min_cost_in(order, timings)), bool(timings)))
             said = entry.get(PROVENANCE)
             if isinstance(said, dict) and said not in provenance.setdefault(kernel, []):
@@ -84,13 +84,13 @@ def digest_details(kind: str, document: dict, wanted: frozenset) -> dict:
             if (arch, kernel, key) not in wanted:
                 continue
             if kind == "table":
-                found[arch, kernel, key] = _details(sigs.of(entry), "table", medians_of(document, kernel, key) or None,
+                found[arch, kernel, key] = _details(sigs.of(entry), TABLE, medians_of(document, kernel, key) or None,
                                                     None)
                 continue
             sig, timings = sigs.of(entry["config"]), entry.get("timings")
             candidates = sigs.of_list(entry.get("candidates", []))
             order = cost_order({s: sigs.descriptors[s] for s in (*candidates, sig)})
-            found[arch, kernel, key] = _details(sig, str(entry.get("how", "timed")), timings, min_cost_in(order, timings))
+            found[arch, kernel, key] = _details(sig, str(entry.get("how", TIMED)), timings, min_cost_in(order, timings))
     return found
 
 
@@ -235,6 +235,13 @@ class Rows:
             if sigs:
                 found[ident] = {self.texts[s] for s in sigs}
         return found
+
+    def fallbacks(self, sources) -> dict[ChoiceKey, int]:
+        """Per key, the choices of the files kept that an on-miss rule made (the tables lacked the key)."""
+        kept, fell = self._kept(sources), {i for i, text in enumerate(self.texts) if is_fallback(text)}
+        found = {ident: sum(1 for f, how in zip(rows.files, rows.hows) if kept[f] and how in fell)
+                 for ident, rows in self.keys.items()}
+        return {ident: n for ident, n in found.items() if n}
 
     def counts(self, sources) -> tuple[int, int, int]:
         """Keys, kernels and keys whose files disagree, among the files kept: decided before any

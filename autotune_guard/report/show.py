@@ -121,9 +121,16 @@ def print_show(sources, rows, provenance, counts, out) -> None:
             lo, hi = row["winner_ms_range"]
             print(f"    winners' medians across files: {_ms(lo)}..{_ms(hi)}", file=out)
         _print_min_cost(row["choices"], n <= LIST_FILES_UP_TO, out)
-    keys, kernels, disagree = counts
+    keys, kernels, disagree, *fell = counts
+    fell = fell[0] if fell else 0  # a caller may pass no fallback count
     print(f"\n{kernels} kernel{'s' * (kernels != 1)}, {keys} key{'s' * (keys != 1)}, "
-          f"{disagree} disagreement{'s' * (disagree != 1)}", file=out)
+          f"{disagree} disagreement{'s' * (disagree != 1)}{fallback_text(fell, ', ')}", file=out)
+
+
+def fallback_text(fell: int, lead: str) -> str:
+    """The choices a fallback made, counted, so that none passes for an ordinary pinned one."""
+    return (f"{lead}{fell} fallback{'s' * (fell != 1)} (keys the tables lacked, run by the AUTOTUNE_ON_MISS rule: "
+            "often several times slower)") if fell else ""
 
 
 def _print_each_file(choices, marks, out, below) -> None:
@@ -193,14 +200,15 @@ def run(args, out) -> int:
     rows = Rows()
     sources = read_sources(args.files, accept, "show", args.all_runs, fold=rows, jobs=args.jobs)
     table_show.say_notes(sources)
-    counts = rows.counts(sources)
+    counts = rows.counts(sources) + (sum(rows.fallbacks(sources).values()),)
     args.check_status = 1 if args.check and counts[2] else 0  # kept by the CLI whatever happens to stdout
+    args.check_why = f"{counts[2]} of {counts[0]} kernel/key entries disagree across {len(sources)} files"
     if args.format == "html":
         out.write(html.show_page(sources, rows, details_reader(sources, accept, "show", args.jobs)))
         return args.check_status
     if args.json or args.format == "json":
         dump_streamed([("files", [source_json(s) for s in sources]), ("keys", analyse(rows.grouped(sources))),
-                       ("disagreements", counts[2]), ("tables", table_show.tables_json(sources, rows))], out)
+                       ("disagreements", counts[2]), ("fallbacks", counts[3]), ("tables", table_show.tables_json(sources, rows))], out)
     elif args.format == "markdown":
         print_show_markdown(sources, lambda: analyse(rows.grouped(sources)), counts, out)
     else:
@@ -211,7 +219,8 @@ def run(args, out) -> int:
 def print_show_markdown(sources, analysed, counts, out) -> None:
     """Disagreements first, in a table; the keys where every file agrees folded away below them.
     ``analysed()`` gives the keys' dicts afresh: once for each of the two tables."""
-    keys, kernels, disagree = counts
+    keys, kernels, disagree, *fell = counts
+    fell = fell[0] if fell else 0  # a caller may pass no fallback count
     agree = keys - disagree
     if len(sources) == 1:  # nothing to compare: what the one file holds
         verdict = f"{keys} kernel/key entr{'y' if keys == 1 else 'ies'} in {os.path.basename(sources[0].path)}"
@@ -221,7 +230,7 @@ def print_show_markdown(sources, analysed, counts, out) -> None:
         verdict = f"all {keys} kernel/key entries agree across {len(sources)} files"
     print(f"### autotune_guard: {verdict}\n", file=out)
     print(f"{kernels} kernel{'s' * (kernels != 1)}, {keys} key{'s' * (keys != 1)}, "
-          f"{len(sources)} file{'s' * (len(sources) != 1)}:\n", file=out)
+          f"{len(sources)} file{'s' * (len(sources) != 1)}{fallback_text(fell, '; **')}{'**' * bool(fell)}:\n", file=out)
     for s in sources:
         print(f"- {_describe_source(s).strip()}", file=out)
     if disagree:
@@ -237,9 +246,10 @@ def print_show_markdown(sources, analysed, counts, out) -> None:
         if len(sources) > 1:
             print(f"\n<details><summary>{agree} kernel/key entr{'y' if agree == 1 else 'ies'} where every "
                   "file agrees</summary>", file=out)
-        print("\n| kernel | key | arch | config | files |\n|---|---|---|---|---|", file=out)
+        print("\n| kernel | key | arch | config | how | files |\n|---|---|---|---|---|---|", file=out)
         for r in (r for r in analysed() if r["agree"]):
-            print(f"| {md(r['kernel'])} | {md(r['key'])} | {r['arch']} | {md(next(iter(r['configs'])))} | "
+            hows = ", ".join(sorted({e["how"] for e in r["choices"]}))
+            print(f"| {md(r['kernel'])} | {md(r['key'])} | {r['arch']} | {md(next(iter(r['configs'])))} | {md(hows)} | "
                   f"{len(r['choices'])} |", file=out)
         if len(sources) > 1:
             print("\n</details>", file=out)
@@ -251,7 +261,8 @@ def add_parser(commands, common) -> None:
                                description="Per kernel and key: what each rank chose (or a table holds), "
                                            "disagreements, the spread of measured times, and the slowdown of the "
                                            "min-cost config vs the winner.")
-    show.add_argument("files", nargs="+", metavar="FILE", help="record, choices or table files (or prefixes)")
+    show.add_argument("files", nargs="+", metavar="FILE", help="record, choices or table files, table folders (every <arch>.json in them), or the "
+                           "AUTOTUNE_RECORD_PATH/AUTOTUNE_DIGEST_PATH prefixes")
     show.add_argument("--format", choices=("text", "json", "markdown", "html", "python"), default="text",
                       help="markdown: a CI job summary or a pull-request comment; html: one self-contained page "
                            "(a grid of ranks x keys, the measured times) to open in a browser (--json is --format json); "

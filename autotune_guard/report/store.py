@@ -124,25 +124,52 @@ def run_import(args, out) -> int:
 
 
 def run_upgrade(args, out) -> int:
-    """Each arch the store holds in one hash (the layout before per-kernel keys) moved to per-kernel keys."""
+    """Each arch the store holds in one hash (the layout before per-kernel keys) moved to per-kernel
+    keys (``adapters.redis_tables.upgrade``), each key held two ways named, and what was done counted."""
+    from ..adapters.redis_tables import upgrade  # after _store: only for a URL
+
     store, down = _store(args.url)
     try:
         archs, refused = store.archs()
         for note in refused:
             print(f"autotune-guard-report: WARNING: {note}", file=out)
-        moved = [(arch, *store.upgrade(arch)) for arch in archs if store.call("exists", store.key(arch, "entries"))]
+        moved = [(arch, upgrade(store, arch)) for arch in archs if store.call("exists", store.key(arch, "entries"))]
     except down as exc:
         grants = f"{store.READ_GRANTS} {store.WRITE_GRANTS} {store.LIST_GRANTS} +rename"
         raise InputError(f"{store.shown}: {store.failed(exc, grants)}; what was moved before stays moved, run it "
                          "again for the rest") from None
-    for arch, count, kept_as, notes in moved:
-        for note in notes:
+    for arch, done in moved:
+        for note in done.notes:
             print(f"autotune-guard-report: WARNING: {note}", file=out)
-        print(f"{store.shown} arch {arch}: {count} entries now under per-kernel keys; the older hash is kept as "
-              f"{kept_as} (delete it once no job of an earlier version reads it)", file=out)
+        for kernel, key, kept, other in done.replaced:
+            print(f"autotune-guard-report: WARNING: {store.shown} arch {arch} kernel {kernel} key {key!r}: held two "
+                  f"ways: {_config(kept)} in the older hash, {_config(other)} in the kernel's hash; kept "
+                  f"{_config(kept)}, the one jobs have run (a job reads the older hash first); {_config(other)} is "
+                  "kept beside it in the entry's history (measured, earlier)", file=out)
+        print(_upgraded_line(store, arch, done), file=out)
     if not moved:
         print(f"{store.shown}: no arch is held in the older layout; nothing to do", file=out)
     return 0
+
+
+def _config(entry) -> str:
+    from ..core.model import signature
+
+    return signature({"kwargs": {}, **entry}) if isinstance(entry, dict) else repr(entry)
+
+
+def _upgraded_line(store, arch: str, done) -> str:
+    """What one arch's upgrade did, counted, and where the older hash is now."""
+    counted = (f"{store.shown} arch {arch}: the older hash held {done.total} entries: {done.copied} copied to "
+               f"per-kernel keys, {done.alike} there already alike, {len(done.replaced)} there as another config "
+               "(the older hash's kept, each named above)")
+    if done.left:
+        return (f"{counted}, {done.left} left in it (named above); the older hash is not renamed: jobs go on "
+                "reading it; run store-upgrade again once the kernels named can be read")
+    if done.kept_as is None:
+        return (f"{counted}; the older hash was gone when this upgrade came to rename it: another store-upgrade "
+                "moved it at the same time (it names where it is kept)")
+    return f"{counted}; the older hash is kept as {done.kept_as} (delete it once no job of an earlier version reads it)"
 
 
 def with_store_arguments(args, run, out) -> int:

@@ -164,7 +164,7 @@ def role_steady(opts):
     from triton.runtime import autotuner as triton_autotuner
 
     import autotune_guard
-    from autotune_guard.adapters import _patching
+    from autotune_guard import _patching
 
     cls = triton_autotuner.Autotuner
     guarded, original = cls.run, _patching.original(cls, "run")
@@ -270,7 +270,7 @@ def role_mm_measure(opts):
     from triton.runtime import autotuner as triton_autotuner
 
     import autotune_guard
-    from autotune_guard.adapters import _patching
+    from autotune_guard import _patching
 
     cls = triton_autotuner.Autotuner
     guarded, original = cls.run, _patching.original(cls, "run")

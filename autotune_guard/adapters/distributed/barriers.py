@@ -12,7 +12,7 @@ import logging
 import sys
 
 from ... import runtime
-from .. import _patching
+from ... import _patching
 from . import cadence
 from .check import run_check
 from .state import adapter_state

@@ -101,6 +101,15 @@ def _verdict(state: GroupState, arrived: dict, ranks, where: str) -> dict:
         before = dict(state.reference)
     reference = dict(before)
     conflicts = compare_arrived(arrived, reference)
+    for entry, found in arrived.items():  # an expert's key one rank meets is not compared: said apart
+        if entry not in before and len({rank for ranks in found.values() for rank in ranks}) == 1:
+            state.lone.add(entry)
+        else:
+            state.lone.discard(entry)
+    for entry, values in conflicts.items():  # kept, so that a later all-clear never hides it
+        state.disputed.setdefault(entry, (where, "; ".join(
+            f"{'an earlier check, ' if earlier else ''}rank{'s' * (len(rs) > 1)} {rank_list(rs)}: {sig}"
+            for sig, rs, earlier in values)))
     changed = [[list(key), value[0], value[1]] for key, value in reference.items() if before.get(key) != value]
     return {"pairs": exchange.encode_pairs(sorted((key, sig) for key, values in arrived.items() for sig in values)),
             "reference": changed, "conflicts": len(conflicts),
@@ -141,11 +150,33 @@ def _conclude(state: GroupState, ranks, where: str, first: bool, message) -> boo
     """The check's outcome: the success line or the report on the first rank; strict raises everywhere."""
     if not message:
         if first:  # only checks where some rank brought new entries get here
-            logger.info("autotune choices agree across the ranks of group %s at %s: %d kernel/key entries checked, "
-                        "all agree", rank_list(ranks), where, len({key for key, _ in state.known}))
+            _say_agreed(state, ranks, where)
         return True
     if first:
         logger.error("%s", message)
     if cadence.strict():
         raise ChoiceMismatchError(message)
     return False
+
+
+STANDING_SHOWN = 3  # standing disagreements an all-clear names; the rest are counted
+
+
+def _say_agreed(state: GroupState, ranks, where: str) -> None:
+    """The success line; a disagreement an earlier check found still stands (no rank changes its
+    choice), so the line names it instead of reading as an all-clear."""
+    lone = len(state.lone)
+    checked = len({key for key, _ in state.known}) - lone
+    standing = sorted(state.disputed.items())
+    if not standing:
+        logger.info("autotune choices agree across the ranks of group %s at %s: %d kernel/key entries checked, "
+                    "all agree%s", rank_list(ranks), where, checked,
+                    f" ({lone} more met by one rank alone: nothing to compare them with)" if lone else "")
+        return
+    named = "; ".join(f"{key.kernel} key ({key.key}) arch {key.arch}, found at {found}: {values}"
+                      for key, (found, values) in standing[:STANDING_SHOWN])
+    more = f"; and {len(standing) - STANDING_SHOWN} more" if len(standing) > STANDING_SHOWN else ""
+    logger.warning("autotune choices across the ranks of group %s at %s: %d kernel/key entries checked, the new ones "
+                   "agree, but %d disagreement%s found earlier still stand%s (each rank runs what it chose): %s%s",
+                   rank_list(ranks), where, checked, len(standing), "s" * (len(standing) != 1),
+                   "s" * (len(standing) == 1), named, more)

@@ -14,8 +14,8 @@ import logging
 
 from ...core.errors import SelectionError
 from ...runtime import current
-from .. import _patching
-from . import names, step, template_cache, templates
+from ... import _patching
+from . import names, seam, step, template_cache, templates
 from .state import state
 
 logger = logging.getLogger("autotune_guard")
@@ -120,7 +120,7 @@ def _retuner_of(cls, method: str, flag: str, what: str):
         if not policy.in_scope(name) or templates.timing_now():  # (a template candidate timed for a selection)
             return own(self, launcher, *args, **kwargs)
         if policy.mode == "pinned":
-            setattr(launcher.config, flag, True)
+            seam.mark_retuned(launcher, flag)
             guard.warn_once(f"skip|{what}|{name}", f"torch.compile kernel {name}: {what} skipped, pinned mode "
                             "does not time", logging.INFO, scope="process")
             return launcher
@@ -138,7 +138,7 @@ def _read_best_of(cache_cls):
             return None  # the policy decides, not a winner some earlier process timed
         best = _patching.original(cache_cls, "read_best")(self, inductor_meta, configs)
         if best is not None and policy is not None:
-            name = (inductor_meta or {}).get("kernel_name", "?")
+            name = seam.meta_kernel_name(inductor_meta) or "?"
             ungoverned(guard, f"inductor cache:{name}", "Inductor's .best_config cache chose its config (not timed, "
                        "not observed in this process)", policy)
         return best

@@ -12,16 +12,12 @@ the key's launcher in ``launchers``, as before.
 
 from __future__ import annotations
 
-import inspect
 import operator
-import sys
 
 from torch.autograd import profiler as autograd_profiler
 
-from .. import _patching
-
-MISSING = object()
-STEADY_CALL = "launcher(*args,**kwargs,stream=stream"  # Inductor's steady launch, blanks removed (2.6 ... 2.13)
+from ... import _patching
+from . import seam
 
 
 def follow(autotuner, key_of, launcher_for_key) -> _patching.Patch:
@@ -34,11 +30,10 @@ def follow(autotuner, key_of, launcher_for_key) -> _patching.Patch:
     key_values = operator.itemgetter(*positions)  # C-level
     table: dict = {}  # key values -> the launcher chosen for the key
     fast: dict = {}  # key values -> what Inductor's steady path calls for the key
-    in_force = [autotuner.launchers[0]]
-    writes_out = can_write_out(autotuner)
-    if not writes_out:
+    in_force = [seam.launchers_of(autotuner)[0]]
+    if not seam.can_write_out(autotuner):
         return _wrap(autotuner, key_values, text_of, class_run, launcher_for_key)
-    debug_mode = getattr(sys.modules.get(type(autotuner).__module__), "get_active_debug_mode", None)
+    debug_mode = seam.debug_mode_probe(autotuner)
     profiler = autograd_profiler
 
     def slow(args, stream, kwargs):
@@ -48,15 +43,11 @@ def follow(autotuner, key_of, launcher_for_key) -> _patching.Patch:
             launcher = table[values] = launcher_for_key(text_of(args))
         if launcher is not in_force[0]:
             in_force[0] = launcher
-            autotuner.launchers = [launcher]
-            if "_cached_launcher" in autotuner.__dict__:  # torch 2.13's fast path caches the launcher
-                autotuner._cached_launcher = None
+            seam.put_launcher(autotuner, launcher)
         result = class_run(autotuner, *args, stream=stream, **kwargs)
-        if writes_out and not kwargs and autotuner.launchers == [launcher]:
-            steady = autotuner.__dict__.get("_cached_launcher", MISSING)
-            if steady is MISSING and not launcher.store_cubin:
-                fast[values] = launcher
-            elif steady is not None and steady is not MISSING:
+        if not kwargs:
+            steady = seam.steady_launcher(autotuner, launcher)
+            if steady is not None:
                 fast[values] = steady
         return result
 
@@ -74,7 +65,7 @@ def follow(autotuner, key_of, launcher_for_key) -> _patching.Patch:
 def _wrap(autotuner, key_values, text_of, class_run, launcher_for_key) -> _patching.Patch:
     """Every launch through Inductor's own run, the key's launcher put in ``launchers`` first."""
     table: dict = {}
-    in_force = [autotuner.launchers[0]]
+    in_force = [seam.launchers_of(autotuner)[0]]
 
     def run(*args, **kwargs):
         launcher = table.get(key_values(args))
@@ -82,9 +73,7 @@ def _wrap(autotuner, key_values, text_of, class_run, launcher_for_key) -> _patch
             if launcher is None:
                 launcher = table[key_values(args)] = launcher_for_key(text_of(args))
             in_force[0] = launcher
-            autotuner.launchers = [launcher]
-            if "_cached_launcher" in autotuner.__dict__:
-                autotuner._cached_launcher = None
+            seam.put_launcher(autotuner, launcher)
         return class_run(autotuner, *args, **kwargs)
 
     run.autotune_guard_keyed = "wrapped"
@@ -96,23 +85,6 @@ def _shadow_run(autotuner, run) -> _patching.Patch:
     keeps its Patch, so whoever finds the run can undo it."""
     run.autotune_guard_patch = _patching.shadow(autotuner, "run", run)
     return run.autotune_guard_patch
-
-
-def can_write_out(autotuner) -> bool:
-    """Whether Inductor's steady path for a decided key is the one launcher call written out in
-    ``follow``: torch's fast-path cache (2.13), or a run whose steady launch is ``STEADY_CALL`` and
-    that has nothing else to do per call (no interpreter, no launch-parameter dumps, no plugins)."""
-    if "_cached_launcher" in autotuner.__dict__:
-        return True
-    if any(getattr(autotuner, name, None) for name in ("triton_interpret", "dump_launch_params",
-                                                         "dump_launch_tensors", "_plugins")):
-        return False
-    try:
-        source = inspect.getsource(type(autotuner).run)
-    except (OSError, TypeError):
-        return False
-    source = "".join(source.split())
-    return STEADY_CALL in source and "_get_args_with_constexprs" not in source
 
 
 def how_followed(autotuner) -> str | None:

@@ -15,15 +15,13 @@ import hashlib
 import linecache
 import logging
 import re
-import sys
 from typing import Callable
 
 from ...core.model import ChoiceKey, TuningKey, descriptor, key_text
+from . import seam
 from .state import state
 
 logger = logging.getLogger("autotune_guard")
-
-PACKAGE = __name__.rpartition(".")[0]  # frames of this adapter are skipped when looking for the program
 
 
 class InductorKernel:
@@ -50,16 +48,13 @@ _UNREAD = object()
 
 def describe(autotuner, args, arch: str) -> InductorKernel:
     """Name, key and candidates of ``autotuner`` at its first launch with runtime ``args``."""
-    fn = autotuner.fn
-    source = getattr(fn, "src", "") or ""
-    name = getattr(fn, "__name__", "kernel")
+    name, source = seam.kernel_source(autotuner)
     meta_names = key_of = unmatched = None
-    if getattr(autotuner, "custom_kernel", False):
-        qualified, original = user_kernel(name, source, autotuner.inductor_meta.get("kernel_name"))
+    if seam.is_user_kernel(autotuner):
+        qualified, original = user_kernel(name, source, seam.inductor_name(autotuner))
         if original is not None:
-            meta_names = frozenset(n for c in original.configs for n in c.kwargs)
-            key_of = key_builder(original.arg_names, original.keys, runtime_arg_names(autotuner),
-                                 dict(autotuner.triton_meta.get("constants") or {}))
+            meta_names, arg_names, keys = seam.eager_tuning(original)
+            key_of = key_builder(arg_names, keys, seam.runtime_arg_names(autotuner), seam.folded_constants(autotuner))
             key = key_of[1](args)
             if not key_of[0]:
                 key_of = None  # every key argument is a compile-time constant: one key per compiled kernel
@@ -67,19 +62,18 @@ def describe(autotuner, args, arch: str) -> InductorKernel:
             key, unmatched = "*", name
     else:
         qualified = generated_name(name, source)
-        key = size_hints_text(getattr(autotuner, "size_hints", None))
-    descriptors = [project(launcher.config, meta_names) for launcher in autotuner.launchers]
+        key = size_hints_text(seam.size_hints_of(autotuner))
+    descriptors = [project(seam.launcher_config(launcher), meta_names) for launcher in seam.launchers_of(autotuner)]
     return InductorKernel(ChoiceKey(arch, qualified, key), descriptors, meta_names, key_of, unmatched)
 
 
 def kernel_name(autotuner) -> tuple[str, str | None]:
     """The name ``describe`` gives ``autotuner``, and its function's name when it is a user kernel
     that matched none Dynamo saw (for the steps that only name a kernel)."""
-    fn = autotuner.fn
-    source, name = getattr(fn, "src", "") or "", getattr(fn, "__name__", "kernel")
-    if not getattr(autotuner, "custom_kernel", False):
+    name, source = seam.kernel_source(autotuner)
+    if not seam.is_user_kernel(autotuner):
         return generated_name(name, source), None
-    qualified, original = user_kernel(name, source, autotuner.inductor_meta.get("kernel_name"))
+    qualified, original = user_kernel(name, source, seam.inductor_name(autotuner))
     return qualified, (name if original is None else None)
 
 
@@ -113,33 +107,16 @@ def user_kernel(name: str, source: str, generated: str | None):
 
 def _side_table_match(source_id: str):
     try:
-        from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
-
-        for kernel in list(kernel_side_table.id_to_kernel.values()):
-            jit, autotuner = unwrap(kernel)
+        for kernel in seam.traced_kernels():
+            jit, autotuner = seam.unwrap(kernel)
             if jit is None:
                 continue
-            jit_name = getattr(jit, "__name__", "")
-            if source_hash(getattr(jit, "src", "") or "", jit_name) == source_id:
-                return f"{getattr(jit, '__module__', '?')}.{jit_name}", autotuner
+            jit_name, jit_source, jit_module = seam.jit_identity(jit)
+            if source_hash(jit_source, jit_name) == source_id:
+                return f"{jit_module}.{jit_name}", autotuner
     except Exception as exc:  # a moved side table: the kernel is named by what Inductor calls it
         logger.debug("Dynamo's kernel side table could not be read: %r", exc)
     return None
-
-
-def unwrap(kernel):
-    """(JITFunction, Autotuner or None) of a kernel object Dynamo saw: an Autotuner, Heuristics
-    wrapping one, or a bare JITFunction; (None, ...) when there is none."""
-    autotuner = None
-    for _ in range(8):
-        if autotuner is None and hasattr(kernel, "keys") and hasattr(kernel, "configs"):
-            autotuner = kernel
-        if hasattr(kernel, "src") and hasattr(kernel, "arg_names") and not hasattr(kernel, "configs"):
-            return kernel, autotuner
-        kernel = getattr(kernel, "fn", None)
-        if kernel is None:
-            break
-    return None, autotuner
 
 
 _DEF = re.compile(r"^(\s*def\s+)([A-Za-z_][A-Za-z0-9_]*)")
@@ -175,17 +152,6 @@ def size_hints_text(size_hints) -> str:
     return "*"
 
 
-def runtime_arg_names(autotuner) -> list:
-    """Names of the positional arguments Inductor's launcher takes, in order."""
-    for launcher in autotuner.launchers:
-        names = getattr(launcher, "def_args", None)
-        if names:
-            return list(names)
-    signature = autotuner.triton_meta.get("signature") or {}
-    constants = autotuner.triton_meta.get("constants") or {}
-    return [n for n, kind in signature.items() if kind != "constexpr" and n not in constants]
-
-
 def project(config, meta_names) -> dict:
     """A config as the eager autotuner describes it: Dynamo folds ``@triton.heuristics`` values into
     the compiled configs, which eager candidates do not carry."""
@@ -199,14 +165,11 @@ def one_key_in_program(autotuner, positions: tuple) -> bool:
     """Whether the program launching ``autotuner`` passes its key arguments as the same literals at
     every call (``k.run(x, out, 16384, stream=...)``), so no per-key wrapper is needed. Read from the
     source of the calling generated module; anything unexpected answers False (follow the key)."""
-    own = {getattr(c, "__module__", None) for c in type(autotuner).__mro__}
-    frame = sys._getframe(1)
-    while frame is not None and _is_own(frame.f_globals.get("__name__"), own):
-        frame = frame.f_back
-    if frame is None or frame.f_code.co_name == "<module>":  # e.g. autotuning at compile time
+    program = seam.launching_program(autotuner)
+    if program is None:
         return False
-    names = {name for name, value in list(frame.f_globals.items()) if value is autotuner}
-    tree = _parsed(frame.f_code.co_filename)
+    names, filename = program
+    tree = _parsed(filename)
     if not names or tree is None:
         return False
     keys = set()
@@ -217,10 +180,6 @@ def one_key_in_program(autotuner, positions: tuple) -> bool:
                 return False
             keys.add(tuple(node.args[p].value for p in positions))
     return len(keys) == 1
-
-
-def _is_own(module: str | None, classes: set) -> bool:
-    return module in classes or (module is not None and (module == PACKAGE or module.startswith(PACKAGE + ".")))
 
 
 def _parsed(filename: str):

@@ -17,7 +17,7 @@ import logging
 from ... import deciding
 from ...core.model import Choice, signature
 from ...runtime import current
-from . import keyed, names, templates
+from . import keyed, names, seam, templates
 
 logger = logging.getLogger("autotune_guard")
 
@@ -38,27 +38,28 @@ class Step(deciding.Tunable):
     @property
     def splits(self) -> bool:
         """Inductor times one launcher on its own (``CachingAutotuner.bench``): the engine's rounds."""
-        return self.tuning is not None and callable(getattr(self.tuning[0], "bench", None))
+        return self.tuning is not None and seam.can_bench(self.tuning[0])
 
     def time_share(self, indices) -> dict:
         """Each launcher at ``indices`` timed by Inductor's ``bench`` (its clones of mutated args,
         its resets to zero), in that order; nothing kept: the chosen one is kept by ``autotune``."""
         autotuner, _, args, kwargs = self.tuning
-        launchers = list(autotuner.launchers)
-        return {i: float(autotuner.bench(launchers[i], *args, **kwargs)) for i in indices}
+        launchers = seam.launchers_of(autotuner)
+        return {i: seam.time_launcher(autotuner, launchers[i], args, kwargs) for i in indices}
 
     def tune(self, how: str) -> deciding.Tuned:
         """Inductor's own step: it times every launcher and keeps the fastest."""
         autotuner, inductor_own, args, kwargs = self.tuning
         autotuner.__dict__.pop(TIMINGS, None)
         inductor_own(autotuner, *args, **kwargs)
-        (launcher,) = autotuner.launchers
+        launcher = seam.only_launcher(autotuner)
         meta_names = self.kernel.meta_names
         timings = autotuner.__dict__.pop(TIMINGS, None)
         measured = None
         if timings:
-            measured = {signature(names.project(l.config, meta_names)): [float(t)] for l, t in timings.items()}
-        return deciding.Tuned(names.project(launcher.config, meta_names), launcher, measured)
+            measured = {signature(names.project(seam.launcher_config(l), meta_names)): [float(t)]
+                        for l, t in timings.items()}
+        return deciding.Tuned(names.project(seam.launcher_config(launcher), meta_names), launcher, measured)
 
 
 def autotune(self, inductor_own, args, kwargs) -> None:
@@ -78,7 +79,7 @@ def autotune(self, inductor_own, args, kwargs) -> None:
         return inductor_own(self, *args, **kwargs)
     if kernel.key_of is not None and names.one_key_in_program(self, kernel.key_of[0]):
         kernel.key_of = None  # compiled for static shapes: the key cannot change, no launch wrapper needed
-    candidates = list(self.launchers)
+    candidates = seam.launchers_of(self)
     pinned = mode == "pinned"
 
     def apply(index, tuned):
@@ -99,8 +100,7 @@ def say_unmatched(guard, function: str, qualified: str) -> None:
 
 
 def _announce(guard, self, kernel, policy, mode: str) -> None:
-    if not templates.governed() and (self.inductor_meta.get("max_autotune")
-                                     or self.inductor_meta.get("max_autotune_pointwise")):
+    if not templates.governed() and seam.asks_max_autotune(self):
         guard.warn_once("max-autotune", "torch.compile max-autotune: Inductor's template selection "
                         "(select_algorithm) benchmarks its GEMM/conv templates while compiling; autotune_guard "
                         "governs the kernels' configs, not that choice", scope="process")
@@ -113,11 +113,7 @@ def _announce(guard, self, kernel, policy, mode: str) -> None:
 
 def keep(self, index: int, release: bool = True) -> None:
     """Leave the chosen launcher as the kernel's only one, as Inductor's own step does."""
-    chosen = self.launchers[index]
-    free = getattr(self, "_release_static_launchers_except", None)  # torch 2.13: frees the losers
-    if release and callable(free):
-        free(chosen)
-    self.launchers = [chosen]
+    seam.keep_only(self, seam.launchers_of(self)[index], release)
 
 
 def follow_keys(self, kernel, candidates, epoch):
@@ -126,7 +122,7 @@ def follow_keys(self, kernel, candidates, epoch):
     note each new key with the launcher Inductor kept, as ``reused``. New keys are chosen under
     ``epoch``, the one the kernel was tuned under. A decided key's launch is Inductor's steady
     path written out with the key's launcher in it (``keyed.follow``); returns its Patch."""
-    first = self.launchers[0]
+    first = seam.launchers_of(self)[0]
     return keyed.follow(self, kernel.key_of, lambda key: _launcher_for_key(kernel, key, candidates, first, epoch))
 
 
@@ -134,7 +130,8 @@ def _launcher_for_key(kernel, key: str, candidates, first, epoch):
     choice_key = kernel.choice_key._replace(key=key)
     if candidates is not None:  # noted nowhere when another policy is in force: the kernel keeps its rule
         return candidates[deciding.pinned(epoch, Step(kernel, choice_key)).index]
-    current().note(epoch, choice_key, Choice(signature(names.project(first.config, kernel.meta_names)), "reused"))
+    current().note(epoch, choice_key, Choice(signature(names.project(seam.launcher_config(first), kernel.meta_names)),
+                                             "reused"))
     return first
 
 

@@ -15,7 +15,7 @@ import logging
 import sys
 
 from ...runtime import current
-from .. import _patching
+from ... import _patching
 from . import template_choices as tc
 from . import templates
 

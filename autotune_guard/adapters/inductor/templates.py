@@ -37,7 +37,8 @@ from ...core.errors import SelectionError
 from ...core.model import ChoiceKey, signature
 from ...core.pinned import Pick
 from ...runtime import current
-from .. import _patching
+from ... import _patching
+from . import seam as inductor  # Inductor's internals, read there (``seam`` below is this adapter's state)
 from . import template_choices as tc
 from .state import state
 
@@ -101,14 +102,8 @@ class Template(deciding.Tunable):
         selector, own, call, args, kwargs = self.context
         here = self.epoch.policy.mode != "auto"
         seam = state()
-        bound = seam.call_signature.bind(selector, *call, *args, **kwargs)
-        parameters = seam.call_signature.parameters
-        asked = bool(bound.arguments.get("return_choice", False))
-        if "return_choice" in parameters:  # torch 2.11: the choice comes back only when asked for
-            bound.arguments["return_choice"] = True
-        if here and "return_multi_template" in parameters:
-            bound.arguments["return_multi_template"] = False
-        before = _benchmarks()
+        bound, split = inductor.choosing_call(seam.call_signature, (selector, *call, *args), kwargs, here)
+        before = inductor.benchmark_passes()
         local = seam.local
         local.active, local.timings = self.key, None
         try:
@@ -117,17 +112,13 @@ class Template(deciding.Tunable):
             timings = local.timings
         finally:
             local.active = local.timings = None
-        self.returned, chosen = result, None
-        if isinstance(result, tuple) and len(result) == 2:
-            chosen = result[1]
-            if "return_choice" in parameters and not asked:
-                self.returned = result[0]
+        self.returned, chosen = split(result)
         selection = self.selection
         index = selection.index_of(chosen) if chosen is not None else _unseen(selector, self)
         if index is None:
             return None
         said = None
-        if _benchmarks() == before:  # nothing timed here: Inductor's autotune cache answered, or its own rule
+        if inductor.benchmark_passes() == before:  # nothing timed: Inductor's autotune cache answered, or its own rule
             said = "cache hit" if timings else "library"
         return deciding.Tuned(selection.descs[index], index, selection.measured(timings), self.returned, said)
 
@@ -157,29 +148,18 @@ def patch_selection(module) -> list:
     """Post-import hook of ``torch._inductor.select_algorithm``: the guard's ``__call__`` and
     ``do_autotuning`` on ``AlgorithmSelectorCache``; a torch without that seam keeps the naming at
     the timer (``adapters.triton.foreign``)."""
-    cls = getattr(module, "AlgorithmSelectorCache", None)
-    own = getattr(cls, "__call__", None)
-    tuning = getattr(cls, "do_autotuning", None)
-    if cls is None or not callable(tuning) or not callable(getattr(module, "create_inputs_key", None)) \
-            or not _takes(own, ("name", "choices", "input_nodes", "layout")) \
-            or not _takes(tuning, ("name", "inputs_key", "choices")):
+    cls = inductor.selector_class(module)
+    if cls is None:
         current().warn_once("no template seam", "torch.compile max-autotune: this torch's template selection "
                             "(select_algorithm.AlgorithmSelectorCache) has no seam autotune_guard knows; each "
                             "selection is named as not governed when it times its choices", logging.INFO, scope="process")
         return []
     seam = state()
-    seam.call_signature, seam.tuning_signature = inspect.signature(own), inspect.signature(tuning)
+    seam.call_signature = inspect.signature(cls.__call__)
+    seam.tuning_signature = inspect.signature(cls.do_autotuning)
     patches = [_patching.patch(cls, "__call__", _call_of(cls)), _patching.patch(cls, "do_autotuning", _tuning_of(cls))]
     seam.governed = True
     return patches
-
-
-def _takes(function, names) -> bool:
-    try:
-        parameters = list(inspect.signature(function).parameters)
-    except (TypeError, ValueError):
-        return False
-    return all(name in parameters for name in names)
 
 
 def governed() -> bool:
@@ -208,8 +188,7 @@ def _tuning_of(cls):
             if getattr(seam.local, "active", None) is not None:
                 seam.local.timings = timings
             else:
-                bound = seam.tuning_signature.bind(self, *args, **kwargs).arguments
-                _deferred(bound.get("name"), bound.get("inputs_key"), timings)
+                _deferred(*inductor.tuning_of(seam.tuning_signature, (self, *args), kwargs), timings)
         return timings
 
     return do_autotuning
@@ -227,9 +206,7 @@ def select(self, own, call, args, kwargs):
     kernel = tc.kernel_name(str(name))
     if not policy.in_scope(kernel):
         return own(self, *call, *args, **kwargs)
-    offered = list(choices)
-    for preprocess in list(getattr(self, "preprocessing_fns", ())):  # Inductor's own filters, as it runs them
-        offered = list(preprocess(offered))
+    offered = inductor.preprocessed(self, choices)  # Inductor's own filters, as it runs them
     call = (name, offered, input_nodes, layout)
     if len(offered) < 2:  # nothing to choose: Inductor's own path (and its error for none)
         return own(self, *call, *args, **kwargs)
@@ -249,25 +226,21 @@ def select(self, own, call, args, kwargs):
 
 
 def _describe(guard, kernel: str, offered, input_nodes, layout) -> Selection:
-    from torch._inductor import select_algorithm as inductor
-
-    externs = [isinstance(c, inductor.ExternKernelCaller) for c in offered]
-    texts = [tc.choice_text(str(getattr(c, "name", "?")), str(getattr(c, "description", "") or ""), extern)
-             for c, extern in zip(offered, externs)]
+    externs = [inductor.is_extern(c) for c in offered]
+    texts = [tc.choice_text(*inductor.choice_label(c), extern) for c, extern in zip(offered, externs)]
     device = getattr(getattr(layout, "device", None), "type", "?")
     key = ChoiceKey(tc.arch_of(device, guard.facts.get("arch") if device == "cuda" else None), kernel,
-                    inductor.create_inputs_key(input_nodes))
+                    inductor.inputs_key(input_nodes))
     return Selection(key, offered, tc.descriptors(texts), externs)
 
 
 def _unseen(selector, template: Template):
     """The choice Inductor made without returning it: its deterministic pick (``config.deterministic``);
     else (auto) deferred to its scheduler, noted when that times it (``_deferred``)."""
-    from torch._inductor import config
-
     selection, mode = template.selection, template.epoch.policy.mode
-    if getattr(config, "deterministic", False) and callable(getattr(selector, "pick_deterministic_choice", None)):
-        return selection.index_of(selector.pick_deterministic_choice(selection.offered))
+    picked = inductor.deterministic_choice(selector, selection.offered)
+    if picked is not None:
+        return selection.index_of(picked)
     if mode == "auto":
         adapter = state()
         with adapter.lock:
@@ -292,13 +265,6 @@ def _deferred(name, inputs_key, timings) -> None:
     index = selection.index_of(min(finite, key=finite.__getitem__))
     tuned = deciding.Tuned(selection.descs[index], index, selection.measured(timings))
     deciding.noted(template.epoch, template, tuned, "timed")
-
-
-def _benchmarks() -> int:
-    """Inductor's count of template benchmark passes in this process."""
-    from torch._dynamo.utils import counters
-
-    return int(counters["inductor"]["select_algorithm_autotune"])
 
 
 def _caches_off(deciding: bool):

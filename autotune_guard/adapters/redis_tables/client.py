@@ -25,7 +25,16 @@ Writing (``update_kernel``): a kernel's part is read under WATCH of its keys, th
 part it wants (``core.table_writes.grow_table``: the first writer wins unless a winner was chosen to
 replace, nothing is lost), and what differs is written in one MULTI/EXEC whose script first checks
 the kernel's provenance is as read; a writer that met another's write reads again (``TRIES``).
-``add`` (HSETNX per entry, one script) moves the older layout (``store-upgrade``)."""
+``add`` (HSETNX per entry, one script) is the add before issue 57; ``upgrade.upgrade`` moves the older
+layout (``keep_older`` renames it).
+
+Bounds: a kernel's hash of more than ``MAX_KERNEL_FIELDS`` fields is not read (one HLEN says so:
+a hash stuffed with junk costs a job nothing but a line naming it; the rest of the store is used),
+an arch's older hash or kernel set of more than ``MAX_FIELDS``; at most ``NOTES_PER_KEY`` unusable
+fields of one hash are named one by one.
+
+Over 350 lines: the one module that talks to Redis: reads, writes and the calls of their scripts.
+"""
 
 from __future__ import annotations
 
@@ -40,38 +49,21 @@ from ...core.errors import PolicyError
 from ...core.model import compact
 from ...core.store_values import (MAX_MEASURED_BYTES, MAX_SUPERSEDED_BYTES, MAX_VALUE_BYTES, loads_or_none, pairs,
                                    said)
-from .parts import Part, Writes, imported, kernels_of, writes
-from .scripts import _ADD, _READ, _WRITE
+from .errors import (LIST_GRANTS, READ_GRANTS, WRITE_GRANTS, StoreBusy, StoreDown, StoreNoPermission,
+                     StoreRefused, StoreTooBig, tls_hint)
+from .parts import Part, Writes, imported, kernels_of, two_ways, two_ways_note, writes
+from .scripts import _ADD, _KEEP_OLDER, _READ, _WRITE
 from ...core.store_url import ARCH_ALLOWED, parse_store_url, safe_arch
 
 logger = logging.getLogger("autotune_guard")
 
 MAX_FIELDS = 200_000  # entries of one arch: far above any real table
+MAX_KERNEL_FIELDS = 20_000  # keys of one kernel: far above any real kernel's; a hash over it is not read
+NOTES_PER_KEY = 20  # unusable fields of one hash named one by one; the rest are counted in one line
 TIMEOUT_S = 5.0  # connect and per-request: a store that is slower is as good as down
 
 PIECE = 1000  # fields a read request asks for (HSCAN's COUNT): the server is held for one piece at a time
 TRIES = 30  # a kernel's write that meets another writer's reads again, at most this often
-
-class StoreDown(Exception):
-    """The store did not answer (refused, timed out, wrong password): the words say which."""
-
-
-class StoreRefused(StoreDown):
-    """The store answered with an error (a key of another type, a script refused): it is up."""
-
-
-class StoreNoPermission(StoreRefused):
-    """The server's ACL refused this URL's user a command (NOPERM): up, and the user can be granted it."""
-
-
-class StoreBusy(Exception):
-    """A kernel's write met another writer's ``TRIES`` times: the store is up, the write not made."""
-
-
-# What a user needs (Redis 7 checks the commands a script runs against the caller's ACL too).
-READ_GRANTS = "+eval +hscan +hget +exists"
-WRITE_GRANTS = "+eval +hscan +hget +hset +hsetnx +hdel +sadd +exists +watch +unwatch +multi +exec +discard"
-LIST_GRANTS = "+scan +sscan"  # the report's, to find the archs and kernels a store holds
 
 
 def _client_module():
@@ -124,7 +116,7 @@ class Store:
         try:
             yield
         except self._errors as exc:
-            raise StoreDown(f"{type(exc).__name__}: {exc}{_tls_hint(exc, self.address.tls)}") from None
+            raise StoreDown(f"{type(exc).__name__}: {exc}{tls_hint(exc, self.address.tls)}") from None
         except self._refusals as exc:
             # Redis 7.0 refuses a command inside a script with a plain error, not NOPERM.
             words = str(exc)
@@ -142,9 +134,14 @@ class Store:
 
     def failed(self, exc, grants: str) -> str:
         """What a request that raised ``exc`` met, in words: the server's refusal of this user and
-        what to grant, else the store having stopped answering."""
+        what to grant, a key too big to read, another error the server answered, else the store
+        having stopped answering."""
         if isinstance(exc, StoreNoPermission):
             return self.grant(exc, grants)
+        if isinstance(exc, StoreTooBig):
+            return str(exc)
+        if isinstance(exc, StoreRefused):  # it answered: with an error, not silence
+            return f"the table store refused the request ({exc})"
         return f"the table store stopped answering ({exc})"
 
     def grant(self, exc, grants: str) -> str:
@@ -179,20 +176,49 @@ class Store:
             cursor, names = self.call("sscan", key, cursor, None, PIECE)
             found.update(name.decode("utf-8", "replace") for name in names)
             if len(found) > MAX_FIELDS:
-                raise StoreDown(f"key {key} names more than {MAX_FIELDS} kernels, more than any table: not read")
+                raise StoreTooBig(f"key {key} names more than {MAX_FIELDS} kernels, more than any table: not read")
             if not cursor:
                 return sorted(found)
 
     def read(self, arch: str) -> tuple[dict, list[str]]:
         """(the arch's whole table document, one line per value that could not be used): the older
-        hash where there is one, then each kernel the set names, with its superseded versions. For
-        the report; a job reads its kernels."""
+        hash where there is one, then each kernel the set names that has entries (asked in pipelines
+        of ``PIECE`` names; names without entries are counted in one line), with its superseded
+        versions. For the report; a job reads its kernels."""
         document, notes = store_values.new_document(arch, self.shown), []
-        if self.call("exists", self.key(arch, "entries")):
-            store_values.merge(document, self.read_older(arch, notes))
-        for kernel in self.kernels(arch):
-            store_values.merge(document, self.read_part(arch, kernel, notes, superseded=True).document)
+        older = self.read_older(arch, notes) if self.call("exists", self.key(arch, "entries")) else None
+        if older is not None:
+            store_values.merge(document, older)
+        names = self.kernels(arch)
+        held = self._with_entries(arch, names)
+        if len(held) < len(names):
+            notes.append(f"table store {self.shown} key {self.key(arch, 'kernels')}: {len(names) - len(held)} of its "
+                         f"{len(names)} kernel names have no entries there (no kernel or superseded hash): not shown")
+        for kernel in held:
+            try:
+                part = self.read_part(arch, kernel, notes, superseded=True).document
+            except StoreTooBig as exc:
+                notes.append(f"skipping table store {self.shown}: {exc}")
+                continue
+            found = two_ways(older, part, kernel) if older is not None else []
+            if found:
+                notes.append(two_ways_note(self.shown, self.key(arch, f"kernel:{kernel}"), kernel, found,
+                                           "the report shows"))
+            store_values.merge(document, part)
         return document, notes
+
+    def _with_entries(self, arch: str, names: list[str]) -> list[str]:
+        """The kernels of ``names`` whose hash or superseded versions exist, asked ``PIECE`` at a time
+        in one pipeline each (a set of 100,000 names without entries is 100 round trips, not 100,000)."""
+        found = []
+        for start in range(0, len(names), PIECE):
+            chunk = names[start:start + PIECE]
+            with self._answering():
+                pipe = self.client.pipeline(transaction=False)
+                for kernel in chunk:
+                    pipe.exists(self.key(arch, f"kernel:{kernel}"), self.key(arch, f"superseded:{kernel}"))
+                found += [kernel for kernel, count in zip(chunk, pipe.execute()) if count]
+        return found
 
     def read_kernel(self, arch: str, kernel: str, notes: list) -> tuple[dict, bool]:
         """(a table document of ``kernel``'s entries, their measurements and the kernel's
@@ -208,10 +234,19 @@ class Store:
         document = store_values.new_document(arch, self.shown)
         hash_key, provenance_key = self.key(arch, f"kernel:{kernel}"), self.key(arch, "provenance")
         measured_key = self.key(arch, f"measured:{kernel}")
-        reply = None
-        for reply in self._pieces(hash_key, kernel, (provenance_key, self.key(arch, "entries")), measured_key):
+        reply, before = None, len(notes)
+        tails = (provenance_key, self.key(arch, "entries"))
+        for reply in self._pieces(hash_key, kernel, tails, measured_key, cap=MAX_KERNEL_FIELDS):
             store_values.absorb_kernel(document, kernel, (f"table store {self.shown} key {hash_key}", reply[1]), notes,
                                        (f"table store {self.shown} key {measured_key}", reply[4]))
+        if len(notes) - before > NOTES_PER_KEY:  # a hash of junk is not a line per field
+            more = len(notes) - before - NOTES_PER_KEY
+            del notes[before + NOTES_PER_KEY:]
+            notes.append(f"skipping table store {self.shown} key {hash_key}: {more} more fields could not be used "
+                         "either (not named one by one)")
+        length = reply[5] if len(reply) > 5 and reply[5] > MAX_KERNEL_FIELDS else 0
+        if length:
+            notes.append(self.stuffed(hash_key, kernel, length))
         if reply[2] is not None:
             store_values.absorb_provenance(document, (f"table store {self.shown} key {provenance_key}",
                                                       [kernel.encode(), reply[2]]), notes)
@@ -221,7 +256,14 @@ class Store:
             for piece in self._pieces(key, limit=MAX_SUPERSEDED_BYTES):
                 fields.update(store_values.absorb_superseded(document, (f"table store {self.shown} key {key}",
                                                                         piece[1]), notes))
-        return Part(document, bool(reply[3]), reply[2], fields)
+        return Part(document, bool(reply[3]), reply[2], fields, length)
+
+    def stuffed(self, hash_key: str, kernel: str, length: int) -> str:
+        """The line naming a kernel's hash too big to read."""
+        return (f"skipping table store {self.shown} key {hash_key}: it holds {length} fields, more than any kernel's "
+                f"table ({MAX_KERNEL_FIELDS}, redis_tables.MAX_KERNEL_FIELDS): not read, and nothing is added to it; "
+                f"kernel {kernel}'s keys are chosen by the local rules (other tables, AUTOTUNE_ON_MISS, or consensus "
+                "tuning), the rest of the store is used (remove the fields that are not tuning keys: HSCAN, HDEL)")
 
     def read_older(self, arch: str, notes: list, entries_key: str | None = None) -> dict:
         """The arch's table as the layout before per-kernel keys holds it: its one ``entries`` hash
@@ -236,17 +278,19 @@ class Store:
         return document
 
     def _pieces(self, key: str, kernel: str = "", tail_keys: tuple | None = None, beside: str | None = None,
-                limit: int = MAX_VALUE_BYTES):
+                limit: int = MAX_VALUE_BYTES, cap: int | None = None):
         """The replies of the read script over ``key``'s hash, one request each, until the scan is done;
         with ``kernel``, its provenance and whether the older hash exists (``tail_keys``) in the last;
-        with ``beside``, each field's value in that hash too (a kernel's measurements)."""
-        cursor, fields = b"0", 0
+        with ``beside``, each field's value in that hash too (a kernel's measurements); with ``cap``, a
+        hash of more fields is not scanned (one reply: no fields, its length sixth)."""
+        cursor, fields, bound = b"0", 0, 2 * cap if cap else MAX_FIELDS
         while True:
             reply = self.call("eval", _READ, 4, key, *(tail_keys or (key, key)), beside or key, cursor, limit,
-                              PIECE, kernel, MAX_MEASURED_BYTES if beside else "")
+                              PIECE, kernel, MAX_MEASURED_BYTES if beside else "", cap or "")
             fields += len(reply[1]) // 2
-            if fields > MAX_FIELDS:  # HSCAN may repeat a field while the hash grows: a bound, not a count
-                raise StoreDown(f"key {key} holds more than {MAX_FIELDS} fields, more than any table: not read")
+            if fields > bound:  # HSCAN may repeat a field while the hash grows: a bound, not a count
+                raise StoreTooBig(f"key {key} grew past {bound} fields while it was read, more than any table: "
+                                  "not read")
             yield reply
             if reply[0] == b"0":
                 return
@@ -267,6 +311,8 @@ class Store:
                 for attempt in range(TRIES):
                     pipe.watch(*keys[:3])
                     part = self.read_part(arch, kernel, [], superseded=superseded)
+                    if part.length:  # its keys unknown: what first writer wins keeps cannot be told
+                        raise StoreTooBig(self.stuffed(keys[0], kernel, part.length).removeprefix("skipping "))
                     after, result = change(part)
                     todo = writes(part, after, kernel) if after is not None else None
                     if not todo:
@@ -309,25 +355,11 @@ class Store:
             kept.append((field.decode("utf-8", "replace"), entry.get("entry") if isinstance(entry, dict) else None))
         return "ok", kept
 
-    def upgrade(self, arch: str) -> tuple[int, str, list[str]]:
-        """The arch's older hash moved to per-kernel keys (an entry a kernel's hash holds already
-        stays), renamed, never deleted, and what an earlier version's job added meanwhile moved
-        from the renamed hash: (entries moved, the name it is kept under, notes)."""
-        notes: list[str] = []
-        kept_as = self.key(arch, f"entries-before-upgrade-{int(time.time())}")
-        moved = self._move(arch, self.read_older(arch, notes))
-        self.call("rename", self.key(arch, "entries"), kept_as)
-        moved += self._move(arch, self.read_older(arch, [], kept_as))
-        return moved, kept_as, notes
-
-    def _move(self, arch: str, older: dict) -> int:
-        moved = 0
-        for kernel, entries in sorted(older["kernels"].items()):
-            by = older["added"].get(kernel, {})
-            _, kept = self.add(arch, kernel, older["provenance"].get(kernel),
-                               {key: (entry, by.get(key) or {}) for key, entry in entries.items()}, mode="upgrade")
-            moved += len(entries) - len(kept)
-        return moved
+    def keep_older(self, arch: str, kept_as: str) -> str | None:
+        """The arch's older hash renamed to ``kept_as`` (with a suffix where a key holds that name):
+        the name it is kept under; None where it is gone (another upgrade renamed it)."""
+        name = self.call("eval", _KEEP_OLDER, 2, self.key(arch, "entries"), kept_as)
+        return name.decode() if name is not None else None
 
     def put_table(self, document: dict, who: dict) -> tuple[int, list[str]]:
         """A table document's entries, with who added each, their measurements and the kernels'
@@ -338,7 +370,10 @@ class Store:
             return 0, [f"{self.shown}: the table's arch {arch!r} is not a plain name ({ARCH_ALLOWED}): its entries are "
                        "not added"]
         for kernel in kernels_of(document):
-            count, said = self.update_kernel(arch, kernel, lambda part: _imported(part, document, kernel, who))
+            try:
+                count, said = self.update_kernel(arch, kernel, lambda part: _imported(part, document, kernel, who))
+            except StoreTooBig as exc:  # that kernel is left out, said; the others are added
+                count, said = 0, [f"{exc}"]
             added, notes = added + count, notes + said
         return added, notes
 
@@ -346,17 +381,3 @@ class Store:
 def _imported(part: Part, document: dict, kernel: str, who: dict):
     after, count, notes = imported(part, document, kernel, who)
     return after, (count, notes)
-
-
-def _tls_hint(exc, tls: bool) -> str:
-    """What the client's words mean when TLS is the cause: an untrusted certificate, or a URL
-    whose scheme does not match what the port speaks."""
-    text = str(exc)
-    if "certificate verify failed" in text.lower():
-        return ("; the server's TLS certificate failed verification: it must be signed by a CA this machine "
-                "trusts and name the URL's host (a private CA: SSL_CERT_FILE=<its certificate, PEM>)")
-    if tls and "Timeout connecting" in text:
-        return "; with rediss:// the server must speak TLS on that port (redis:// for a plain one)"
-    if not tls and ("reset by peer" in text or "closed by server" in text):
-        return "; a server that speaks only TLS on that port ends plain connections: rediss:// for TLS"
-    return ""

@@ -11,19 +11,25 @@ import os
 import time
 from typing import Mapping, NamedTuple
 
-from ...core.model import provenance_differences
+from ...core.model import provenance_differences, signature
+from ...core.pooling import EARLIER
 from ...core.store_values import MEASURED, RETUNE, SUPERSEDED, stored_value, value_bytes
+from ...core.tables import EARLIER_KEPT
+
+UPGRADE_KEPT = "store-upgrade: held two ways, the older hash's entry kept (jobs read it first)"  # a replaced entry's why
 
 
 class Part(NamedTuple):
     """A kernel's part as a writer read it: the table document, whether the arch's older one-hash
     layout exists, the provenance as the store holds it (bytes; its length where over the bound;
-    None: none), and each superseded version's field (``id(item) -> field``)."""
+    None: none), each superseded version's field (``id(item) -> field``), and the kernel's hash's
+    field count where it is over ``client.MAX_KERNEL_FIELDS`` (not read; 0: read)."""
 
     document: dict
     older: bool
     provenance: bytes | int | None
     superseded: dict
+    length: int = 0
 
     def unreadable_provenance(self, kernel: str) -> bool:
         """Whether the store holds a provenance for ``kernel`` that could not be used (said by the read)."""
@@ -144,3 +150,68 @@ def kernels_of(table: Mapping) -> list[str]:
     older = {item.get("kernel") for item in table.get(SUPERSEDED) or () if isinstance(item, dict)}
     return sorted(set(_map(table, "kernels")) | {k for k in older if isinstance(k, str) and k})
 
+
+def _said(entry) -> str:
+    return signature({"kwargs": {}, **entry}) if isinstance(entry, dict) else repr(entry)
+
+
+def two_ways(older: Mapping, part: Mapping, kernel: str) -> list[tuple]:
+    """(key, the older hash's config, who added it, the kernel's hash's config, who added it) for
+    each key of ``kernel`` that both layouts hold as different configs (a job of an earlier version
+    added to the older hash a key this version had written to the kernel's hash)."""
+    theirs, ours = _map(older, "kernels").get(kernel) or {}, _map(part, "kernels").get(kernel) or {}
+    who_theirs, who_ours = _map(older, "added").get(kernel) or {}, _map(part, "added").get(kernel) or {}
+    return [(key, theirs[key], who_theirs.get(key), ours[key], who_ours.get(key)) for key in sorted(theirs)
+            if key in ours and _said(theirs[key]) != _said(ours[key])]
+
+
+def two_ways_note(shown: str, hash_key: str, kernel: str, found: list, who: str = "this process uses") -> str:
+    """One line naming ``kernel``'s keys held two ways (``two_ways``) and the one rule that decides."""
+    named = "; ".join(f"key {key!r}: {_said(old)} in the older hash (added by {_run(by_old)}), {_said(new)} in "
+                      f"{hash_key} (added by {_run(by_new)})" for key, old, by_old, new, by_new in found[:3])
+    more = f"; and {len(found) - 3} more" if len(found) > 3 else ""
+    return (f"table store {shown}: kernel {kernel} has {len(found)} key(s) held two ways, in the arch's older "
+            f"one-hash layout and in its own hash: {named}{more}; {who} the older hash's (the one rule across the "
+            "layouts: it is read first, and report store-upgrade keeps it, the other beside it in its history)")
+
+
+def _run(who) -> str:
+    return f"run {who.get('run_id')!r}" if isinstance(who, dict) and who.get("run_id") else "an unnamed writer"
+
+
+def upgraded(part: Part, older: Mapping, kernel: str) -> tuple[dict, dict]:
+    """(``part`` with the keys of the older hash's ``kernel``, outcome per key): a key the kernel's
+    hash lacks is ``copied``; one it holds as the same config is ``alike``; one it holds as another
+    config is ``(old config, its config)``: the older hash's is kept (what jobs ran, as they read it
+    first) and the replaced entry goes beside it in its history (``EARLIER``, with who added it and
+    its measurements), as a table write keeps what it replaces."""
+    after = {name: {k: dict(v) for k, v in (part.document.get(name) or {}).items()}
+             for name in ("kernels", "added", MEASURED, RETUNE, "provenance")}
+    after[SUPERSEDED] = list(part.document.get(SUPERSEDED) or [])
+    outcomes: dict = {}
+    held = after["kernels"].get(kernel, {})
+    for key, entry in sorted((_map(older, "kernels").get(kernel) or {}).items()):
+        mine = held.get(key)
+        if mine is not None and _said(mine) == _said(entry):
+            outcomes[key] = "alike"
+            continue
+        outcomes[key] = "copied" if mine is None else (entry, mine)
+        if mine is not None:
+            was = after[MEASURED].get(kernel, {}).get(key) or {}
+            beside = [*(was.get(EARLIER) or [])] if isinstance(was.get(EARLIER), list) else []
+            beside.append({**{k: v for k, v in was.items() if k != EARLIER},
+                           "replaced": {"entry": mine, "added": after["added"].get(kernel, {}).get(key),
+                                        "why": UPGRADE_KEPT}})
+            after[MEASURED].setdefault(kernel, {})[key] = {EARLIER: beside[-EARLIER_KEPT:]}
+        after["kernels"].setdefault(kernel, {})[key] = entry
+        who = (_map(older, "added").get(kernel) or {}).get(key)
+        after["added"].setdefault(kernel, {}).pop(key, None)
+        if isinstance(who, dict):
+            after["added"][kernel][key] = who
+        retune = (_map(older, RETUNE).get(kernel) or {}).get(key)
+        if isinstance(retune, dict):
+            after[RETUNE].setdefault(kernel, {})[key] = retune
+    provenance = _map(older, "provenance").get(kernel)
+    if isinstance(provenance, dict) and kernel not in after["provenance"]:
+        after["provenance"][kernel] = provenance
+    return after, outcomes

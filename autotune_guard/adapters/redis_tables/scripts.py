@@ -1,12 +1,28 @@
 """The server-side scripts of a table store (Lua, run by EVAL): read a piece of a hash with its
 bounds (``_READ``), write a kernel's part in a transaction (``_WRITE``), add entries first writer
-wins (``_ADD``). ``client.Store`` sends them; their keys and arguments are described above each."""
+wins (``_ADD``), keep the older hash under a name no key holds (``_KEEP_OLDER``). ``client.Store``
+sends them; their keys and arguments are described above each."""
 
 # One piece of a hash from cursor ARGV[1] (a value over ARGV[2] bytes replaced by its length, never
 # sent); with ARGV[4] set, the kernel ARGV[4]'s provenance (HGET KEYS[2]) and whether the arch's
 # older hash KEYS[3] exists, both in the request that ends the scan: what an entry read was added under;
-# with ARGV[5] set, each field's value in the hash KEYS[4] too (its measurements; over ARGV[5] bytes: its length).
+# with ARGV[5] set, each field's value in the hash KEYS[4] too (its measurements; over ARGV[5] bytes: its length);
+# with ARGV[6] set, a hash of more fields than that is not scanned: the first request ends the scan with
+# no fields and the hash's length as the sixth item (a stuffed kernel's hash costs one HLEN, not its fields).
 _READ = """
+local function tail(cursor, out, beside, length)
+  local provenance, older = false, 0
+  if cursor == '0' and ARGV[4] ~= '' then
+    provenance = redis.call('HGET', KEYS[2], ARGV[4])
+    if provenance and #provenance > tonumber(ARGV[2]) then provenance = #provenance end
+    older = redis.call('EXISTS', KEYS[3])
+  end
+  return {cursor, out, provenance, older, beside, length}
+end
+if ARGV[1] == '0' and ARGV[6] ~= '' then
+  local length = redis.call('HLEN', KEYS[1])
+  if length > tonumber(ARGV[6]) then return tail('0', {}, {}, length) end
+end
 local reply = redis.call('HSCAN', KEYS[1], ARGV[1], 'COUNT', tonumber(ARGV[3]))
 local out, beside = {}, {}
 for i = 1, #reply[2], 2 do
@@ -21,13 +37,7 @@ for i = 1, #reply[2], 2 do
     end
   end
 end
-local provenance, older = false, 0
-if reply[1] == '0' and ARGV[4] ~= '' then
-  provenance = redis.call('HGET', KEYS[2], ARGV[4])
-  if provenance and #provenance > tonumber(ARGV[2]) then provenance = #provenance end
-  older = redis.call('EXISTS', KEYS[3])
-end
-return {reply[1], out, provenance, older, beside}
+return tail(reply[1], out, beside, -1)
 """
 
 # A kernel's part written, queued in MULTI after WATCH of KEYS[1..3]: ARGV[1] the kernel, ARGV[2]
@@ -71,4 +81,18 @@ for i = 4, #ARGV, 3 do
   end
 end
 return {'ok', kept}
+"""
+
+# The arch's older hash KEYS[1] renamed to KEYS[2], or to KEYS[2] with the first suffix -2, -3, ...
+# no key holds (a backup is never replaced, two upgrades in one second included); false where the
+# older hash is gone (another upgrade renamed it). Every name shares the arch's hash tag (one slot).
+_KEEP_OLDER = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return false end
+local name, n = KEYS[2], 1
+while redis.call('EXISTS', name) == 1 do
+  n = n + 1
+  name = KEYS[2] .. '-' .. n
+end
+redis.call('RENAME', KEYS[1], name)
+return name
 """

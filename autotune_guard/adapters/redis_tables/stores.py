@@ -14,8 +14,9 @@ from ...core.model import base_name, signature, tuned_winner
 from ...core.store_url import hide_password, store_urls
 from ...core.store_values import merge, new_document
 from ...runtime import current
-from .client import (READ_GRANTS, TIMEOUT_S, WRITE_GRANTS, Store, StoreBusy, StoreDown, StoreNoPermission,
-                     StoreRefused)
+from .client import READ_GRANTS, TIMEOUT_S, WRITE_GRANTS, Store
+from .errors import StoreBusy, StoreDown, StoreNoPermission, StoreRefused, StoreTooBig
+from .parts import two_ways, two_ways_note
 
 
 class Stores:
@@ -79,11 +80,17 @@ class Stores:
         store, notes = self.store(url), []
         try:
             document, older = store.read_kernel(arch, kernel, notes)
-            if older:  # the older hash's entries first: the add script counts them as written first
-                combined = new_document(arch, store.shown)
-                merge(combined, self._older(store, url, arch, notes), kernel)
+            if older:  # the older hash's entries first: the one rule across the layouts (upgrade.py)
+                combined, held = new_document(arch, store.shown), self._older(store, url, arch, notes)
+                found = two_ways(held, document, kernel)
+                if found:
+                    notes.append(two_ways_note(store.shown, store.key(arch, f"kernel:{kernel}"), kernel, found))
+                merge(combined, held, kernel)
                 document = merge(combined, document)
             return document, notes
+        except StoreTooBig as exc:  # up: that key is left out, the rest of the store is used
+            return None, [f"skipping table store {hide_password(url)} for kernel {kernel} of arch {arch}: {exc}; its "
+                          "keys are chosen by the local rules (other tables, AUTOTUNE_ON_MISS, or consensus tuning)"]
         except StoreNoPermission as exc:
             return None, [f"skipping table store {hide_password(url)} for arch {arch}: "
                           f"{store.grant(exc, READ_GRANTS)}; keys it would have given are chosen by "
@@ -100,7 +107,12 @@ class Stores:
         """The arch's table in the layout before per-kernel keys, read whole once (said once: it
         costs every process a read of the whole arch, and one command moves it)."""
         if (url, arch) not in self.older:
-            self.older[url, arch] = store.read_older(arch, notes)
+            try:
+                self.older[url, arch] = store.read_older(arch, notes)
+            except StoreTooBig as exc:  # once: the per-kernel hashes are still used
+                notes.append(f"skipping table store {store.shown} for arch {arch}: {exc}")
+                self.older[url, arch] = new_document(arch, store.shown)
+                return self.older[url, arch]
             count = sum(len(entries) for entries in self.older[url, arch]["kernels"].values())
             current().warn_once(f"table store older layout {url} {arch}", (
                 f"table store {store.shown} holds arch {arch}'s entries in one hash ({store.key(arch, 'entries')}, "
@@ -125,7 +137,8 @@ class Stores:
         key -> ``model.TunedWinner``; ``author``: who adds them; ``live``: the kernel's provenance),
         atomically against other writers: its ``Grown``. An entry the arch's older one-hash layout
         holds is kept (said as differing where it does). None where the store is down, refused this
-        user a write (said once: it may still read), or met other writers at every try (said once)."""
+        user a write (said once: it may still read), or met other writers at every try (said once); a
+        kernel whose hash is too big to read gets nothing added, said once, and the others go on."""
         if url in self.no_write:
             return None
         store = self.store(url)
@@ -138,6 +151,11 @@ class Stores:
                 f"table store {hide_password(url)} may be read but not added to: "
                 f"{store.grant(exc, WRITE_GRANTS)}; winners this job tunes stay chosen here and in "
                 "its evidence files, and are not added to it"), scope="process")
+        except StoreTooBig as exc:  # up: this kernel's winners are not added (nothing to try again), the rest are
+            current().warn_once(f"table store too big {url} {kernel}", (
+                f"{exc}: this job's winners for kernel {kernel} stay chosen here and in its evidence files, and are "
+                "not added to it"), scope="process")
+            return table_writes.Grown(new_document(arch, store.shown), [], 0, [], [], [])
         except StoreBusy as exc:
             current().warn_once(f"table store busy {url}", (
                 f"table store {hide_password(url)}: {exc}: this job's winners for it are not added now; "

@@ -16,7 +16,7 @@ from functools import cached_property
 
 from ...core.errors import UnsupportedError
 from ...runtime import current
-from .. import _patching
+from ... import _patching
 from . import foreign, guarded, library, provenance, seam
 from .registry import Capabilities, registry
 from .tuner import strategy_of

@@ -27,7 +27,7 @@ from ...core.model import descriptor
 from ...deciding import Tuned, first_launch
 from ...deciding import families as registered
 from ...runtime import current
-from .. import _patching
+from ... import _patching
 from .eager import TritonChoice
 from .registry import registry
 from .seam import argument_names, configs_of, tuning_launch

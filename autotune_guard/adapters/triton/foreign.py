@@ -20,7 +20,7 @@ from types import FunctionType
 from ...core.errors import SelectionError
 from ...core.model import qualified_name
 from ...runtime import current
-from .. import _patching
+from ... import _patching
 from . import families
 from .registry import registry
 from .seam import caller_frame, frame_function, frame_locals, frame_module, outer_frame
@@ -58,11 +58,11 @@ def _wrap_if_foreign(cls) -> None:
     original = cls.__dict__.get("run")
     if original is None or not callable(original) or getattr(original, "_autotune_guard", False):
         return
+    if issubclass(cls, registry().triton_classes) or cls.__module__.split(".")[0] in ("triton", "torch"):
+        return  # Triton's and torch's own classes: never a family's, however greedy its shaped
     family = families.family_of(cls)
     if family is not None:  # a registered library family governs its own autotuner class
         families.govern(cls, original, family)
-        return
-    if issubclass(cls, registry().triton_classes) or cls.__module__.split(".")[0] in ("triton", "torch"):
         return
 
     @functools.wraps(original)

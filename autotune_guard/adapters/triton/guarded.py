@@ -5,11 +5,9 @@ on Triton 3.8+, ``prune_configs`` (the pinned config as the pruning's only survi
 from __future__ import annotations
 
 import logging
-import os
 
-from ...core.errors import UnsupportedError
 from ...runtime import current
-from . import launch, library, observe, provenance, seam
+from . import launch, library, observe, provenance, seam, wall_timer
 from .eager import pinned_choice
 from .registry import registry
 from .tuner import MISSING, STATE_ATTR, TunerState
@@ -18,8 +16,8 @@ logger = logging.getLogger("autotune_guard")
 _guard = current()  # one object for the process's life: read on every launch
 
 
-def interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "on", "yes")
+interpreting = wall_timer.interpreting
+TIMING_MODES = ("auto", "record", "consensus")  # the modes whose candidates are timed in this process
 
 
 def run(self, *args, **kwargs):
@@ -32,18 +30,19 @@ def run(self, *args, **kwargs):
 
 
 def init(self, *args, **kwargs):
-    # Triton 3.3 resolves its default timer in __init__, which under TRITON_INTERPRET=1 on a
-    # CPU-only machine fails at decoration ("0 active drivers") even for kernels the guard pins.
-    if registry().caps.init_needs_timer and kwargs.get("do_bench") is None and interpreting():
-        kwargs["do_bench"] = _no_timer_under_interpreter
+    # Triton 3.3 resolves its default timer in __init__, which where Triton cannot time (the
+    # interpreter, no GPU driver) fails at decoration ("0 active drivers"): the wall clock instead.
+    if registry().caps.init_needs_timer and kwargs.get("do_bench") is None and wall_timer.cannot_time():
+        kwargs["do_bench"] = wall_timer.wall_clock_timer
     registry().original_init(self, *args, **kwargs)
     if not getattr(type(self).run, "_autotune_guard", False):
         library.wrap_overriding_run(type(self))
 
 
-def _no_timer_under_interpreter(kernel_call, quantiles):
-    raise UnsupportedError("Triton's default timer needs a GPU driver; under TRITON_INTERPRET=1 give the kernel "
-                           "do_bench=..., or pin it with AUTOTUNE_MODE=pinned", what="Triton's default timer")
+def _time_by_wall_clock_where_needed(autotuner, state) -> None:
+    """A timing mode where Triton cannot time: the wall clock times a kernel that brought no timer."""
+    if state.mode in TIMING_MODES and seam.own_timer(autotuner) is None and wall_timer.cannot_time():
+        seam.time_with(autotuner, wall_timer.wall_clock_timer)
 
 
 def state_for(autotuner, launching=None) -> TunerState:
@@ -62,6 +61,7 @@ def state_for(autotuner, launching=None) -> TunerState:
         state = TunerState(autotuner, epoch, lock, previous)
         state.strategy = launch.choose(state)
         state.run = state.strategy.run
+        _time_by_wall_clock_where_needed(autotuner, state)
         guard.launched(epoch, state.qualified, {k for c in seam.configs_of(autotuner) for k in c.kwargs})
         _announce(autotuner, state)
         if isinstance(state.strategy, launch.PinThroughPruning) or isinstance(previous, TunerState):

@@ -24,7 +24,7 @@ import functools
 import types
 
 from ...runtime import current
-from .. import _patching
+from ... import _patching
 from . import library, observe
 from .eager import first_launch_of, pinned_choice
 from .registry import RUN_PATCH_ATTR, registry

@@ -12,7 +12,7 @@ from ...core.errors import SelectionError
 from ...core.model import base_name, compact, descriptor, signature
 from ...deciding import Tuned, noted
 from ...runtime import current
-from .. import _patching
+from ... import _patching
 from . import families
 from .eager import TritonChoice
 from .seam import cache_of

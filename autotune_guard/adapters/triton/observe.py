@@ -10,7 +10,7 @@ says which (not under TRITON_INTERPRET=1), else the label is inferred from Trito
 
 from __future__ import annotations
 
-from .. import _patching
+from ... import _patching
 from ...deciding import selected
 from .eager import TritonChoice, note_winner
 from .seam import cache_of, caller_frame, how_chosen, how_stored, timing_in

@@ -8,6 +8,8 @@ reads an autotuner's fields and frames through this one (``cache_of``, ``configs
 ``caller_frame``, ...; ``scripts/house_metrics.py`` flags a read elsewhere). The registry's
 ``Capabilities`` (read once at the patch) choose between a release's variants. A failed launch
 leaves the autotuner as it was.
+
+Over 350 lines: all that is assumed of Triton's Autotuner from 3.3 on, in one file by design.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ import inspect
 import sys
 
 from ...core.model import OPTION_FIELDS, TuningKey, descriptor, signature
-from .. import _patching
+from ... import _patching
+from . import wall_timer
 from .registry import MISSING, registry
 
 
@@ -161,6 +164,19 @@ def tuning_launch(autotuner, key, args, kwargs, run=None):
     return result, winner, measured(autotuner, attrs.get("configs_timings"), timings_before)
 
 
+def own_timer(autotuner):
+    """The kernel's own ``do_bench``, else None (3.4+ keeps the argument in ``_do_bench``; 3.3 sets
+    ``do_bench`` in ``__init__``, the wall clock there where ``guarded.init`` gave it)."""
+    attrs = autotuner.__dict__
+    timer = attrs.get("do_bench") if registry().caps.init_needs_timer else attrs.get("_do_bench")
+    return None if wall_timer.is_wall_clock(timer) else timer
+
+
+def time_with(autotuner, timer) -> None:
+    """``timer`` as the ``do_bench`` Triton's ``_bench`` calls (over 3.4+'s cached property)."""
+    autotuner.__dict__["do_bench"] = timer
+
+
 def can_time_one(autotuner) -> bool:
     """Whether one config can be timed on its own (Triton's ``Autotuner._bench``): split tuning."""
     return callable(getattr(autotuner, "_bench", None))
@@ -168,15 +184,14 @@ def can_time_one(autotuner) -> bool:
 
 def time_configs(autotuner, configs, args, kwargs) -> list:
     """Each of ``configs`` timed on its own through Triton's ``_bench`` (its ``do_bench``, hooks and
-    failures as a tuning launch has them): what the timer gave for each, median first, in
-    milliseconds (``[inf]``: it cannot run).
-    Nothing is launched for the caller, and the reset hook runs afterwards as after Triton's own
-    timing. The caller holds the lock."""
+    failures as a tuning launch has them): what the timer gave for each, median first, in ms
+    (``[inf]``: it cannot run; tagged where the wall clock timed it). Nothing is launched for the
+    caller; the reset hook runs afterwards as after Triton's own timing. The caller holds the lock."""
     attrs = autotuner.__dict__
     saved = attrs.get("nargs", MISSING)
     autotuner.nargs = dict(zip(autotuner.arg_names, args))
     try:
-        found = [[float(v) for v in _as_list(autotuner._bench(*args, config=c, **kwargs))] for c in configs]
+        found = [_floats(autotuner._bench(*args, config=c, **kwargs)) for c in configs]
         hook = getattr(autotuner, "pre_hook", None)
         if callable(hook):
             hook({**autotuner.nargs, **kwargs}, reset_only=True)
@@ -203,6 +218,11 @@ def measured(autotuner, timings, timings_before) -> dict | None:
 
 def _as_list(value):
     return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def _floats(value) -> list:
+    floats = [float(v) for v in _as_list(value)]
+    return wall_timer.WallTimings(floats) if wall_timer.timer_of(value) else floats
 
 
 def cached_run(autotuner, state, decided, *args, **kwargs):
