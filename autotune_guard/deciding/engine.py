@@ -245,11 +245,9 @@ def _consensus(epoch: Epoch, tunable: Tunable) -> Decision:
         return _followed(guard, epoch, tunable, index, signatures, TABLE if index == table else "consensus")
 
     def tune():  # on the claimer only, when its table lacks the key
-        tuned = selected(epoch, tunable, "consensus", known, pooled.indices if pooled is not None else None)
+        tuned = _selected_and_pooled(guard, epoch, tunable, "consensus", known, pooled)
         if tuned is None:
             raise SelectionError(f"autotune_guard consensus: {key.what()}: the tuner chose nothing")
-        if pooled is not None:
-            tuned = pooling.pooled(guard, epoch, tunable, tuned, pooled.kept)
         return signature(tuned.winner), tuned
 
     index, tuned_here, answer = consensus.decide(
@@ -326,11 +324,18 @@ def _alone(guard, epoch: Epoch, tunable: Tunable, table: int | None, known: tupl
                         logging.INFO, scope="process", name="consensus-alone")
     if world != 1 or (known is None and pooled is None):
         return timed(epoch, tunable, "timed", for_job=world == 1)
-    tuned = selected(epoch, tunable, "timed", known, pooled.indices if pooled is not None else None)
-    if pooled is not None:
-        tuned = pooling.pooled(guard, epoch, tunable, tuned, pooled.kept)
+    tuned = _selected_and_pooled(guard, epoch, tunable, "timed", known, pooled)
     return Decision(_index_of(tunable, tuned.winner), "timed", tuned,
                     noted(epoch, tunable, tuned, "timed", for_job=True, extends=True))
+
+
+def _selected_and_pooled(guard, epoch: Epoch, tunable: Tunable, how: str, known, pooled):
+    """The selection (only the new candidates where a table kept the others' timings; only the
+    contenders where a pooling run times), its winner pooled with the kept runs where it pools."""
+    tuned = selected(epoch, tunable, how, known, pooled.indices if pooled is not None else None)
+    if tuned is not None and pooled is not None:
+        tuned = pooling.pooled(guard, epoch, tunable, tuned, pooled.kept)
+    return tuned
 
 
 def _index_of(tunable: Tunable, winner: dict) -> int | None:

@@ -75,13 +75,13 @@ def _cut(text: str, width: int) -> str:
 
 
 def table_lines(entries: dict, policy, stopped=()) -> list[str]:
-    """The rows (first choices first), a header, and where to find the rest; ``stopped``: keys
-    AUTOTUNE_ON_MISS=error refused, said in the header and at the end so the table never reads as a success."""
+    """The rows (first choices first), a header, and where to find the rest; ``stopped``: keys the
+    guard refused (the refusal said why), in the header and at the end so the table never reads as a success."""
     rows = [(key.kernel, key.key, choice.signature, choice.how) for key, choice in entries.items()]
     shown = rows[:ROWS]
     widths = [min(w, max(len(r[i]) for r in shown + [("kernel", "key", "config", "how")])) for i, w in enumerate(_WIDTHS)]
     count = f"{len(rows)} choice{'s' * (len(rows) != 1)}"
-    lines = [f"what this process chose before AUTOTUNE_ON_MISS=error refused {len(stopped)} key"
+    lines = [f"what this process chose before the guard refused {len(stopped)} key"
              f"{'s' * (len(stopped) != 1)} ({count}; the run was refused):" if stopped
              else f"what this process chose ({count}):"]
     for row in [("kernel", "key", "config", "how")] + shown:
@@ -91,5 +91,5 @@ def table_lines(entries: dict, policy, stopped=()) -> list[str]:
              "AUTOTUNE_DIGEST_PATH=runs/choices keeps them all, then python -m autotune_guard.report show runs/choices")
     if len(rows) > ROWS:
         lines.append(f"  ... and {len(rows) - ROWS} more: {where}")
-    lines += [f"refused (AUTOTUNE_ON_MISS=error, no table entry): {key.what()}" for key in stopped[:REFUSED_SHOWN]]
+    lines += [f"refused (the reason above): {key.what()}" for key in stopped[:REFUSED_SHOWN]]
     return lines
