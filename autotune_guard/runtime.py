@@ -27,7 +27,7 @@ from .core import late_settings, settings
 from .core import misses
 from .core.errors import ConsensusError, SelectionError, StoreError
 from .core.lifecycle import Lifecycle
-from .core.model import Choice, ChoiceKey, base_name, log_text
+from .core.model import AT_EXIT, Choice, ChoiceKey, base_name, log_text
 from .core.pinned import Pick, pinned_pick
 from .core.tables import installed_version, load_tables, table_entry
 
@@ -260,7 +260,7 @@ class Guard(Lifecycle):
         epoch.picked[key] = pick.why
         if pick.warning:
             self.warn_once(pick.warning, f"{pick.warning}; using {pick.why}")
-        if pick.why == misses.AT_EXIT:
+        if pick.why == AT_EXIT:
             self._refused_at_exit(epoch, key)
         elif pick.why in misses.FALLBACKS:
             self._fallback_said(epoch, key, pick.why)

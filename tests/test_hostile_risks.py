@@ -183,11 +183,11 @@ def test_who_added_a_store_entry_is_shown_as_the_writers_claim(redis_server):  #
 from test_hostile_inputs import NOBODY, _plant_as_nobody, root_only, shared_results  # noqa: E402,F401 (the fixture)
 
 
-@root_only
-def test_a_record_another_user_put_in_the_merge_prefix_is_left_out_and_named_unless_asked_for(
-        tmp_path, shared_results):  # noqa: F811
+def plant_a_later_run_of_nobody(shared_results):
+    """The user's record of one key under ``shared_results/rec``, and beside it a record written later
+    by nobody, naming another winner: (rec, kernel, key, the user's entry, nobody's config, its file)."""
     from support import rank_file
-    from test_evidence import env_for, read, report
+    from test_evidence import env_for, read
 
     rec = shared_results / "rec"
     code = "import torch\nfrom kernels import demo\ndemo.add(torch.arange(100.), torch.arange(100.))"
@@ -203,6 +203,15 @@ def test_a_record_another_user_put_in_the_merge_prefix_is_left_out_and_named_unl
     theirs.update(run_id="intruder-run", pid=1)
     planted = shared_results / "rec.rank0.intruder-1.json"
     _plant_as_nobody(planted, json.dumps(theirs).encode())
+    return rec, kernel, key, entry, other, planted
+
+
+@root_only
+def test_a_record_another_user_put_in_the_merge_prefix_is_left_out_and_named_unless_asked_for(
+        tmp_path, shared_results):  # noqa: F811
+    from test_evidence import report
+
+    rec, kernel, key, entry, other, planted = plant_a_later_run_of_nobody(shared_results)
     merged = report("merge", rec, "-o", tmp_path / "t.json")
     assert merged.returncode == 0, merged.stderr
     table = json.loads((tmp_path / "t.json").read_text())

@@ -10,7 +10,6 @@ import os
 from typing import Sequence
 
 from .errors import FileFormatError
-from .model import AT_EXIT  # noqa: F401 (the runtime and the exit summary read it here)
 from .schema import TABLE_FORMAT, read_document
 from .store_url import hide_password, is_store_url
 from .tables import PACKAGED_TABLES

@@ -239,8 +239,7 @@ def _consensus(epoch: Epoch, tunable: Tunable) -> Decision:
     if epoch.policy.consensus_split and known is None and pooled is None and len(signatures) > 1 and tunable.splits:
         if table is None:
             return _split(guard, epoch, tunable, store, signatures)
-        job = store.job if getattr(store, "node_store", None) is not None else store  # the job's, as _split's
-        index = split.from_table(job, key.what(), protocol.decision_name(
+        index = split.from_table(_job_store(store), key.what(), protocol.decision_name(
             key.arch, key.kernel, key.key), guard.facts.ask("rank_now", (0, 1))[0], signatures, signatures[table])
         return _followed(guard, epoch, tunable, index, signatures, TABLE if index == table else "consensus")
 
@@ -279,14 +278,18 @@ def _followed(guard, epoch: Epoch, tunable: Tunable, index: int, signatures: lis
     return Decision(index, how, None, guard.note(epoch, key, Choice(signatures[index], how), record))
 
 
+def _job_store(store):
+    """The job's own Store: a split decision is the job's, every rank of it, never a node's fan-in."""
+    return store.job if getattr(store, "node_store", None) is not None else store
+
+
 def _split(guard, epoch: Epoch, tunable: Tunable, store, signatures: list) -> Decision:
     """AUTOTUNE_CONSENSUS_SPLIT=1: the ranks that reach the key each time a share of its candidates
     (``deciding.split``), one rank times the finalists again; the winner is launched afterwards by
     the family, on every rank."""
     key, policy = tunable.key, epoch.policy
     rank, world = guard.facts.ask("rank_now", (0, 1))
-    if getattr(store, "node_store", None) is not None:
-        store = store.job  # every rank of the job takes a share: the node's fan-in is not used
+    store = _job_store(store)
 
     def finals(known):  # on one rank: the shares' timings as the first pass, the finalists again here
         found = retime.select(tunable.time_share, range(len(signatures)), policy.retime_band, policy.retime_rounds,

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import logging
 
-from ..core.misses import AT_EXIT, fix_hint, miss_reasons
-from ..core.model import digest_of, hows, is_fallback, log_text
+from ..core.misses import fix_hint, miss_reasons
+from ..core.model import AT_EXIT, digest_of, hows, is_fallback, log_text
 
 logger = logging.getLogger("autotune_guard")
 
